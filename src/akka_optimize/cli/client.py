@@ -1,0 +1,146 @@
+"""HTTP client of the service: addresses, tokens, the error shape, one retry on 503.
+
+Addresses (seeds/001 "Other changes"): ``TRAINER_URL`` / ``REGISTRY_URL`` take
+precedence for their own service, then ``AKKA_OPTIMIZE_URL``, then
+``http://localhost:9001``.
+
+Tokens, first found wins: ``AKKA_OPTIMIZE_TOKEN``; for a trainer at
+``http://localhost:9001`` a development token minted from the server home's
+secret, without reading a saved login (seeds/000 "Smaller changes"); a token
+saved by ``login`` for that address.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..service.auth import dev_secret_path, mint_dev_token
+from ..settings import default_home
+from .context import CliError, prog
+
+DEFAULT_URL = "http://localhost:9001"
+SERVICE_ENV = {"trainer": "TRAINER_URL", "registry": "REGISTRY_URL"}
+
+
+def service_url(service: str = "trainer") -> str:
+    """The base URL of ``service`` (``trainer`` or ``registry``)."""
+    own = os.environ.get(SERVICE_ENV.get(service, ""), "")
+    return (own or os.environ.get("AKKA_OPTIMIZE_URL") or DEFAULT_URL).rstrip("/")
+
+
+def credentials_path() -> Path:
+    """Where ``login`` saves tokens: ``$AKKA_OPTIMIZE_CONFIG`` or ``~/.config/akka-optimize``."""
+    base = os.environ.get("AKKA_OPTIMIZE_CONFIG")
+    root = Path(base) if base else Path.home() / ".config" / "akka-optimize"
+    return root / "credentials.json"
+
+
+def _norm(url: str) -> str:
+    return url.rstrip("/").lower()
+
+
+def save_login(url: str, token: str) -> Path:
+    """Save ``token`` for ``url`` (file mode 0600). Returns the file written."""
+    p = credentials_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(p.read_text()) if p.exists() else {}
+    data[_norm(url)] = token
+    tmp = p.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, p)
+    return p
+
+
+def is_local_dev_trainer(url: str) -> bool:
+    """Whether ``url`` is the local development trainer ``http://localhost:9001``."""
+    u = urlsplit(url)
+    return u.scheme == "http" and u.hostname in ("localhost", "127.0.0.1") and u.port == 9001
+
+
+def resolve_token(url: str) -> str | None:
+    """The bearer token the CLI sends to ``url``, or ``None`` (see module docstring)."""
+    env = os.environ.get("AKKA_OPTIMIZE_TOKEN")
+    if env:
+        return env
+    if is_local_dev_trainer(url):
+        secret = dev_secret_path(default_home())
+        if secret.exists():
+            return mint_dev_token(secret.read_text().strip().encode())
+        return None
+    p = credentials_path()
+    if p.exists():
+        return json.loads(p.read_text()).get(_norm(url))
+    return None
+
+
+class Client:
+    """A thin JSON client of one service. Raises :class:`CliError` with the service's message."""
+
+    def __init__(self, service: str = "trainer", timeout: float = 60.0) -> None:
+        self.url = service_url(service)
+        self.token = resolve_token(self.url)
+        self.timeout = timeout
+
+    def headers(self) -> dict[str, str]:
+        """Authorization header for this service (empty without a token)."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def request(self, method: str, path: str, *, retry_503: bool = True, **kw: Any) -> Any:
+        """Send a request; return the decoded JSON body (or raw bytes for non-JSON)."""
+        kw.setdefault("timeout", self.timeout)
+        headers = {**self.headers(), **kw.pop("headers", {})}
+        try:
+            r = httpx.request(method, self.url + path, headers=headers, **kw)
+        except httpx.ConnectError as exc:
+            raise CliError(
+                f"Cannot reach the service at {self.url}. Start it with "
+                f"`{prog()} server start`, or set AKKA_OPTIMIZE_URL."
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise CliError(f"The service at {self.url} did not answer in time ({exc}).") from exc
+        if r.status_code == 503 and retry_503:
+            time.sleep(min(float(r.headers.get("Retry-After", "2") or 2), 10.0))
+            return self.request(method, path, retry_503=False, headers=headers, **kw)
+        return decode(r)
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, **kw: Any) -> Any:
+        return self.request("POST", path, **kw)
+
+    def put(self, path: str, **kw: Any) -> Any:
+        return self.request("PUT", path, **kw)
+
+    def delete(self, path: str, **kw: Any) -> Any:
+        return self.request("DELETE", path, **kw)
+
+
+def decode(r: httpx.Response) -> Any:
+    """The JSON body of a successful response; raise :class:`CliError` with the error message."""
+    ctype = r.headers.get("content-type", "")
+    if r.status_code >= 400:
+        msg = f"HTTP {r.status_code}"
+        if "json" in ctype:
+            try:
+                err = r.json().get("error", {})
+                msg = err.get("message") or msg
+            except ValueError:
+                pass
+        elif r.text:
+            msg = r.text.strip()[:500]
+        if r.status_code == 401:
+            msg += f" (log in with `{prog()} login --token TOKEN --url URL`)"
+        raise CliError(msg)
+    if "json" in ctype:
+        return r.json()
+    return r.content

@@ -1,0 +1,7 @@
+"""``endpoints`` commands."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="endpoints.", no_args_is_help=True)

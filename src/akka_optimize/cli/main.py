@@ -1,0 +1,88 @@
+"""Entry points ``akka-optimize`` and ``akka``.
+
+``akka optimize …`` is the same command tree as ``akka-optimize …``, and
+``akka registry …`` is ``akka-optimize registry …``. Help texts may contain
+``{prog}``, replaced by the command as it was run (seeds/001).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from . import base_models, data, endpoints, plan, projects, registry, runs, server, training
+from .context import CliError, set_prog
+
+app = typer.Typer(
+    name="akka-optimize",
+    help="Post-train language models: register data, run a plan, serve the adapter.\n\n"
+    "Example: {prog} training info",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+training_app = training.app
+training_app.add_typer(runs.app, name="runs")
+training_app.add_typer(projects.app, name="projects")
+training_app.add_typer(base_models.app, name="base-models")
+training_app.add_typer(endpoints.app, name="endpoints")
+training_app.add_typer(data.app, name="data")
+app.add_typer(training_app, name="training")
+app.add_typer(registry.app, name="registry")
+app.add_typer(server.app, name="server")
+app.command("login")(server.login)
+app.command("config-schema")(plan.config_schema)
+
+akka = typer.Typer(
+    name="akka",
+    help="The Akka CLI. `{prog} optimize …` trains and serves models; `{prog} registry …` "
+    "reads and writes the artifact registry.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+akka.add_typer(app, name="optimize")
+akka.add_typer(registry.app, name="registry")
+
+
+def _substitute(cmd: click.Command, prog_name: str) -> None:
+    for attr in ("help", "epilog", "short_help"):
+        v = getattr(cmd, attr, None)
+        if isinstance(v, str) and "{prog}" in v:
+            setattr(cmd, attr, v.replace("{prog}", prog_name))
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            _substitute(sub, prog_name)
+
+
+def _run(tree: typer.Typer, root: str, prog_name: str) -> None:
+    set_prog(prog_name)
+    cmd = typer.main.get_command(tree)
+    _substitute(cmd, prog_name if root == "akka-optimize" else root)
+    try:
+        rv = cmd.main(args=sys.argv[1:], prog_name=root, standalone_mode=False)
+    except CliError as exc:
+        print(f"Error: {exc.message}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        print("Aborted.", file=sys.stderr)
+        sys.exit(1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError) else 1)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def main() -> None:
+    """``akka-optimize``."""
+    _run(app, "akka-optimize", "akka-optimize")
+
+
+def akka_main() -> None:
+    """``akka``: ``akka optimize …`` prints hints as ``akka optimize``."""
+    is_optimize = len(sys.argv) > 1 and sys.argv[1] == "optimize"
+    _run(akka, "akka", "akka optimize" if is_optimize else "akka")

@@ -1,0 +1,7 @@
+"""``registry`` commands."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="registry.", no_args_is_help=True)

@@ -1,0 +1,21 @@
+"""API tokens (stored hashed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import DateTime, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from ..base import Base, utcnow
+
+
+class ApiToken(Base):
+    """A bearer token issued by ``server token create``; only its SHA-256 is kept."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    project: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

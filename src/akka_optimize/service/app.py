@@ -1,0 +1,144 @@
+"""The app factory: ``create_app(settings)`` builds one service with its own state.
+
+Start-up runs in a background thread so ``/healthz`` answers at once and
+``GET /v1/training/info`` can report ``startedCompletely: false`` until the
+migrations and every router's ``on_startup`` hook have finished
+(seeds/000 "Failure reporting").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__
+from ..db import Database
+from ..db.migrate import upgrade
+from ..errors import AkkaError, Unavailable
+from ..settings import Settings
+from ..store import BlobStore
+from .auth import ensure_dev_secret
+from .context import ServiceContext
+from .deps import get_principal
+from .routers import ROUTERS, health
+
+log = logging.getLogger("akka_optimize.service")
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+    details: Any = None,
+) -> JSONResponse:
+    """The one error shape of the API: ``{"error": {"code", "message", "field"}}``."""
+    body: dict[str, Any] = {"code": code, "message": message, "field": field}
+    if details is not None:
+        body["details"] = details
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def _loc_to_field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts)
+
+
+def _startup(ctx: ServiceContext) -> None:
+    try:
+        if ctx.settings.startup_delay_s:
+            time.sleep(ctx.settings.startup_delay_s)
+        ctx.settings.ensure_dirs()
+        upgrade(ctx.settings.database_url or "")
+        ctx.store.sweep_tmp()
+        for mod in ROUTERS:
+            hook = getattr(mod, "on_startup", None)
+            if hook is not None:
+                hook(ctx)
+        ctx.started.set()
+        log.info("service started completely")
+    except Exception as exc:  # reported by /v1/training/info
+        log.exception("start-up failed")
+        ctx.startup_error = f"The service did not start completely: {exc}"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the service app for ``settings`` (from the environment when omitted)."""
+    settings = settings or Settings.from_env()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    ctx = ServiceContext(
+        settings=settings,
+        db=Database(settings.database_url or ""),
+        store=BlobStore(settings.blobs_url or ""),
+    )
+    ctx.extras["dev_secret"] = ensure_dev_secret(settings.home)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        t = threading.Thread(target=_startup, args=(ctx,), name="startup", daemon=True)
+        t.start()
+        yield
+        for mod in ROUTERS:
+            hook = getattr(mod, "on_shutdown", None)
+            if hook is not None:
+                try:
+                    hook(ctx)
+                except Exception:
+                    log.exception("shutdown hook of %s failed", mod.__name__)
+        ctx.db.dispose()
+
+    app = FastAPI(title="akka-optimize", version=__version__, lifespan=lifespan)
+    app.state.ctx = ctx
+
+    @app.exception_handler(AkkaError)
+    async def _akka_error(_: Request, exc: AkkaError) -> JSONResponse:
+        headers = None
+        if isinstance(exc, Unavailable):
+            headers = {"Retry-After": str(exc.retry_after)}
+        return error_response(exc.status, exc.code, exc.message, exc.field, headers, exc.details)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+        field = _loc_to_field(tuple(first.get("loc", ())))
+        msg = f"{field or 'request'}: {first.get('msg')}"
+        if len(errs) > 1:
+            msg += f" (and {len(errs) - 1} more)"
+        return error_response(400, "invalid_request", msg, field or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return error_response(
+                404, "not_found", f"No route {request.method} {request.url.path} on this service."
+            )
+        if exc.status_code == 405:
+            return error_response(
+                405,
+                "method_not_allowed",
+                f"{request.method} is not allowed on {request.url.path}.",
+            )
+        return error_response(exc.status_code, "http_error", str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(
+            500, "internal", f"The service failed unexpectedly: {type(exc).__name__}: {exc}"
+        )
+
+    app.include_router(health.public_router)
+    for mod in ROUTERS:
+        app.include_router(mod.router, dependencies=[Depends(get_principal)])
+    return app

@@ -1,0 +1,45 @@
+"""Shared FastAPI dependencies (``Annotated`` aliases used by every router)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.orm import Session
+
+from ..errors import Unavailable
+from .auth import Principal, authenticate
+from .context import ServiceContext
+
+
+def get_ctx(request: Request) -> ServiceContext:
+    """The service context of the running app."""
+    return request.app.state.ctx
+
+
+def get_principal(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Principal:
+    """The authenticated caller (raises 401/503 as :func:`authenticate` does)."""
+    return authenticate(get_ctx(request), authorization)
+
+
+def require_started(ctx: Annotated[ServiceContext, Depends(get_ctx)]) -> ServiceContext:
+    """The context, once start-up has completed; else 503 with Retry-After."""
+    if not ctx.started.is_set():
+        msg = ctx.startup_error or "The service is still starting; retry in a few seconds."
+        raise Unavailable(msg)
+    return ctx
+
+
+def get_session(ctx: Annotated[ServiceContext, Depends(require_started)]) -> Iterator[Session]:
+    """A database session committed when the handler returns without error."""
+    with ctx.db.session() as s:
+        yield s
+
+
+CtxDep = Annotated[ServiceContext, Depends(require_started)]
+RawCtxDep = Annotated[ServiceContext, Depends(get_ctx)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+SessionDep = Annotated[Session, Depends(get_session)]

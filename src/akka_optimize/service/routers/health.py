@@ -1,0 +1,40 @@
+"""``GET /healthz`` (no token) and ``GET /v1/training/info``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from ... import __version__
+from ..deps import RawCtxDep
+
+public_router = APIRouter()
+router = APIRouter()
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+@public_router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """Liveness: answers as soon as the process serves HTTP."""
+    return {"status": "ok"}
+
+
+@router.get("/v1/training/info")
+def training_info(ctx: RawCtxDep) -> dict[str, Any]:
+    """Build version, state store, blob store and whether start-up completed."""
+    db_url = ctx.settings.database_url or ""
+    return {
+        "version": __version__,
+        "stateStore": {"kind": db_url.split(":", 1)[0].split("+")[0], "url": _redact(db_url)},
+        "blobStore": {"url": _redact(ctx.settings.blobs_url or "")},
+        "home": str(ctx.settings.home),
+        "startedCompletely": ctx.started.is_set(),
+        "startupError": ctx.startup_error,
+    }

@@ -1,0 +1,7 @@
+"""Routes of the projects resource."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter()

@@ -1,0 +1,7 @@
+"""Routes of the runs resource."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter()

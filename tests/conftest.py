@@ -1,0 +1,70 @@
+"""Fixtures: a live service per test, the SmolLM2 tokenizer and the tiny model.
+
+Converted models are cached in ``$AKKA_OPTIMIZE_TEST_CACHE`` (default
+``<repo>/.cache/test-models``) so a test session converts the GGUF once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from helpers import REPO, LiveService, free_port
+
+CACHE = Path(os.environ.get("AKKA_OPTIMIZE_TEST_CACHE", REPO / ".cache" / "test-models"))
+
+
+def _cached(name: str, build) -> Path:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    dest = CACHE / name
+    with FileLock(str(CACHE / f"{name}.lock")):
+        if not (dest / "config.json").exists() and not (dest / "tokenizer.json").exists():
+            build(dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer_dir() -> Path:
+    """A folder with SmolLM2-135M-Instruct's tokenizer and chat template (from the GGUF)."""
+    from akka_optimize.catalog.gguf import convert_gguf, gguf_path
+
+    return _cached("smollm2-tokenizer", lambda d: convert_gguf(gguf_path(), d, tokenizer_only=True))
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_tokenizer_dir: Path):
+    """SmolLM2-135M-Instruct's fast tokenizer."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def smollm2_model_dir() -> Path:
+    """The real SmolLM2-135M-Instruct converted to safetensors (fp32, ~540 MB)."""
+    from akka_optimize.catalog.gguf import convert_gguf, gguf_path
+
+    return _cached("smollm2", lambda d: convert_gguf(gguf_path(), d))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(smollm2_tokenizer_dir: Path) -> Path:
+    """The tiny test model (SmolLM2 architecture, ~6 M parameters, SmolLM2 tokenizer)."""
+    from akka_optimize.catalog.tiny import build_tiny_model
+
+    return _cached("tiny-smollm2", lambda d: build_tiny_model(smollm2_tokenizer_dir, d))
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[LiveService]:
+    """A started service with its own home and an issued token."""
+    svc = LiveService(home=tmp_path / "home", config_dir=tmp_path / "config", port=free_port())
+    svc.start()
+    try:
+        yield svc
+    finally:
+        svc.stop()

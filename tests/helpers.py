@@ -1,0 +1,174 @@
+"""Test helpers shared by every test module: a live service and the real CLI."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CASES = Path(__file__).parent / "cases"
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(home: Path, config_dir: Path) -> dict[str, str]:
+    """A clean environment for the service and CLI rooted at ``home``."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AKKA_", "TRAINER_", "REGISTRY_"))
+    }
+    env["AKKA_OPTIMIZE_HOME"] = str(home)
+    env["AKKA_OPTIMIZE_CONFIG"] = str(config_dir)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+@dataclass
+class LiveService:
+    """A real ``akka-optimize server start`` subprocess on a free loopback port."""
+
+    home: Path
+    config_dir: Path
+    port: int
+    extra_env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    token: str | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        """Environment for a CLI subprocess talking to this service with its token."""
+        env = base_env(self.home, self.config_dir)
+        env.update(self.extra_env)
+        env["AKKA_OPTIMIZE_URL"] = self.url
+        if self.token:
+            env["AKKA_OPTIMIZE_TOKEN"] = self.token
+        env.update(overrides)
+        return env
+
+    def start(self, wait_started: bool = True, timeout: float = 60) -> LiveService:
+        self.home.mkdir(parents=True, exist_ok=True)
+        env = base_env(self.home, self.config_dir)
+        env.update(self.extra_env)
+        self.log_path = self.home / "server.log"
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [
+                str(BIN / "akka-optimize"),
+                "server",
+                "start",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"service exited: {self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("service did not answer /healthz in time")
+        if self.token is None:
+            self.token = self.create_token()
+        if wait_started:
+            self.wait_started(deadline - time.monotonic())
+        return self
+
+    def create_token(self, project: str | None = None) -> str:
+        args = [str(BIN / "akka-optimize"), "server", "token", "create"]
+        if project:
+            args += ["--project", project]
+        env = base_env(self.home, self.config_dir)
+        env.update(self.extra_env)
+        out = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+        return out.stdout.strip().splitlines()[-1]
+
+    def wait_started(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = httpx.get(self.url + "/v1/training/info", headers=self.headers(), timeout=2)
+            if r.status_code == 200 and r.json().get("startedCompletely"):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("service did not start completely in time")
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def api(self, method: str, path: str, **kw) -> httpx.Response:
+        """A raw HTTP request with this service's token."""
+        kw.setdefault("timeout", 120)
+        return httpx.request(method, self.url + path, headers=self.headers(), **kw)
+
+    def stop(self, sig: int | None = None) -> None:
+        if self.proc and self.proc.poll() is None:
+            if sig is not None:
+                os.killpg(self.proc.pid, sig)
+            else:
+                self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def cli(
+        self,
+        *args: str,
+        prog: str = "akka-optimize",
+        check: bool = False,
+        env: dict[str, str] | None = None,
+        timeout: float = 600,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Run the real CLI as a subprocess against this service."""
+        cmd = (
+            [str(BIN / "akka-optimize")]
+            if prog == "akka-optimize"
+            else [str(BIN / "akka"), "optimize"]
+        )
+        if prog == "akka-registry":
+            cmd = [str(BIN / "akka")]
+        out = subprocess.run(
+            cmd + list(args),
+            env=env or self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+        )
+        if check and out.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(cmd + list(args))} exited {out.returncode}\n"
+                f"stdout:\n{out.stdout}\nstderr:\n{out.stderr}"
+            )
+        return out

@@ -1,0 +1,185 @@
+"""The foundation: the real service and the real CLI (issue 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import httpx
+import pytest
+
+from helpers import BIN, LiveService, base_env, free_port
+from pg import postgres_server
+
+
+def test_healthz_needs_no_token(service: LiveService) -> None:
+    r = httpx.get(service.url + "/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+def test_routes_without_token_get_401_with_a_sentence(service: LiveService) -> None:
+    r = httpx.get(service.url + "/v1/training/info")
+    assert r.status_code == 401
+    err = r.json()["error"]
+    assert err["code"] == "unauthorized"
+    assert "bearer token" in err["message"]
+    r = httpx.get(service.url + "/v1/training/info", headers={"Authorization": "Bearer ak_nope"})
+    assert r.status_code == 401 and "not known" in r.json()["error"]["message"]
+
+
+def test_unknown_route_answers_the_error_shape(service: LiveService) -> None:
+    r = service.api("GET", "/v1/nothing/here")
+    assert r.status_code == 404
+    assert set(r.json()["error"]) >= {"code", "message", "field"}
+
+
+def test_training_info_reports_stores_and_start(service: LiveService) -> None:
+    out = service.cli("training", "info", "-o", "json", check=True)
+    info = json.loads(out.stdout)
+    assert info["startedCompletely"] is True
+    assert info["stateStore"]["kind"] == "sqlite"
+    assert info["blobStore"]["url"].endswith("blobs")
+    assert info["version"]
+
+
+def test_both_commands_agree_and_name_themselves(service: LiveService) -> None:
+    a = json.loads(service.cli("training", "info", "-o", "json", check=True).stdout)
+    b = json.loads(service.cli("training", "info", "-o", "json", prog="akka", check=True).stdout)
+    assert a == b
+    help_a = service.cli("training", "info", "--help", check=True).stdout
+    help_b = service.cli("training", "info", "--help", prog="akka", check=True).stdout
+    assert "akka-optimize training info" in help_a
+    assert "akka optimize training info" in help_b
+    assert "akka-optimize" not in help_b
+
+
+def test_bad_output_format_is_a_usage_error(service: LiveService) -> None:
+    out = service.cli("training", "info", "-o", "yaml")
+    assert out.returncode == 2
+    assert "text, json or wide" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_info_exits_non_zero_until_started(tmp_path) -> None:
+    svc = LiveService(
+        home=tmp_path / "h",
+        config_dir=tmp_path / "c",
+        port=free_port(),
+        extra_env={"AKKA_OPTIMIZE_STARTUP_DELAY": "8"},
+    )
+    svc.home.mkdir(parents=True)
+    # A development-style token checks without the database, so info answers during start-up.
+    from akka_optimize.service.auth import ensure_dev_secret, mint_dev_token
+
+    svc.token = mint_dev_token(ensure_dev_secret(svc.home))
+    svc.start(wait_started=False)
+    try:
+        early = svc.cli("training", "info", "-o", "json")
+        assert early.returncode == 1
+        assert json.loads(early.stdout)["startedCompletely"] is False
+        assert "not started completely" in early.stderr
+        svc.wait_started(60)
+        assert svc.cli("training", "info").returncode == 0
+    finally:
+        svc.stop()
+
+
+def test_issued_token_is_needed_and_login_saves_it(service: LiveService) -> None:
+    env = service.env()
+    env.pop("AKKA_OPTIMIZE_TOKEN")
+    out = service.cli("training", "info", env=env)
+    assert out.returncode == 1 and "login" in out.stderr and "Traceback" not in out.stderr
+    service.cli("login", "--token", service.token, "--url", service.url, env=env, check=True)
+    assert service.cli("training", "info", env=env).returncode == 0
+
+
+def test_dev_token_is_minted_for_localhost_9001_only(tmp_path, monkeypatch) -> None:
+    from akka_optimize.cli.client import resolve_token
+    from akka_optimize.service.auth import ensure_dev_secret, mint_dev_token
+
+    monkeypatch.setenv("AKKA_OPTIMIZE_HOME", str(tmp_path))
+    monkeypatch.setenv("AKKA_OPTIMIZE_CONFIG", str(tmp_path / "cfg"))
+    monkeypatch.delenv("AKKA_OPTIMIZE_TOKEN", raising=False)
+    secret = ensure_dev_secret(tmp_path)
+    assert resolve_token("http://localhost:9001") == mint_dev_token(secret)
+    assert resolve_token("http://127.0.0.1:9001") == mint_dev_token(secret)
+    assert resolve_token("http://localhost:9002") is None
+    assert resolve_token("https://optimize.example.com") is None
+
+
+def test_service_accepts_dev_token_of_its_own_home_only(service: LiveService, tmp_path) -> None:
+    from akka_optimize.service.auth import ensure_dev_secret, mint_dev_token
+
+    good = mint_dev_token(ensure_dev_secret(service.home))
+    other = mint_dev_token(ensure_dev_secret(tmp_path / "other"))
+    ok = httpx.get(service.url + "/v1/training/info", headers={"Authorization": f"Bearer {good}"})
+    bad = httpx.get(service.url + "/v1/training/info", headers={"Authorization": f"Bearer {other}"})
+    assert ok.status_code == 200 and bad.status_code == 401
+
+
+def test_migrations_match_the_models(tmp_path) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from akka_optimize.db import (
+        Base,
+        models,  # noqa: F401
+    )
+    from akka_optimize.db.base import make_engine
+    from akka_optimize.db.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    upgrade(url)
+    eng = make_engine(url)
+    with eng.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    eng.dispose()
+    assert diff == [], f"models differ from migrations; run scripts/regen_migration.py: {diff}"
+
+
+def test_service_on_postgresql(tmp_path) -> None:
+    with postgres_server() as url:
+        svc = LiveService(
+            home=tmp_path / "h",
+            config_dir=tmp_path / "c",
+            port=free_port(),
+            extra_env={"AKKA_OPTIMIZE_DATABASE_URL": url},
+        )
+        svc.start()
+        try:
+            info = json.loads(svc.cli("training", "info", "-o", "json", check=True).stdout)
+            assert info["stateStore"]["kind"] == "postgresql"
+            assert info["startedCompletely"] is True
+            assert httpx.get(svc.url + "/v1/training/info").status_code == 401
+        finally:
+            svc.stop()
+
+
+def test_cli_without_service_says_how_to_start_it(tmp_path) -> None:
+    env = base_env(tmp_path, tmp_path / "c")
+    env["AKKA_OPTIMIZE_URL"] = f"http://127.0.0.1:{free_port()}"
+    env["AKKA_OPTIMIZE_TOKEN"] = "ak_x"
+    out = subprocess.run(
+        [str(BIN / "akka-optimize"), "training", "info"], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 1
+    assert "server start" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("path", ["/v1/training/info"])
+def test_503_carries_retry_after(tmp_path, path) -> None:
+    svc = LiveService(
+        home=tmp_path / "h",
+        config_dir=tmp_path / "c",
+        port=free_port(),
+        extra_env={"AKKA_OPTIMIZE_STARTUP_DELAY": "5"},
+    )
+    svc.token = "ak_not_checkable_yet"
+    svc.start(wait_started=False)
+    try:
+        r = httpx.get(svc.url + path, headers=svc.headers())
+        assert r.status_code == 503
+        assert r.headers["Retry-After"]
+        assert r.json()["error"]["code"] == "unavailable"
+    finally:
+        svc.stop()
