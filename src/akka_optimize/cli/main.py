@@ -12,7 +12,18 @@ import sys
 import click
 import typer
 
-from . import base_models, data, endpoints, plan, projects, registry, runs, server, training
+from . import (
+    base_models,
+    data,
+    endpoints,
+    plan,
+    projects,
+    registry,
+    run_commands,
+    runs,
+    server,
+    training,
+)
 from .context import CliError, set_prog
 
 app = typer.Typer(
@@ -29,6 +40,7 @@ training_app.add_typer(projects.app, name="projects")
 training_app.add_typer(base_models.app, name="base-models")
 training_app.add_typer(endpoints.app, name="endpoints")
 training_app.add_typer(data.app, name="data")
+training_app.add_typer(run_commands.snapshots_app, name="snapshots")
 app.add_typer(training_app, name="training")
 app.add_typer(registry.app, name="registry")
 app.add_typer(server.app, name="server")

@@ -1,0 +1,331 @@
+"""``training runs get|list|wait|metrics|snapshots|failure|cancel|pause|resume`` and
+``training snapshots get``. (``runs start`` lives in :mod:`.runs`.)"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .client import Client
+from .context import CliError, prog
+from .output import OutputOpt, console, emit, print_kv, print_table, wait_for
+from .runs import app
+
+snapshots_app = typer.Typer(help="Saved snapshots of runs.", no_args_is_help=True)
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def _fmt(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def progress_line(run: dict[str, Any]) -> str:
+    """One line of live progress: state, step, loss, phase or queue reason."""
+    r = run["results"]
+    parts = [f"run {run['id'][:8]} {run['state']}"]
+    if run["state"] == "QUEUED" and run.get("queueReason"):
+        parts.append(f"({run['queueReason']})")
+    elif run.get("phase"):
+        parts.append(f"({run['phase']})")
+    if r.get("totalSteps") or r.get("step"):
+        parts.append(f"step {r.get('step') or 0}/{r.get('totalSteps') or '?'}")
+    if run["state"] in TERMINAL:
+        parts.append(f"final step {r.get('step')}")
+    return " ".join(parts)
+
+
+def wait_for_run(client: Client, run_id: str, timeout: float | None = None) -> dict[str, Any]:
+    """Follow a run until it ends; returns its final view. Milestones per wait_for."""
+    box: dict[str, Any] = {}
+
+    def poll() -> tuple[bool, str]:
+        box["run"] = client.get(f"/v1/training/runs/{run_id}")
+        return box["run"]["state"] in TERMINAL + ("PAUSED",), progress_line(box["run"])
+
+    wait_for(poll, interval=1.0, timeout=timeout)
+    return box["run"]
+
+
+def print_run(run: dict[str, Any], wide: bool) -> None:
+    """A run in three parts: state, results and cost (seeds/001)."""
+    r, c = run["results"], run["cost"]
+    console.print("[bold]State[/bold]")
+    print_kv(
+        [
+            ("Run", run["id"]),
+            ("Project", run["project"]),
+            ("State", run["state"]),
+            ("Phase", run.get("phase")),
+            ("Queue reason", run.get("queueReason")),
+            ("Failure", run.get("failure")),
+            ("Base model", run["baseModel"]),
+            ("Dataset", run["dataset"]),
+            ("Validation dataset", run.get("validationDataset")),
+            ("Config hash", run["configHash"][:16] if run.get("configHash") else None),
+        ]
+    )
+    console.print("[bold]Results[/bold]")
+    print_kv(
+        [
+            ("Model", r.get("model")),
+            ("Step", f"{r.get('step')}/{r.get('totalSteps') or '?'}"),
+            ("Last saved step", r.get("lastSavedStep")),
+            ("Final loss", _fmt(r.get("finalLoss"))),
+            ("Mean loss", _fmt(r.get("meanLoss"))),
+            ("Validation loss", _fmt(r.get("validationLoss"))),
+            ("Tokens/s", _fmt(r.get("tokensPerSecond"))),
+            ("Adapted modules", ", ".join(r.get("adaptedModules") or []) or None),
+        ]
+    )
+    console.print("[bold]Cost[/bold]")
+    print_kv(
+        [
+            ("Device", c["device"]),
+            ("Wall time", f"{c['wallSeconds']}s"),
+            ("Device time", f"{c['deviceSeconds']}s"),
+            ("Trained tokens", c.get("trainedTokens")),
+        ]
+    )
+    if wide and run.get("settings"):
+        console.print("[bold]Settings[/bold]")
+        from .runs_format import settings_lines  # noqa: PLC0415
+
+        for line in settings_lines(run["settings"]):
+            console.print(line, highlight=False, markup=False)
+
+
+@app.command("get")
+def get(
+    run_id: str,
+    output: OutputOpt = "text",
+    settings: Annotated[bool, typer.Option("--settings", help="Add the run's settings.")] = False,
+    checks: Annotated[bool, typer.Option("--checks", help="Show checks before training.")] = False,
+) -> None:
+    """Show a run: its state, results and cost.
+
+    Example: {prog} training runs get 970076e8 --settings
+    """
+    wide = settings or output == "wide"
+    run = Client().get(f"/v1/training/runs/{run_id}", params={"settings": wide})
+    if checks:
+        run.setdefault("checks", run["results"].get("checks") or [])
+    emit(run, output, lambda d, w: print_run(d, wide))
+
+
+@app.command("list")
+def list_(
+    output: OutputOpt = "text",
+    project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
+) -> None:
+    """List runs, newest first.
+
+    Example: {prog} training runs list --project triage
+    """
+    data = Client().get("/v1/training/runs", params={"project": project} if project else None)
+
+    def text(d: dict, wide: bool) -> None:
+        rows = [
+            {
+                **r,
+                "short": r["id"][:8],
+                "step": f"{r['results']['step']}/{r['results']['totalSteps'] or '?'}",
+                "model": r["results"]["model"],
+                "loss": _fmt(r["results"]["finalLoss"]),
+            }
+            for r in d["runs"]
+        ]
+        print_table(
+            rows,
+            [
+                ("RUN", "short"),
+                ("PROJECT", "project"),
+                ("STATE", "state"),
+                ("STEP", "step"),
+                ("LOSS", "loss"),
+                ("MODEL", "model"),
+            ],
+        )
+
+    emit(data, output, text)
+
+
+@app.command("wait")
+def wait(
+    run_id: str,
+    output: OutputOpt = "text",
+    timeout: Annotated[float | None, typer.Option(help="Give up after seconds.")] = None,
+) -> None:
+    """Wait for a run to end; exits non-zero unless it SUCCEEDED.
+
+    Example: {prog} training runs wait 970076e8
+    """
+    run = wait_for_run(Client(), run_id, timeout)
+    emit(run, output, lambda d, w: print_run(d, w))
+    if run["state"] != "SUCCEEDED":
+        raise CliError(f"Run {run['id']} ended {run['state']}: {run.get('failure') or ''}".strip())
+
+
+@app.command("metrics")
+def metrics(run_id: str, output: OutputOpt = "text") -> None:
+    """Per-update metrics: loss, learning rate, gradient norm, clip factor, adapter norm,
+    update ratio, tokens; and validation loss and perplexity.
+
+    Example: {prog} training runs metrics 970076e8 -o json
+    """
+    data = Client().get(f"/v1/training/runs/{run_id}/metrics")
+
+    def text(d: dict, wide: bool) -> None:
+        rows = [{k: _fmt(v) for k, v in m.items()} for m in d["metrics"]]
+        print_table(
+            rows,
+            [
+                ("STEP", "step"),
+                ("LOSS", "loss"),
+                ("LR", "learningRate"),
+                ("GRAD NORM", "gradNorm"),
+                ("CLIP", "gradClipFactor"),
+                ("ADAPTER NORM", "adapterNorm"),
+                ("UPDATE RATIO", "updateRatio"),
+                ("SUP TOKENS", "supervisedTokens"),
+                ("TOKENS", "totalTokens"),
+                ("TOK/S", "tokensPerSecond"),
+                ("STEP S", "stepTimeSeconds"),
+            ],
+        )
+        if d["validation"]:
+            console.print("Validation")
+            print_table(
+                [{k: _fmt(v) for k, v in m.items()} for m in d["validation"]],
+                [
+                    ("STEP", "step"),
+                    ("LOSS", "loss"),
+                    ("PERPLEXITY", "perplexity"),
+                    ("SUP TOKENS", "supervisedTokens"),
+                ],
+            )
+        console.print(f"finalLoss {_fmt(d['finalLoss'])}  meanLoss {_fmt(d['meanLoss'])}")
+
+    emit(data, output, text)
+
+
+def _print_snapshots(d: dict, wide: bool) -> None:
+    rows = [
+        {
+            **s,
+            "size": s["bytes"]["total"],
+            "end": "yes" if s["epochEnd"] else "",
+            "resumable": "yes" if s["recoverable"] else "",
+        }
+        for s in d["snapshots"]
+    ]
+    print_table(
+        rows,
+        [
+            ("NAME", "name"),
+            ("EPOCH", "epoch"),
+            ("EPOCH END", "end"),
+            ("RESUMABLE", "resumable"),
+            ("BYTES", "size"),
+            ("MODEL", "model"),
+        ],
+    )
+
+
+@app.command("snapshots")
+def snapshots(run_id: str, output: OutputOpt = "text") -> None:
+    """List a run's saves, their sizes, and which ended an epoch.
+
+    Example: {prog} training runs snapshots 970076e8
+    """
+    emit(Client().get(f"/v1/training/runs/{run_id}/snapshots"), output, _print_snapshots)
+
+
+@snapshots_app.command("get")
+def snapshot_get(run_id: str, snapshot: str, output: OutputOpt = "text") -> None:
+    """Show one snapshot (``step-N``) of a run and its size.
+
+    Example: {prog} training snapshots get 970076e8 step-40
+    """
+    d = Client().get(f"/v1/training/runs/{run_id}/snapshots/{snapshot}")
+    emit(
+        d,
+        output,
+        lambda s, w: print_kv(
+            [
+                ("Run", s["run"]),
+                ("Snapshot", s["name"]),
+                ("Epoch", s["epoch"]),
+                ("Resumable", s["recoverable"]),
+                ("State bytes", s["bytes"]["state"]),
+                ("Adapter bytes", s["bytes"]["adapter"]),
+                ("Model", s["model"]),
+            ]
+        ),
+    )
+
+
+@app.command("failure")
+def failure(run_id: str, output: OutputOpt = "text") -> None:
+    """Why a run failed, in one sentence.
+
+    Example: {prog} training runs failure 970076e8
+    """
+    d = Client().get(f"/v1/training/runs/{run_id}/failure")
+    emit(
+        d,
+        output,
+        lambda x, w: print_kv(
+            [("Run", x["run"]), ("State", x["state"]), ("Reason", x["reason"] or "-")]
+        ),
+    )
+
+
+def _control(run_id: str, action: str, output: str, body: dict | None = None) -> None:
+    d = Client().post(f"/v1/training/runs/{run_id}/{action}", json=body)
+    emit(d, output, lambda x, w: console.print(progress_line(x), highlight=False, markup=False))
+
+
+@app.command("cancel")
+def cancel(run_id: str, output: OutputOpt = "text") -> None:
+    """Cancel a run; an active run stops at its next update.
+
+    Example: {prog} training runs cancel 970076e8
+    """
+    _control(run_id, "cancel", output)
+
+
+@app.command("pause")
+def pause(run_id: str, output: OutputOpt = "text") -> None:
+    """Pause a run: it saves at its next update and stops; resume it later.
+
+    Example: {prog} training runs pause 970076e8
+    """
+    _control(run_id, "pause", output)
+
+
+@app.command("resume")
+def resume(
+    run_id: str,
+    output: OutputOpt = "text",
+    step: Annotated[int | None, typer.Option(help="Resume from this kept save.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the run to end.")] = False,
+) -> None:
+    """Resume a paused or failed run from its newest kept save, or --step STEP.
+
+    Example: {prog} training runs resume 970076e8 --step 40
+    """
+    _control(run_id, "resume", output, {"step": step} if step is not None else None)
+    if wait:
+        run = wait_for_run(Client(), run_id)
+        if run["state"] != "SUCCEEDED":
+            raise CliError(f"Run {run['id']} ended {run['state']}: {run.get('failure') or ''}")
+        console.print(f"Model: {run['results']['model']}", highlight=False, markup=False)
+
+
+__all__ = ["app", "snapshots_app", "wait_for_run", "progress_line", "prog"]

@@ -1,0 +1,1 @@
+"""Runs: records and states, attempts, the scheduler, executors and the worker."""

@@ -1,0 +1,88 @@
+"""Executors start a worker per attempt. ``local`` runs a subprocess on this machine;
+a Ray executor would place the same worker on a cluster node (DESIGN.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Protocol
+
+
+class Executor(Protocol):
+    """Starts and watches workers."""
+
+    name: str
+
+    def launch(self, spec_path: Path, log_path: Path, device: str) -> int:
+        """Start a worker for the spec; returns its process id."""
+        ...
+
+    def alive(self, pid: int) -> bool:
+        """Whether the worker ``pid`` still runs."""
+        ...
+
+    def exit_code(self, pid: int) -> int | None:
+        """The worker's exit code when known (negative: killed by that signal)."""
+        ...
+
+    def kill(self, pid: int) -> None:
+        """Stop the worker now."""
+        ...
+
+
+class LocalExecutor:
+    """One subprocess per attempt, in its own process group; CUDA device 0 when on a GPU."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def launch(self, spec_path: Path, log_path: Path, device: str) -> int:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if device == "cuda":
+            env.setdefault("CUDA_VISIBLE_DEVICES", "0")
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "akka_optimize.jobs.worker", str(spec_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self._procs[proc.pid] = proc
+        return proc.pid
+
+    def alive(self, pid: int) -> bool:
+        proc = self._procs.get(pid)
+        if proc is not None:
+            return proc.poll() is None
+        try:  # a worker started by an earlier service process
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        stat = Path(f"/proc/{pid}/stat")
+        if stat.exists():
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+            return bool(fields) and fields[0] != "Z"
+        return True
+
+    def exit_code(self, pid: int) -> int | None:
+        proc = self._procs.get(pid)
+        return proc.poll() if proc is not None else None
+
+    def kill(self, pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,0 +1,146 @@
+"""From a resolved plan to run-record fields and a worker's job spec.
+
+The plan package resolves defaults; this module only maps the resolved plan's
+names (seeds/000 "Training parameters") onto the engine's settings
+(:class:`akka_optimize.engine.config.EngineConfig`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from ..db.models.jobs import Run
+from .spec import JobSpec
+
+
+def _get(d: dict[str, Any] | None, path: str, default: Any = None) -> Any:
+    cur: Any = d or {}
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return default
+        cur = cur[part]
+    return default if cur is None else cur
+
+
+def _as_dict(resolved: Any) -> dict[str, Any]:
+    for attr in ("to_dict", "model_dump"):
+        fn = getattr(resolved, attr, None)
+        if callable(fn):
+            return fn()
+    if isinstance(resolved, dict):
+        return resolved
+    raise TypeError(f"cannot read a resolved plan of type {type(resolved).__name__}")
+
+
+def job_fields(resolved: Any) -> dict[str, Any]:
+    """Run-record fields of a resolved plan (see :func:`akka_optimize.plan` resolution)."""
+    r = _as_dict(resolved)
+    plan = r.get("resolved") or r.get("plan") or r
+    raw = r.get("raw") or r.get("submitted") or plan
+    cfg = plan.get("config", {})
+    base = plan.get("baseModel") or r.get("baseModel")
+    model_name = plan.get("modelName") or (str(base).split("/")[-1].lower() if base else None)
+    profile = r.get("deviceProfile") or _get(plan, "execution.deviceProfile")
+    kind = r.get("deviceKind") or ("cuda" if (profile and str(profile).lower() != "cpu") else "cpu")
+    return {
+        "project": plan.get("project"),
+        "submission_id": plan.get("submissionId"),
+        "method": cfg.get("method", "sft"),
+        "plan": raw,
+        "resolved": plan,
+        "config_hash": r.get("configHash") or r.get("config_hash"),
+        "base_model": base,
+        "dataset": r.get("datasetPinned") or cfg.get("dataset"),
+        "validation_dataset": r.get("validationDatasetPinned")
+        or _get(cfg, "data.validationDataset"),
+        "model_name": model_name,
+        "device_kind": kind,
+        "gpus": int(_get(plan, "execution.gpus", 0) or 0) if kind == "cuda" else 0,
+    }
+
+
+def engine_settings(plan: dict[str, Any], target_modules: list[str] | str | None) -> dict[str, Any]:
+    """EngineConfig keyword arguments for a resolved supervised plan."""
+    hp = _get(plan, "config.hyperparams", {})
+    es = _get(plan, "config.engineSettings", {}) or {}
+    precision = _get(plan, "config.model.precision", "auto")
+    out: dict[str, Any] = {
+        "lora_rank": _get(hp, "lora.rank", 16),
+        "lora_alpha": float(_get(hp, "lora.alpha", 2 * _get(hp, "lora.rank", 16))),
+        "lora_dropout": float(_get(hp, "lora.dropout", 0.0)),
+        "learning_rate": float(_get(hp, "optimizer.learningRate", 2e-4)),
+        "weight_decay": float(_get(hp, "optimizer.weightDecay", 0.0)),
+        "max_grad_norm": float(_get(hp, "optimizer.maxGradNorm", 1.0)),
+        "scheduler": _get(hp, "scheduler.kind", "linear"),
+        "warmup_ratio": float(_get(hp, "scheduler.warmupRatio", 0.0)),
+        "min_learning_rate_ratio": float(_get(hp, "scheduler.minLearningRateRatio", 0.0)),
+        "epochs": int(_get(hp, "training.epochs", 1)),
+        "micro_batch": int(_get(hp, "training.microBatchPerGpu", 1)),
+        "gradient_accumulation": int(_get(hp, "training.gradientAccumulation", 1)),
+        "validation_frequency_steps": int(_get(hp, "training.validationFrequencySteps", 0)),
+        "validate_each_epoch": bool(_get(hp, "training.validateEachEpoch", False)),
+        "seed": int(_get(hp, "training.seed", 0)),
+        "precision": precision if precision in ("auto", "fp32", "bf16") else "auto",
+        "gradient_checkpointing": bool(_get(plan, "config.model.gradientCheckpointing", False)),
+        "attn_implementation": _get(plan, "config.model.attentionImplementation", "sdpa"),
+        "head_chunk_tokens": int(es.get("head.chunk_tokens", 512)),
+        "save_every_steps": int(_get(plan, "execution.saveEverySteps", 0) or 0),
+        "keep_recoverable": int(_get(plan, "execution.keepRecoverable", 1)),
+        "save_each_epoch": bool(_get(plan, "execution.saveEachEpoch", False)),
+    }
+    if target_modules:
+        out["target_modules"] = (
+            list(target_modules) if not isinstance(target_modules, str) else [target_modules]
+        )
+    return out
+
+
+def build_spec(
+    s: Session,
+    ctx: Any,
+    run: Run,
+    number: int,
+    token: str,
+    model_dir: Path,
+    resume_key: str | None,
+    work: Path,
+) -> JobSpec:
+    """The job spec of attempt ``number`` of ``run``."""
+    from ..catalog import load_catalog
+    from ..deployment import load_deployment
+    from ..registry import resolve
+
+    plan = run.resolved
+    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    entry = load_catalog(dep).get(run.base_model)
+    targets = getattr(entry, "lora_target_modules", None) if entry else None
+    ds = resolve(s, "dataset", run.dataset, run.project).to_dict()
+    val = (
+        resolve(s, "dataset", run.validation_dataset, run.project).to_dict()
+        if run.validation_dataset
+        else None
+    )
+    engine = engine_settings(plan, targets)
+    engine["device"] = "cuda" if run.device_kind == "cuda" else "cpu"
+    return JobSpec(
+        run_id=run.id,
+        attempt=number,
+        callback_url=ctx.base_url or "http://127.0.0.1:9001",
+        token=token,
+        blobs_url=ctx.settings.blobs_url or "",
+        model_dir=str(model_dir),
+        dataset=ds,
+        validation_dataset=val,
+        engine=engine,
+        loss=_get(plan, "config.loss", {}) or {},
+        max_seq_length=int(_get(plan, "config.maxSeqLength", 2048)),
+        on_too_long=_get(plan, "config.data.onTooLong", "drop"),
+        state_prefix=f"runs/{run.id}/saves",
+        resume_step=run.resume_step if resume_key else None,
+        resume_state_key=resume_key,
+        device=engine["device"],
+        extra={"work_dir": str(work / "scratch")},
+    )

@@ -1,0 +1,64 @@
+"""The job spec: everything a worker needs for one attempt, as JSON.
+
+The service writes it when it launches an attempt (DESIGN.md "Where a run
+executes"): the resolved settings, pinned artifact locations, the callback
+address and the attempt's token. The worker needs no database.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class JobSpec:
+    """One attempt of one run.
+
+    Attributes:
+        run_id / attempt: which run and attempt (1-based).
+        callback_url: the service's base URL for events.
+        token: bearer token of this attempt (stored hashed by the service).
+        blobs_url: the blob store's fsspec URL (saves are written there).
+        model_dir: local folder of the base model's weights (the shared cache).
+        dataset / validation_dataset: registry records (``pinned`` and ``metadata``).
+        engine: engine settings (``akka_optimize.engine.config.EngineConfig`` fields).
+        loss: loss policy (``assistantTurns``, ``trainOnToolCalls``, ``trainOnToolResults``).
+        max_seq_length: longest conversation in tokens; longer rows are dropped and counted.
+        on_too_long: ``drop`` or ``refuse``.
+        state_prefix: blob prefix for this run's saves.
+        resume_step / resume_state_key: where an attempt that resumes starts.
+        device: ``cpu`` or ``cuda``.
+    """
+
+    run_id: str
+    attempt: int
+    callback_url: str
+    token: str
+    blobs_url: str
+    model_dir: str
+    dataset: dict[str, Any]
+    engine: dict[str, Any]
+    loss: dict[str, Any]
+    max_seq_length: int
+    state_prefix: str
+    validation_dataset: dict[str, Any] | None = None
+    on_too_long: str = "drop"
+    resume_step: int | None = None
+    resume_state_key: str | None = None
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def write(self, path: Path) -> Path:
+        """Write the spec as JSON (mode 0600: it holds a token)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2))
+        path.chmod(0o600)
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> JobSpec:
+        """Read a spec written by :meth:`write`."""
+        return cls(**json.loads(Path(path).read_text()))

@@ -1,0 +1,106 @@
+"""What a worker does for a supervised run: prepare rows, train, upload saves.
+
+Kept apart from :mod:`worker` (process plumbing) so it reads top to bottom:
+settings → rows → examples → engine → saves → result.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..store import BlobStore
+from .spec import JobSpec
+
+
+def _load_rows(store: BlobStore, record: dict[str, Any]) -> list[dict[str, Any]]:
+    from ..registry import ResolvedVersion, load_dataset_rows
+
+    return load_dataset_rows(store, ResolvedVersion.from_dict(record))
+
+
+def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
+    """Train one attempt; returns the final event (``completed``, ``paused`` or ``cancelled``)."""
+    from transformers import AutoTokenizer
+
+    from ..data.prepare import LossPolicy, prepare_examples
+    from ..engine.config import EngineConfig
+    from ..engine.sft import run_sft
+    from .worker import download_prefix, first_system_message, upload_dir
+
+    events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
+    rows = _load_rows(store, spec.dataset)
+    val_rows = _load_rows(store, spec.validation_dataset) if spec.validation_dataset else None
+    tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
+    policy = LossPolicy(
+        assistant_turns=spec.loss.get("assistantTurns", "all"),
+        train_on_tool_calls=bool(spec.loss.get("trainOnToolCalls", True)),
+        train_on_tool_results=bool(spec.loss.get("trainOnToolResults", False)),
+    )
+    events.send(
+        {
+            "type": "phase",
+            "phase": "PREPARING",
+            "detail": f"tokenizing {len(rows)} rows",
+            "rowsTotal": len(rows),
+        }
+    )
+    train_set = prepare_examples(tokenizer, rows, policy, spec.max_seq_length, spec.on_too_long)
+    val_set = (
+        prepare_examples(tokenizer, val_rows, policy, spec.max_seq_length, "drop")
+        if val_rows
+        else None
+    )
+    events.send(
+        {
+            "type": "data",
+            "train": train_set.report_dict(),
+            "validation": val_set.report_dict() if val_set else None,
+        }
+    )
+
+    cfg = EngineConfig(**spec.engine)
+    state_dir = work / "state"
+    resume_step = None
+    if spec.resume_state_key:
+        if state_dir.exists():
+            shutil.rmtree(state_dir)
+        download_prefix(store, spec.resume_state_key, state_dir / f"step-{spec.resume_step}")
+        resume_step = spec.resume_step
+
+    def emit(event: dict[str, Any]) -> None:
+        if event.get("type") == "save":
+            step = event["step"]
+            prefix = f"{spec.state_prefix}/step-{step}"
+            sb = upload_dir(store, Path(event["stateDir"]), f"{prefix}/state")
+            ab = 0
+            if event.get("adapterDir"):
+                ab = upload_dir(store, Path(event["adapterDir"]), f"{prefix}/adapter")
+            event = {k: v for k, v in event.items() if k not in ("stateDir", "adapterDir")}
+            event.update(
+                stateKey=f"{prefix}/state",
+                adapterKey=f"{prefix}/adapter" if ab else None,
+                stateBytes=sb,
+                adapterBytes=ab,
+            )
+        events.send(event)
+
+    events.send({"type": "phase", "phase": "RUNNING", "detail": "training"})
+    result = run_sft(
+        cfg,
+        Path(spec.model_dir),
+        train_set.examples,
+        val_set.examples if val_set else None,
+        state_dir,
+        emit,
+        resume_step=resume_step,
+        should_stop=lambda: events.control in ("pause", "cancel"),
+    )
+    if events.control == "cancel":
+        return {"type": "cancelled"}
+    if events.control == "pause" and not result.completed:
+        return {"type": "paused", "step": result.step}
+    out = result.to_dict()
+    out["instructions"] = first_system_message(rows)
+    return {"type": "completed", "result": out}

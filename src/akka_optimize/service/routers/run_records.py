@@ -1,0 +1,122 @@
+"""Run records: read, metrics, snapshots, failure, control, and worker events.
+
+``POST /v1/training/runs`` (start and dry run) lives in :mod:`.runs`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Query
+
+from ...errors import NotFound
+from ...jobs import service as jobs
+from ..deps import CtxDep, SessionDep
+
+router = APIRouter(prefix="/v1/training")
+
+
+def on_startup(ctx: Any) -> None:
+    """Recover runs of an earlier service process and start the scheduler."""
+    jobs.recover(ctx)
+    sched = jobs.Scheduler(ctx)
+    ctx.extras["scheduler"] = sched
+    sched.start()
+
+
+def on_shutdown(ctx: Any) -> None:
+    sched = ctx.extras.get("scheduler")
+    if sched is not None:
+        sched.stop()
+
+
+@router.get("/runs")
+def list_runs(
+    session: SessionDep,
+    project: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Newest runs first."""
+    return {"runs": jobs.list_runs(session, project, limit)}
+
+
+@router.get("/runs/{run_id}")
+def get_run(run_id: str, session: SessionDep, settings: bool = False) -> dict[str, Any]:
+    """A run's state, results and cost; ``settings=true`` adds its frozen settings."""
+    return jobs.run_view(session, jobs.get_run(session, run_id), settings=settings)
+
+
+@router.get("/runs/{run_id}/metrics")
+def run_metrics(run_id: str, session: SessionDep) -> dict[str, Any]:
+    """Per-update metrics and validation measurements."""
+    return jobs.metrics(session, jobs.get_run(session, run_id))
+
+
+@router.get("/runs/{run_id}/snapshots")
+def run_snapshots(run_id: str, session: SessionDep) -> dict[str, Any]:
+    """The run's saves with their sizes."""
+    run = jobs.get_run(session, run_id)
+    return {"run": run.id, "snapshots": jobs.snapshots(session, run)}
+
+
+@router.get("/runs/{run_id}/snapshots/{name}")
+def get_snapshot(run_id: str, name: str, session: SessionDep) -> dict[str, Any]:
+    """One save, named ``step-N`` or ``N``."""
+    run = jobs.get_run(session, run_id)
+    step = name.removeprefix("step-")
+    for snap in jobs.snapshots(session, run):
+        if str(snap["step"]) == step:
+            return snap
+    raise NotFound(f"Run {run.id} has no snapshot {name!r}.", field="snapshot")
+
+
+@router.get("/runs/{run_id}/failure")
+def run_failure(run_id: str, session: SessionDep) -> dict[str, Any]:
+    """Why a run failed: one sentence; the worker's output stays with operators."""
+    run = jobs.get_run(session, run_id)
+    return {
+        "run": run.id,
+        "state": run.state,
+        "reason": run.failure_reason,
+        "hasOperatorDetail": bool(run.failure_detail),
+    }
+
+
+@router.post("/runs/{run_id}/cancel")
+def cancel_run(run_id: str, ctx: CtxDep, session: SessionDep) -> dict[str, Any]:
+    return jobs.request_control(ctx, session, jobs.get_run(session, run_id), "cancel")
+
+
+@router.post("/runs/{run_id}/pause")
+def pause_run(run_id: str, ctx: CtxDep, session: SessionDep) -> dict[str, Any]:
+    return jobs.request_control(ctx, session, jobs.get_run(session, run_id), "pause")
+
+
+@router.post("/runs/{run_id}/resume")
+def resume_run(
+    run_id: str,
+    ctx: CtxDep,
+    session: SessionDep,
+    body: Annotated[dict[str, Any] | None, Body()] = None,
+) -> dict[str, Any]:
+    """Resume a paused or failed run from its newest kept save or ``{"step": N}``."""
+    step = (body or {}).get("step")
+    return jobs.resume(
+        ctx, session, jobs.get_run(session, run_id), int(step) if step is not None else None
+    )
+
+
+@router.post("/runs/{run_id}/attempts/{number}/events")
+def worker_event(
+    run_id: str,
+    number: int,
+    ctx: CtxDep,
+    session: SessionDep,
+    event: Annotated[dict[str, Any], Body()],
+    authorization: Annotated[str | None, Header()] = None,
+) -> dict[str, Any]:
+    """A worker's event (token of that attempt only)."""
+    token = (authorization or "")[7:].strip()
+    att = jobs.authorize_attempt(session, run_id, number, token)
+    run = jobs.get_run(session, run_id)
+    return jobs.handle_event(ctx, session, run, att, event)
