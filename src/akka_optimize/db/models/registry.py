@@ -1,3 +1,99 @@
-"""Tables of the registry concern (declared by that package's issue)."""
+"""Tables of the artifact registry (seeds/001 "Datasets/Scoring bundles/Models live in the
+registry"): named artifacts, their immutable versions, aliases, and pushed images.
+
+A version row is inserted only after every blob it names is committed to the store, and
+the unique constraints make concurrent identical registrations create one version.
+"""
 
 from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from ..base import Base, utcnow
+
+
+class RegistryName(Base):
+    """A named artifact ``namespace/name`` of one kind (``dataset``, ``bundle``, ``model``)."""
+
+    __tablename__ = "registry_names"
+    __table_args__ = (UniqueConstraint("kind", "namespace", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    namespace: Mapped[str] = mapped_column(String(100), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RegistryVersion(Base):
+    """One immutable version ``vN`` of a named artifact.
+
+    ``digest`` is ``sha256:<hex>`` over the version's content (canonical examples for a
+    dataset, the file manifest for a bundle or an adapter). ``files`` maps relative paths to
+    ``{"digest", "size"}`` of blobs; ``metadata_`` holds kind-specific facts (row count,
+    base-model repository and commit, annotations…). Models record ``base_model`` (pinned
+    reference of the base-model version, None for a base model itself), ``parent_model``
+    (pinned reference a reinforcement run started from) and ``run_id``.
+    """
+
+    __tablename__ = "registry_versions"
+    __table_args__ = (
+        UniqueConstraint("name_id", "version"),
+        UniqueConstraint("name_id", "digest"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name_id: Mapped[int] = mapped_column(
+        ForeignKey("registry_names.id", ondelete="CASCADE"), index=True
+    )
+    version: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(71), index=True)
+    size: Mapped[int] = mapped_column(BigInteger, default=0)
+    files: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    source: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    base_model: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    parent_model: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RegistryAlias(Base):
+    """An alias (``candidate``, ``champion``, …) pointing at one version of a named artifact."""
+
+    __tablename__ = "registry_aliases"
+    __table_args__ = (UniqueConstraint("name_id", "alias"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name_id: Mapped[int] = mapped_column(
+        ForeignKey("registry_names.id", ondelete="CASCADE"), index=True
+    )
+    alias: Mapped[str] = mapped_column(String(100))
+    version_id: Mapped[int] = mapped_column(ForeignKey("registry_versions.id", ondelete="CASCADE"))
+    updated_at: Mapped[dt.datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+
+
+class RegistryImage(Base):
+    """An image pushed to the registry (``registry images push``), stored by content digest."""
+
+    __tablename__ = "registry_images"
+
+    digest: Mapped[str] = mapped_column(String(71), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    media_type: Mapped[str] = mapped_column(String(64))
+    filename: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,334 @@
+"""Datasets and images in the registry (seeds/001 "Datasets live in the registry").
+
+A dataset version holds two blobs:
+
+- ``object``: the bytes that were registered (a JSONL file or a ZIP of JSONL plus images),
+  returned by ``registry datasets object``;
+- the canonical examples: one canonical JSON object per line (sorted keys, no spaces,
+  UTF-8), in file order, after validation and normalisation by
+  :func:`akka_optimize.data.rows.validate_jsonl_bytes`. The version's digest is the
+  SHA-256 of these bytes, so registering the same examples again — even written with other
+  spacing or key order — returns the existing version.
+
+An example naming a local image by path (a content part ``{"type": "image", "image":
+PATH}`` or ``{"type": "image_url", "image_url": {"url": PATH}}``) uploads the image and the
+canonical example names it as ``sha256:<hex>``. Paths resolve beside the JSONL file, or
+inside the ZIP. Limits: ``RegistryLimits.uploadBytes`` (256 MiB by default) on the file,
+and on a ZIP's files after extraction (seeds/001 "Other changes").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mimetypes
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from ..db.models.registry import RegistryImage
+from ..deployment import RegistryLimits
+from ..errors import InvalidRequest, TooLarge
+from ..refs import parse_ref
+from ..store import CHUNK, BlobStore, content_key
+from .core import ResolvedVersion, register_version
+
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+               ".gif": "image/gif", ".webp": "image/webp", ".bmp": "image/bmp"}  # fmt: skip
+_REMOTE = ("http://", "https://", "data:", "sha256:")
+
+
+def mib(n: int) -> str:
+    """``n`` bytes as a short MiB/GiB phrase for limit sentences."""
+    if n >= 1024**3 and n % 1024**3 == 0:
+        return f"{n // 1024**3} GiB"
+    return f"{n / 1024**2:g} MiB"
+
+
+def canonical_line(row: dict[str, Any]) -> bytes:
+    """One canonical example: JSON with sorted keys, no spaces, UTF-8, and a newline."""
+    return (
+        json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+    ).encode()
+
+
+def _file_digest(path: Path) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+def store_file(store: BlobStore, path: Path) -> tuple[str, int]:
+    """Store a local file as a content-addressed blob. Returns ``(sha256:<hex>, size)``."""
+    hexd, size = _file_digest(path)
+    if not store.exists(content_key(hexd)):
+        store.put_file(content_key(hexd), path)
+    return f"sha256:{hexd}", size
+
+
+def store_bytes(store: BlobStore, data: bytes) -> str:
+    """Store bytes as a content-addressed blob. Returns ``sha256:<hex>``."""
+    hexd = hashlib.sha256(data).hexdigest()
+    if not store.exists(content_key(hexd)):
+        store.put_bytes(content_key(hexd), data)
+    return f"sha256:{hexd}"
+
+
+def push_image(session: Session, store: BlobStore, path: Path, filename: str | None = None) -> str:
+    """Store one image (``registry images push``) and record it. Returns ``sha256:<hex>``.
+
+    Raises:
+        InvalidRequest: (field ``file``) the file's extension is not an image type.
+    """
+    name = filename or path.name
+    media = IMAGE_TYPES.get(PurePosixPath(name).suffix.lower())
+    if media is None:
+        raise InvalidRequest(
+            f"{name} is not an image: use one of {', '.join(sorted(IMAGE_TYPES))}.", field="file"
+        )
+    digest, size = store_file(store, path)
+    if session.get(RegistryImage, digest) is None:
+        session.merge(RegistryImage(digest=digest, size=size, media_type=media, filename=name))
+        session.flush()
+    return digest
+
+
+def _image_slots(obj: Any) -> Iterator[tuple[dict[str, Any], str]]:
+    """``(holder, key)`` of every image location string in a row (see module docstring)."""
+    if isinstance(obj, list):
+        for x in obj:
+            yield from _image_slots(x)
+    elif isinstance(obj, dict):
+        t = obj.get("type")
+        if t == "image" and isinstance(obj.get("image"), str):
+            yield obj, "image"
+        elif t == "image_url" and isinstance(obj.get("image_url"), dict):
+            if isinstance(obj["image_url"].get("url"), str):
+                yield obj["image_url"], "url"
+        for v in obj.values():
+            if isinstance(v, (list, dict)):
+                yield from _image_slots(v)
+
+
+def local_image_paths(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """``(row index, path)`` for every image an example names by local path."""
+    out = []
+    for i, row in enumerate(rows):
+        for holder, key in _image_slots(row):
+            if not holder[key].startswith(_REMOTE):
+                out.append((i, holder[key]))
+    return out
+
+
+def rewrite_images(
+    rows: list[dict[str, Any]], upload: Any, source: str
+) -> list[tuple[int, str, str]]:
+    """Replace local image paths in ``rows`` (in place) by the digest ``upload(path)`` returns.
+
+    ``upload(path) -> sha256:<hex> | None``; None means the image is missing, refused as
+    ``example N: image PATH …``. Returns ``(row index, path, digest)`` for each image.
+    """
+    done: dict[str, str] = {}
+    out = []
+    for i, row in enumerate(rows):
+        for holder, key in _image_slots(row):
+            path = holder[key]
+            if path.startswith(_REMOTE):
+                continue
+            if path not in done:
+                digest = upload(path)
+                if digest is None:
+                    raise InvalidRequest(
+                        f"{source}: example {i + 1} names the image {path!r}, which is not "
+                        "beside the file (or in the ZIP); add it or push it with "
+                        "`registry images push` and name it by digest.",
+                        field=f"{source}:example {i + 1}",
+                    )
+                done[path] = digest
+            holder[key] = done[path]
+            out.append((i, path, done[path]))
+    return out
+
+
+def _safe_member(name: str) -> PurePosixPath | None:
+    p = PurePosixPath(name)
+    if p.is_absolute() or ".." in p.parts or not p.parts:
+        return None
+    return p
+
+
+def _read_zip(path: Path, limit: int) -> tuple[bytes, str, dict[str, bytes]]:
+    """The JSONL member of a dataset ZIP, its name, and every other member's bytes.
+
+    Sizes are counted while decompressing (never trusting headers), so a ZIP bomb stops
+    at ``limit`` expanded bytes.
+    """
+    try:
+        zf = zipfile.ZipFile(path)
+    except zipfile.BadZipFile as exc:
+        raise InvalidRequest(f"The upload is not a valid ZIP file: {exc}.", field="file") from exc
+    total = 0
+    members: dict[str, bytes] = {}
+    with zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            p = _safe_member(info.filename)
+            if p is None:
+                raise InvalidRequest(
+                    f"ZIP member {info.filename!r} escapes the archive root.", field="file"
+                )
+            buf = bytearray()
+            with zf.open(info) as f:
+                while chunk := f.read(CHUNK):
+                    total += len(chunk)
+                    if total > limit:
+                        raise TooLarge(
+                            f"The ZIP's files expand past the dataset limit of {mib(limit)} "
+                            "(RegistryLimits.uploadBytes).",
+                            field="file",
+                        )
+                    buf += chunk
+            members[str(p)] = bytes(buf)
+    jsonl = [k for k in members if k.lower().endswith(".jsonl")]
+    if len(jsonl) != 1:
+        raise InvalidRequest(
+            f"A dataset ZIP must hold exactly one .jsonl file; this one holds {len(jsonl)}.",
+            field="file",
+        )
+    name = jsonl[0]
+    return members.pop(name), name, members
+
+
+def _zip_uploader(session: Session, store: BlobStore, members: dict[str, bytes], base: str):
+    def upload(path: str) -> str | None:
+        key = str(PurePosixPath(base).parent / path) if base else path
+        key = key.removeprefix("./")
+        p = _safe_member(key)
+        data = members.get(str(p)) if p else None
+        if data is None:
+            return None
+        digest = store_bytes(store, data)
+        media = IMAGE_TYPES.get(PurePosixPath(key).suffix.lower(), "application/octet-stream")
+        if session.get(RegistryImage, digest) is None:
+            session.merge(
+                RegistryImage(digest=digest, size=len(data), media_type=media, filename=key)
+            )
+        return digest
+
+    return upload
+
+
+def _dir_uploader(session: Session, store: BlobStore, root: Path):
+    def upload(path: str) -> str | None:
+        p = (root / path).resolve()
+        if not p.is_file():
+            return None
+        return push_image(session, store, p)
+
+    return upload
+
+
+def register_dataset(
+    session: Session,
+    store: BlobStore,
+    ref: str,
+    path: Path,
+    *,
+    alias: str | None = None,
+    limits: RegistryLimits | None = None,
+    project: str | None = None,
+    source: str | None = None,
+) -> tuple[ResolvedVersion, bool]:
+    """Register the examples of a JSONL or ZIP file as a version of dataset ``ref``.
+
+    Args:
+        session, store: where versions and blobs go.
+        ref: ``NS/NAME`` (a bare NAME resolves in ``project``).
+        path: a local JSONL file, or a ZIP holding one JSONL file and its images.
+        alias: an alias to point at the version.
+        limits: the deployment's registry limits (defaults when None).
+        source: the file name used in refusals (default ``path.name``).
+
+    Returns:
+        ``(version, created)``; ``created`` is False when the same examples were registered.
+
+    Raises:
+        TooLarge: the file, or a ZIP's files after extraction, exceed ``uploadBytes``.
+        InvalidRequest: bad lines (``line N: …`` for the first ones, from
+            :class:`akka_optimize.data.rows.DataFileError`), a missing image, a bad ZIP.
+        Nothing is registered when any check fails.
+    """
+    from ..data.rows import validate_jsonl_bytes
+
+    limits = limits or RegistryLimits()
+    target = parse_ref(ref, project)
+    source = source or path.name
+    size = path.stat().st_size
+    if size > limits.uploadBytes:
+        raise TooLarge(
+            f"{source} is {mib(size)}; the dataset limit is {mib(limits.uploadBytes)} "
+            "(RegistryLimits.uploadBytes).",
+            field="file",
+        )
+    with open(path, "rb") as f:
+        is_zip = f.read(4) == b"PK\x03\x04"
+    if is_zip:
+        data, inner, members = _read_zip(path, limits.uploadBytes)
+        rows = validate_jsonl_bytes(data, f"{source}:{inner}")
+        uploader = _zip_uploader(session, store, members, inner)
+    else:
+        data = path.read_bytes()
+        rows = validate_jsonl_bytes(data, source)
+        uploader = _dir_uploader(session, store, path.parent)
+    images = rewrite_images(rows, uploader, source)
+    canonical = b"".join(canonical_line(r) for r in rows)
+    digest = store_bytes(store, canonical)
+    obj_digest, obj_size = store_file(store, path)
+    meta = {
+        "rows": len(rows),
+        "bytes": len(canonical),
+        "format": "zip" if is_zip else "jsonl",
+        "filename": source,
+        "object": {"digest": obj_digest, "size": obj_size},
+        "images": sorted({d for _, _, d in images}),
+    }
+    return register_version(
+        session,
+        "dataset",
+        target,
+        digest,
+        alias=alias,
+        size=len(canonical),
+        files={"examples.jsonl": {"digest": digest, "size": len(canonical)}},
+        metadata_=meta,
+        source="upload",
+    )
+
+
+def load_dataset_rows(store: BlobStore, resolved: ResolvedVersion) -> list[dict[str, Any]]:
+    """The canonical (validated, normalised) examples of a dataset version, in file order.
+
+    Raises:
+        NotFound: the version's blob is missing from the store.
+    """
+    data = store.get_bytes(content_key(resolved.digest.removeprefix("sha256:")))
+    return [json.loads(line) for line in data.splitlines() if line]
+
+
+def open_object(store: BlobStore, resolved: ResolvedVersion):
+    """Open the registered bytes (``registry datasets object``) for reading."""
+    obj = resolved.metadata.get("object") or {"digest": resolved.digest}
+    return store.open(content_key(obj["digest"].removeprefix("sha256:")))
+
+
+def media_type_of(name: str) -> str:
+    """A media type guess for a file name."""
+    return mimetypes.guess_type(name)[0] or "application/octet-stream"
