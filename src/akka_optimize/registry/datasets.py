@@ -45,6 +45,8 @@ def mib(n: int) -> str:
     """``n`` bytes as a short MiB/GiB phrase for limit sentences."""
     if n >= 1024**3 and n % 1024**3 == 0:
         return f"{n // 1024**3} GiB"
+    if n < 1024**2:
+        return f"{n:,} bytes"
     return f"{n / 1024**2:g} MiB"
 
 

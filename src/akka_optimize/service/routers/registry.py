@@ -1,7 +1,323 @@
-"""Routes of the registry resource."""
+"""Routes of the artifact registry under ``/v1/registry`` (seeds/001 "Dataset routes",
+"Bundle routes", "Model routes": "use … the registry's routes under /v1/registry").
+
+Uploads are streamed (``request.stream()``) into a spool file under
+``$AKKA_OPTIMIZE_HOME/uploads`` with the deployment's size limit applied while receiving
+(413 naming the limit), then registered from that file: blobs first, the version row
+last. A service killed mid-upload leaves only a spool file, which start-up removes; no
+blob and no version. ``{name}`` in these paths may carry a selector: ``train:v2``,
+``train:candidate``, ``train@sha256:…``.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import shutil
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-router = APIRouter()
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from ... import __version__
+from ...deployment import RegistryLimits, load_deployment
+from ...errors import InvalidRequest, NotFound, TooLarge
+from ...refs import validate_name
+from ...registry import (
+    annotate,
+    list_names,
+    list_versions,
+    open_object,
+    push_image,
+    register_adapter,
+    register_bundle,
+    register_dataset,
+    resolve,
+    set_alias,
+)
+from ...registry.datasets import mib
+from ...store import CHUNK, content_key
+from ..context import ServiceContext
+from ..deps import CtxDep
+
+router = APIRouter(prefix="/v1/registry", tags=["registry"])
+PLURAL = {"datasets": "dataset", "bundles": "bundle", "models": "model"}
+
+
+def _uploads(ctx: ServiceContext) -> Path:
+    return ctx.settings.home / "uploads"
+
+
+def on_startup(ctx: ServiceContext) -> None:
+    """Remove spool files of uploads that a previous process did not finish."""
+    shutil.rmtree(_uploads(ctx), ignore_errors=True)
+    _uploads(ctx).mkdir(parents=True, exist_ok=True)
+
+
+def _limits(ctx: ServiceContext) -> RegistryLimits:
+    return load_deployment(ctx.settings.resolved_deployment_file()).limits
+
+
+def _kind(kinds: str) -> str:
+    if kinds not in PLURAL:
+        raise NotFound(f"No registry collection {kinds!r}; use datasets, bundles or models.")
+    return PLURAL[kinds]
+
+
+def _too_large(what: str, limit: int, attr: str) -> TooLarge:
+    return TooLarge(
+        f"The {what} is larger than the limit of {mib(limit)} (RegistryLimits.{attr}).",
+        field="file",
+    )
+
+
+async def _spool(request: Request, ctx: ServiceContext, limit: int, what: str, attr: str) -> Path:
+    """Stream the request body into a spool file, refusing past ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(what, limit, attr)
+    _uploads(ctx).mkdir(parents=True, exist_ok=True)
+    path = _uploads(ctx) / f"{uuid.uuid4().hex}.part"
+    size = 0
+    try:
+        with open(path, "wb") as f:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(what, limit, attr)
+                f.write(chunk)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    if size == 0:
+        path.unlink(missing_ok=True)
+        raise InvalidRequest(f"The {what} is empty.", field="file")
+    return path
+
+
+async def _with_upload(path: Path, fn: Callable[[], Any]) -> Any:
+    try:
+        return await run_in_threadpool(fn)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _answer(rv: Any, created: bool) -> JSONResponse:
+    return JSONResponse({**rv.to_dict(), "created": created}, status_code=201 if created else 200)
+
+
+@router.get("/info")
+def registry_info(ctx: CtxDep) -> dict[str, Any]:
+    """The registry's build version, artifact kinds and upload limits (seeds/001 "registry
+    info shows the registry's build version")."""
+    return {
+        "version": __version__,
+        "kinds": ["dataset", "bundle", "model", "image"],
+        "limits": _limits(ctx).model_dump(),
+    }
+
+
+@router.post("/datasets/{namespace}/{name}")
+async def register_dataset_route(
+    namespace: str,
+    name: str,
+    request: Request,
+    ctx: CtxDep,
+    alias: str | None = None,
+    filename: str = "upload.jsonl",
+) -> JSONResponse:
+    """Register the streamed body (JSONL, or ZIP of JSONL plus images) as a dataset version."""
+    limits = _limits(ctx)
+    ref = f"{namespace}/{name}"
+    validate_name(namespace, "namespace")
+    path = await _spool(request, ctx, limits.uploadBytes, "dataset upload", "uploadBytes")
+
+    def work() -> tuple[Any, bool]:
+        with ctx.db.session() as s:
+            return register_dataset(
+                s, ctx.store, ref, path, alias=alias, limits=limits, source=Path(filename).name
+            )
+
+    return _answer(*await _with_upload(path, work))
+
+
+@router.post("/bundles/{namespace}/{name}")
+async def register_bundle_route(
+    namespace: str, name: str, request: Request, ctx: CtxDep, alias: str | None = None
+) -> JSONResponse:
+    """Register the streamed body (a tar or tar.gz of the bundle folder) as a bundle version."""
+    limits = _limits(ctx)
+    path = await _spool(
+        request, ctx, limits.bundleCompressedBytes, "bundle archive", "bundleCompressedBytes"
+    )
+
+    def work() -> tuple[Any, bool]:
+        with ctx.db.session() as s:
+            return register_bundle(
+                s, ctx.store, f"{namespace}/{name}", path, alias=alias, limits=limits
+            )
+
+    return _answer(*await _with_upload(path, work))
+
+
+@router.post("/models/{namespace}/{name}")
+async def register_model_route(
+    namespace: str,
+    name: str,
+    request: Request,
+    ctx: CtxDep,
+    base_model: str,
+    alias: str | None = None,
+    run_id: str | None = None,
+    parent_model: str | None = None,
+) -> JSONResponse:
+    """Register the streamed body (a tar of a PEFT adapter folder) as a model version."""
+    limits = _limits(ctx)
+    path = await _spool(
+        request, ctx, limits.bundleCompressedBytes, "model archive", "bundleCompressedBytes"
+    )
+
+    def work() -> Any:
+        with tempfile.TemporaryDirectory(dir=_uploads(ctx)) as tmp:
+            _extract_tar(path, Path(tmp), limits)
+            with ctx.db.session() as s:
+                before = {v.digest for v in _safe_versions(s, namespace, name)}
+                rv = register_adapter(
+                    s,
+                    ctx.store,
+                    namespace,
+                    name,
+                    Path(tmp),
+                    base_model=base_model,
+                    run_id=run_id,
+                    metadata={"registeredBy": "upload"},
+                    parent_model=parent_model,
+                    alias=alias,
+                )
+                return rv, rv.digest not in before
+
+    return _answer(*await _with_upload(path, work))
+
+
+def _safe_versions(s: Any, namespace: str, name: str) -> list[Any]:
+    try:
+        return list_versions(s, "model", namespace.lower(), name.lower())
+    except NotFound:
+        return []
+
+
+def _extract_tar(path: Path, dest: Path, limits: RegistryLimits) -> None:
+    from ...registry.bundles import _scan_tar
+
+    try:
+        with tarfile.open(path, "r:*") as tf:
+            members = _scan_tar(tf, limits)
+            tf.extractall(dest, members=members, filter="data")
+    except tarfile.TarError as exc:
+        raise InvalidRequest(f"The upload is not a readable tar archive: {exc}.") from exc
+
+
+@router.post("/images")
+async def push_image_route(request: Request, ctx: CtxDep, filename: str) -> JSONResponse:
+    """Store one streamed image (``registry images push``); answers its ``sha256:`` digest."""
+    limits = _limits(ctx)
+    path = await _spool(request, ctx, limits.uploadBytes, "image", "uploadBytes")
+
+    def work() -> dict[str, Any]:
+        with ctx.db.session() as s:
+            digest = push_image(s, ctx.store, path, filename=Path(filename).name)
+            return {"digest": digest, "filename": Path(filename).name, "size": path.stat().st_size}
+
+    return JSONResponse(await _with_upload(path, work), status_code=201)
+
+
+@router.get("/images/{digest}")
+def get_image(digest: str, ctx: CtxDep) -> StreamingResponse:
+    """The bytes of a pushed image."""
+    hexd = digest.lower().removeprefix("sha256:")
+    key = content_key(hexd)
+    if len(hexd) != 64 or not ctx.store.exists(key):
+        raise NotFound(f"Image {digest} is not in the registry.", field="digest")
+    return _stream(ctx.store.open(key), "application/octet-stream")
+
+
+def _stream(f: Any, media: str) -> StreamingResponse:
+    def gen() -> Any:
+        with f:
+            while chunk := f.read(CHUNK):
+                yield chunk
+
+    return StreamingResponse(gen(), media_type=media)
+
+
+@router.get("/{kinds}")
+def list_route(kinds: str, ctx: CtxDep, namespace: str | None = None) -> dict[str, Any]:
+    """Named artifacts of one kind with their latest version and aliases."""
+    with ctx.db.session() as s:
+        return {"items": list_names(s, _kind(kinds), namespace)}
+
+
+@router.get("/{kinds}/{namespace}/{name}")
+def get_route(
+    kinds: str, namespace: str, name: str, ctx: CtxDep, project: str | None = None
+) -> dict[str, Any]:
+    """One version, by any reference (``NS/NAME``, ``:vN``, ``:ALIAS``, ``@sha256:…``)."""
+    with ctx.db.session() as s:
+        return resolve(s, _kind(kinds), f"{namespace}/{name}", project).to_dict()
+
+
+@router.get("/{kinds}/{namespace}/{name}/versions")
+def versions_route(kinds: str, namespace: str, name: str, ctx: CtxDep) -> dict[str, Any]:
+    """Every version of a named artifact, oldest first."""
+    ns = validate_name(namespace, "ref")
+    nm = validate_name(name, "ref")
+    with ctx.db.session() as s:
+        return {"items": [v.to_dict() for v in list_versions(s, _kind(kinds), ns, nm)]}
+
+
+@router.get("/datasets/{namespace}/{name}/object")
+def dataset_object(namespace: str, name: str, ctx: CtxDep) -> StreamingResponse:
+    """The bytes that were registered for a dataset version."""
+    with ctx.db.session() as s:
+        rv = resolve(s, "dataset", f"{namespace}/{name}")
+    media = "application/zip" if rv.metadata.get("format") == "zip" else "application/x-ndjson"
+    resp = _stream(open_object(ctx.store, rv), media)
+    resp.headers["X-Akka-Ref"] = rv.pinned
+    return resp
+
+
+class AliasBody(BaseModel):
+    """Body of ``PUT …/aliases/{alias}``."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: str = Field(description="The version the alias points at, such as v3.")
+
+
+@router.put("/{kinds}/{namespace}/{name}/aliases/{alias}")
+def alias_route(
+    kinds: str, namespace: str, name: str, alias: str, body: AliasBody, ctx: CtxDep
+) -> dict[str, Any]:
+    """Point an alias (``candidate``, ``champion``, …) at a version."""
+    with ctx.db.session() as s:
+        return set_alias(s, _kind(kinds), namespace, name, alias, body.version).to_dict()
+
+
+class AnnotationsBody(BaseModel):
+    """Body of ``PUT …/annotations``: keys to set (a null value removes a key)."""
+
+    model_config = ConfigDict(extra="forbid")
+    annotations: dict[str, Any]
+
+
+@router.put("/{kinds}/{namespace}/{name}/annotations")
+def annotate_route(
+    kinds: str, namespace: str, name: str, body: AnnotationsBody, ctx: CtxDep
+) -> dict[str, Any]:
+    """Merge annotations into one version's metadata."""
+    with ctx.db.session() as s:
+        return annotate(s, _kind(kinds), f"{namespace}/{name}", body.annotations).to_dict()
