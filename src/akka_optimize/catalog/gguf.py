@@ -14,6 +14,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import InvalidRequest
@@ -46,11 +47,18 @@ def gguf_path(package: str = SMOLLM2_PACKAGE, filename: str = SMOLLM2_GGUF) -> P
     return p
 
 
-def convert_gguf(gguf: Path, dest: Path, *, tokenizer_only: bool = False) -> Path:
+def convert_gguf(
+    gguf: Path,
+    dest: Path,
+    *,
+    tokenizer_only: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
     """Convert a GGUF file into a safetensors model directory at ``dest``.
 
     The directory appears atomically (written beside it, then renamed), so a
     crash never leaves a half-converted model that a reader could load.
+    ``progress``, when given, receives one line per step (tokenizer, weights, save).
 
     Returns:
         ``dest``.
@@ -61,16 +69,20 @@ def convert_gguf(gguf: Path, dest: Path, *, tokenizer_only: bool = False) -> Pat
 
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda _line: None)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
+        say("reading the tokenizer and chat template from the GGUF file")
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         tok.save_pretrained(tmp)
         if not tokenizer_only:
+            say("de-quantizing the weights to fp32")
             model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
             # save_pretrained refuses a model that still carries its GGUF quantizer.
             model.hf_quantizer = None
             if hasattr(model.config, "quantization_config"):
                 del model.config.quantization_config
+            say("saving the safetensors model directory")
             model.save_pretrained(tmp)
         if dest.exists():
             shutil.rmtree(dest)

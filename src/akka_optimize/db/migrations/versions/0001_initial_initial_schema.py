@@ -2,7 +2,7 @@
 
 Revision ID: 0001_initial
 Revises: 
-Create Date: 2026-11-29 19:25:18.175891
+Create Date: 2026-11-29 19:29:31.828245
 """
 
 from alembic import op
@@ -26,6 +26,25 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('api_tokens', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_api_tokens_token_sha256'), ['token_sha256'], unique=True)
+
+    op.create_table('base_model_selections',
+    sa.Column('id', sa.String(length=32), nullable=False),
+    sa.Column('repository', sa.String(length=256), nullable=False),
+    sa.Column('repository_key', sa.String(length=256), nullable=False),
+    sa.Column('state', sa.String(length=16), nullable=False),
+    sa.Column('commit', sa.String(length=64), nullable=True),
+    sa.Column('model', sa.String(length=300), nullable=True),
+    sa.Column('weights_path', sa.Text(), nullable=True),
+    sa.Column('progress', sa.Text(), nullable=True),
+    sa.Column('error', sa.Text(), nullable=True),
+    sa.Column('attempts', sa.Integer(), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('ready_at', sa.DateTime(timezone=True), nullable=True),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_base_model_selections'))
+    )
+    with op.batch_alter_table('base_model_selections', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_base_model_selections_repository_key'), ['repository_key'], unique=True)
 
     op.create_table('projects',
     sa.Column('id', sa.String(length=32), nullable=False),
@@ -225,6 +244,10 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_projects_name'))
 
     op.drop_table('projects')
+    with op.batch_alter_table('base_model_selections', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_base_model_selections_repository_key'))
+
+    op.drop_table('base_model_selections')
     with op.batch_alter_table('api_tokens', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_api_tokens_token_sha256'))
 
