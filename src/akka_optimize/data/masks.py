@@ -1,0 +1,223 @@
+"""Rows → :class:`~akka_optimize.data.types.Example`: tokens of the rendered text and weights.
+
+Token ids are exactly ``apply_chat_template(messages, tools=tools, tokenize=True)``: the
+rendered text tokenized with ``add_special_tokens=False`` (one BOS if the template writes
+one, never a second from the tokenizer). Weights come from the trained character intervals
+of :func:`akka_optimize.data.render.render_row` mapped to tokens through the fast
+tokenizer's offsets, never by searching token ids:
+
+* a token trains only when all its characters lie inside one trained interval, so a token
+  straddling a boundary between parts with different flags is masked
+  (DATA-AND-TRAINING-RULES.md §2.1);
+* characters a tokenizer leaves out of every offset (a leading space some tokenizers trim)
+  count as part of the following token, so trimming cannot make a straddling token look
+  contained;
+* ``weights[0]`` is 0 (nothing predicts the first token; see ``data.types``).
+
+Rows are tokenized in batches (the Rust tokenizer, offsets included) for speed.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from akka_optimize.data.policy import LossPolicy
+from akka_optimize.data.render import Rendered, render_row
+from akka_optimize.data.types import Example
+from akka_optimize.errors import InvalidRequest
+
+log = logging.getLogger(__name__)
+BATCH_ROWS = 256
+
+
+def require_fast(tokenizer: Any) -> None:
+    """Raise unless ``tokenizer`` gives character offsets (a fast tokenizer)."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise InvalidRequest(
+            "the base model's tokenizer is not a fast tokenizer, so loss masks cannot be mapped "
+            "from characters to tokens; provide its tokenizer.json",
+            field="baseModel",
+        )
+    if not getattr(tokenizer, "chat_template", None):
+        raise InvalidRequest("the base model's tokenizer has no chat template", field="baseModel")
+
+
+def weights_from_offsets(offsets: Any, trained: list[tuple[int, int]]) -> list[float]:
+    """One weight per token: 1.0 when the token lies wholly inside a trained interval.
+
+    Args:
+        offsets: ``(L, 2)`` character ``(start, end)`` of each token.
+        trained: sorted, disjoint ``(start, end)`` character intervals.
+
+    Returns:
+        ``L`` floats in {0.0, 1.0}; the first is always 0.0.
+    """
+    offs = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    n = len(offs)
+    if n == 0 or not trained:
+        return [0.0] * n
+    s, e = offs[:, 0], offs[:, 1]
+    prev_end = np.concatenate([s[:1], e[:-1]])
+    start = np.minimum(s, prev_end)
+    starts = np.fromiter((a for a, _ in trained), dtype=np.int64)
+    ends = np.fromiter((b for _, b in trained), dtype=np.int64)
+    idx = np.searchsorted(starts, start, side="right") - 1
+    ok = (idx >= 0) & (e > s) & (e <= ends[np.clip(idx, 0, None)])
+    ok &= start >= starts[np.clip(idx, 0, None)]
+    w = ok.astype(np.float64)
+    w[0] = 0.0
+    return w.tolist()
+
+
+@dataclass
+class Encoded:
+    """A tokenized row with its rendering (for previews and findings)."""
+
+    example: Example
+    rendered: Rendered
+    offsets: list[tuple[int, int]]
+
+
+def encode_rows(
+    tokenizer: Any, rows: list[dict[str, Any]], policy: LossPolicy, row_numbers: list[int]
+) -> list[Encoded]:
+    """Render, tokenize (in batches) and mask ``rows``.
+
+    Raises:
+        RenderError: a row the template cannot render correctly (row number, what was dropped).
+    """
+    require_fast(tokenizer)
+    out: list[Encoded] = []
+    for b in range(0, len(rows), BATCH_ROWS):
+        chunk = rows[b : b + BATCH_ROWS]
+        numbers = row_numbers[b : b + BATCH_ROWS]
+        rendered = [
+            render_row(tokenizer, r, policy, n) for r, n in zip(chunk, numbers, strict=True)
+        ]
+        enc = tokenizer(
+            [r.text for r in rendered], add_special_tokens=False, return_offsets_mapping=True
+        )
+        for ids, offs, r, n in zip(
+            enc["input_ids"], enc["offset_mapping"], rendered, numbers, strict=True
+        ):
+            weights = weights_from_offsets(offs, r.trained)
+            out.append(Encoded(Example(list(ids), weights, n), r, [tuple(o) for o in offs]))
+    return out
+
+
+def tokenize_row(
+    tokenizer: Any, row: dict[str, Any], policy: LossPolicy, row_number: int
+) -> Example:
+    """Tokenize and mask one normalised row (``data.rows.parse_row``).
+
+    Returns:
+        ``Example(input_ids, weights, row=row_number)``; ``input_ids`` equal
+        ``apply_chat_template(messages, tools=tools, tokenize=True)["input_ids"]``.
+
+    Raises:
+        RenderError: the template drops a field the row uses or spans cannot be recovered.
+        InvalidRequest: the tokenizer is not fast or has no chat template.
+    """
+    enc = encode_rows(tokenizer, [row], policy, [row_number])[0]
+    for w in enc.rendered.warnings:
+        log.warning(w)
+    return enc.example
+
+
+def _stats(values: list[int]) -> dict[str, float]:
+    if not values:
+        return {"min": 0, "median": 0, "max": 0}
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+@dataclass
+class Prepared:
+    """Examples ready to pack, and what happened to the rows.
+
+    Attributes:
+        examples: the kept examples, each within ``max_seq_length`` with ≥1 supervised token.
+        report: ``{"rows", "examples", "dropped_too_long": [row numbers],
+            "no_supervised": [row numbers], "supervised_tokens": {"min","median","max","total"},
+            "total_tokens": {...}, "max_seq_length", "warnings": [str]}`` (token stats over
+            the kept examples).
+    """
+
+    examples: list[Example]
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def prepare_examples(
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    policy: LossPolicy,
+    max_seq_length: int,
+    on_too_long: Literal["drop", "refuse"] = "drop",
+    row_numbers: list[int] | None = None,
+) -> Prepared:
+    """Tokenize and mask a dataset, dropping (or refusing) rows that do not fit.
+
+    A row longer than ``max_seq_length`` tokens is never truncated: it is dropped and its
+    row number listed (``on_too_long="drop"``), or the dataset is refused
+    (``"refuse"``) (behaviours.md 5). A row with no supervised token is listed and left
+    out (behaviours.md 4). Nothing is silent: the report carries both lists.
+
+    Args:
+        rows: normalised rows; ``row_numbers`` (default 1..N) are their line numbers.
+
+    Raises:
+        InvalidRequest: a row too long under ``"refuse"``, or no supervised token left in
+            the whole dataset (checked before any device is claimed).
+        RenderError: a row the template cannot render correctly.
+    """
+    if on_too_long not in ("drop", "refuse"):
+        raise ValueError(f"on_too_long must be 'drop' or 'refuse', not {on_too_long!r}")
+    numbers = row_numbers or list(range(1, len(rows) + 1))
+    encoded = encode_rows(tokenizer, rows, policy, numbers)
+    kept, too_long, empty, warnings = [], [], [], []
+    for enc in encoded:
+        ex = enc.example
+        warnings += enc.rendered.warnings
+        if len(ex.input_ids) > max_seq_length:
+            too_long.append((ex.row, len(ex.input_ids)))
+        elif ex.supervised_tokens == 0:
+            empty.append(ex.row)
+        else:
+            kept.append(ex)
+    if too_long and on_too_long == "refuse":
+        listed = ", ".join(f"row {r} ({n} tokens)" for r, n in too_long[:10])
+        raise InvalidRequest(
+            f"{len(too_long)} rows are longer than maxSeqLength {max_seq_length}: {listed}; "
+            "raise maxSeqLength or shorten them",
+            field="config.maxSeqLength",
+            details={"rows": [r for r, _ in too_long]},
+        )
+    report = {
+        "rows": len(rows),
+        "examples": len(kept),
+        "max_seq_length": max_seq_length,
+        "dropped_too_long": [r for r, _ in too_long],
+        "no_supervised": empty,
+        "supervised_tokens": _stats([e.supervised_tokens for e in kept])
+        | {"total": sum(e.supervised_tokens for e in kept)},
+        "total_tokens": _stats([len(e.input_ids) for e in kept])
+        | {"total": sum(len(e.input_ids) for e in kept)},
+        "warnings": warnings,
+    }
+    if not kept:
+        why = []
+        if too_long:
+            why.append(f"{len(too_long)} longer than maxSeqLength {max_seq_length}")
+        if empty:
+            why.append(f"{len(empty)} with no supervised token under the loss policy")
+        raise InvalidRequest(
+            f"no supervised token remains in the dataset ({len(rows)} rows: {', '.join(why)}); "
+            "training would learn nothing. Check config.loss and config.maxSeqLength",
+            field="config.dataset",
+            details=report,
+        )
+    return Prepared(kept, report)
