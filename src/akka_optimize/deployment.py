@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import InvalidRequest
 
@@ -62,6 +62,79 @@ class RegistryLimits(_Strict):
     bundleFiles: int = 10_000
 
 
+MEMORY_SETTINGS: tuple[str, ...] = (
+    "execution.memory.offload.weights",
+    "execution.memory.offload.optimizer",
+    "execution.memory.offload.activations",
+    "execution.memory.sharding",
+    "execution.rollout.memoryShare",
+    "config.model.weightPrecision",
+)
+"""The memory settings of seeds/001 "Choose a run's memory settings", by plan path."""
+
+
+class ValueRange(_Strict):
+    """An inclusive numeric range of allowed values."""
+
+    min: float
+    max: float
+
+
+class MemorySettingsPolicy(_Strict):
+    """``memorySettings``: which memory settings a plan may state, and their defaults.
+
+    ``allowed`` maps a plan path of :data:`MEMORY_SETTINGS` to the values a plan may give
+    it (a list, or ``{min, max}`` for ``execution.rollout.memoryShare``); a setting not
+    listed is refused when stated, naming the setting. ``defaults`` holds the configured
+    default of each setting (a run that omits a setting takes it; seeds/001).
+    """
+
+    allowed: dict[str, list[bool | str | float] | ValueRange] = Field(default_factory=dict)
+    defaults: dict[str, bool | str | float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_paths(self) -> MemorySettingsPolicy:
+        for section in ("allowed", "defaults"):
+            for key in getattr(self, section):
+                if key not in MEMORY_SETTINGS:
+                    raise ValueError(
+                        f"{section}.{key} is not a memory setting; the settings are "
+                        + ", ".join(MEMORY_SETTINGS)
+                    )
+        return self
+
+
+class EngineSettingsPolicy(_Strict):
+    """``engineSettings``: which ``config.engineSettings`` keys a plan may state.
+
+    ``allowed`` lists keys (``"*"`` allows every declared key; ``"checks.*"`` a group);
+    ``defaults`` overrides declared defaults (keys and types declared in
+    :mod:`akka_optimize.plan.engine_settings`).
+    """
+
+    allowed: list[str] = Field(default_factory=list)
+    defaults: dict[str, bool | int | float | str | None] = Field(default_factory=dict)
+
+    def allows(self, key: str) -> bool:
+        """Whether a plan may state ``key``."""
+        for pat in self.allowed:
+            if pat == "*" or pat == key or (pat.endswith(".*") and key.startswith(pat[:-1])):
+                return True
+        return False
+
+    @model_validator(mode="after")
+    def _known_keys(self) -> EngineSettingsPolicy:
+        from .plan.engine_settings import BY_KEY, coerce
+
+        for key, value in self.defaults.items():
+            if key not in BY_KEY:
+                raise ValueError(f"defaults.{key} is not a declared engine setting")
+            _, why = coerce(BY_KEY[key], value)
+            if why:
+                raise ValueError(f"defaults.{key} {why}")
+        return self
+
+
 class Deployment(_Strict):
     """The parsed deployment file."""
 
@@ -72,12 +145,14 @@ class Deployment(_Strict):
     )
     serving: ServingLimits = Field(default_factory=ServingLimits)
     limits: RegistryLimits = Field(default_factory=RegistryLimits)
-    memorySettings: dict[str, Any] = Field(
-        default_factory=dict, description="Allowed execution.memory/rollout settings and values."
+    memorySettings: MemorySettingsPolicy = Field(
+        default_factory=MemorySettingsPolicy,
+        description="Allowed execution.memory/rollout settings and values, and defaults.",
     )
-    engineSettings: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Allowed config.engineSettings keys (see plan.engine_settings).",
+    engineSettings: EngineSettingsPolicy = Field(
+        default_factory=EngineSettingsPolicy,
+        description="Allowed config.engineSettings keys and default overrides "
+        "(see plan.engine_settings).",
     )
     catalog: list[dict[str, Any]] | None = Field(
         None, description="Allowed base models; None uses the catalog shipped with the package."

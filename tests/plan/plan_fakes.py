@@ -1,0 +1,95 @@
+"""A fake :class:`PlanEnvironment` for testing resolution without a service: the shipped
+deployment, project ``triage``, dataset ``triage/train`` (v1) and a small catalog."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from akka_optimize.deployment import Deployment, load_deployment
+from akka_optimize.errors import NotFound
+from akka_optimize.plan import CatalogEntryView
+from akka_optimize.refs import parse_ref
+
+CASES = Path(__file__).resolve().parents[1] / "cases"
+
+CATALOG = {
+    "huggingfacetb/smollm2-135m-instruct": CatalogEntryView(
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "llama",
+        "135M",
+        8192,
+        {"cpu": 4096, "H100": 32768, "H200": 65536},
+    ),
+    "google/gemma-4-e4b-it": CatalogEntryView(
+        "google/gemma-4-E4B-it", "gemma4", "E4B", None, {"H100": 8192, "H200": 16384}
+    ),
+    "google/gemma-4-12b-it": CatalogEntryView(
+        "google/gemma-4-12B-it", "gemma4", "12B", None, {"H100": 4096, "H200": 8192}
+    ),
+}
+
+
+def digest(name: str) -> str:
+    return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+
+
+@dataclass
+class FakeEnv:
+    """Projects, datasets and catalog entries held in dictionaries."""
+
+    deployment: Deployment = field(default_factory=load_deployment)
+    cuda_available: bool = False
+    projects: set[str] = field(default_factory=lambda: {"triage"})
+    datasets: dict[str, int] = field(default_factory=lambda: {"triage/train": 1, "triage/val": 2})
+    models: dict[str, int] = field(default_factory=lambda: {"triage/sft": 3})
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    def project_exists(self, name: str) -> bool:
+        return name in self.projects
+
+    def _pin(self, table: dict[str, int], ref: str, project: str, kind: str) -> str:
+        r = parse_ref(ref, project)
+        self.calls.append((kind, ref))
+        if r.repo not in table:
+            raise NotFound(f"{kind} {r.repo} is not in the registry.")
+        v = table[r.repo]
+        return f"{r.repo}:v{v}@{digest(r.repo)}"
+
+    def resolve_dataset(self, ref: str, project: str) -> str:
+        return self._pin(self.datasets, ref, project, "dataset")
+
+    def resolve_artifact(self, kind: str, ref: str, project: str) -> str:
+        return self._pin(self.models if kind == "model" else {}, ref, project, kind)
+
+    def catalog_entry(self, repository: str) -> CatalogEntryView | None:
+        return CATALOG.get(repository.lower())
+
+
+def load_cases(name: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (CASES / name).read_text().splitlines() if line.strip()]
+
+
+SEED_040_PLAN: dict[str, Any] = {
+    "kind": "run",
+    "project": "triage",
+    "baseModel": "google/gemma-4-E4B-it",
+    "config": {
+        "dataset": "triage/train",
+        "method": "sft",
+        "hyperparams": {
+            "lora": {"rank": 16},
+            "optimizer": {"learningRate": 0.0001, "weightDecay": 0.05},
+            "scheduler": {"kind": "cosine", "warmupRatio": 0.05, "minLearningRateRatio": 0.1},
+            "training": {"epochs": 4, "microBatchPerGpu": 2, "gradientAccumulation": 4},
+        },
+        "maxSeqLength": 2048,
+        "model": {"precision": "bf16"},
+    },
+    "execution": {"gpus": 1, "deviceProfile": "H100"},
+}
+"""seeds/000's example plan with ``workload`` renamed ``project`` and the dataset made a
+registry reference (seeds/001 breaking changes)."""
