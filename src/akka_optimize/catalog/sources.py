@@ -270,10 +270,14 @@ def _from_hub(
 
 def hub_failure(what: str, exc: BaseException) -> str:
     """One sentence for a hub request that failed, saying whether the hub is unreachable."""
+    import os
+
     name = type(exc).__name__
     text = _one_line(exc)
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     unreachable = (
-        "offline" in text.lower()
+        offline
+        or "offline" in text.lower()
         or "OfflineModeIsEnabled" in name
         or "LocalEntryNotFound" in name
         or isinstance(exc, (ConnectionError, OSError, TimeoutError))
@@ -281,12 +285,18 @@ def hub_failure(what: str, exc: BaseException) -> str:
         or "Timeout" in name
     )
     if unreachable:
+        why = "HF_HUB_OFFLINE is set" if offline else f"{name}: {_first_sentence(text)}"
         return (
-            f"The Hugging Face hub is unreachable from this service, so {what} cannot be "
-            f"fetched ({name}: {text[:200]}); give the deployment network access, or use a "
-            "local or GGUF weight source in its catalog."
+            f"The Hugging Face hub is unreachable from this service ({why}), so {what} "
+            "cannot be fetched; give the deployment network access, or use a local or GGUF "
+            "weight source in its catalog."
         )
-    return f"Fetching {what} from the Hugging Face hub failed: {name}: {text[:300]}."
+    return f"Fetching {what} from the Hugging Face hub failed: {name}: {_first_sentence(text)}."
+
+
+def _first_sentence(text: str, limit: int = 160) -> str:
+    head = text.split(". ", 1)[0].rstrip(".")
+    return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
 
 
 def _one_line(exc: BaseException) -> str:
