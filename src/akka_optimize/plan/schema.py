@@ -24,7 +24,7 @@ loop fields of ``rlHyperparams``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -278,9 +278,6 @@ class LossGroup(_Group):
     )
 
 
-EngineValue = bool | int | float | str
-
-
 class RunConfig(_Group):
     """``config``: what trains, on which data, and how."""
 
@@ -309,7 +306,7 @@ class RunConfig(_Group):
     model: ModelGroup | None = Field(None, description="How the base model is loaded.")
     data: DataGroup | None = Field(None, description="Validation data and pass filling.")
     loss: LossGroup | None = Field(None, description="Which tokens the loss covers.")
-    engineSettings: dict[str, EngineValue] | None = Field(
+    engineSettings: dict[str, Any] | None = Field(
         None,
         description="The training engine's settings by dotted key (see "
         "`config-schema --field config.engineSettings`), when the deployment allows them. "

@@ -1,7 +1,68 @@
-"""Routes of the runs resource."""
+"""Routes of the runs resource under ``/v1/training/runs``.
+
+``POST /v1/training/runs`` takes a run descriptor. With ``?dryRun=true`` it answers the
+dry-run report (resolved settings per group with stated values marked, the
+configuration hash, pinned references, dataset findings) and creates nothing; without
+it the plan is resolved and handed to :func:`akka_optimize.jobs.service.start_run`.
+A refused plan is 400 with ``error.field`` the first refusal's full path and
+``error.details`` every refusal ``{field, message, value, limit}`` (seeds/000 "Training
+parameters"; DESIGN.md "Errors are sentences").
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from ...errors import InvalidRequest
+from ..deps import CtxDep, PrincipalDep
+from ..plans import dry_run, resolve_run_plan
 
 router = APIRouter()
+
+
+async def read_json_body(request: Request) -> Any:
+    """The request body decoded as JSON.
+
+    Raises:
+        InvalidRequest: (field ``body``) the body is empty or not JSON; the message gives
+            the line and column.
+    """
+    body = await request.body()
+    if not body.strip():
+        raise InvalidRequest("The request body is empty; send a run plan as JSON.", field="body")
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = (
+            f" at line {exc.lineno} column {exc.colno}"
+            if isinstance(exc, json.JSONDecodeError)
+            else ""
+        )
+        raise InvalidRequest(
+            f"The request body is not valid JSON{where}: {exc}.", field="body"
+        ) from exc
+
+
+@router.post("/v1/training/runs")
+async def start_run_route(
+    request: Request, ctx: CtxDep, principal: PrincipalDep, dryRun: bool = False
+) -> JSONResponse:
+    """Start a run from a plan, or with ``dryRun=true`` report what it would run."""
+    raw = await read_json_body(request)
+
+    def work() -> dict[str, Any]:
+        with ctx.db.session() as session:
+            if dryRun:
+                return dry_run(ctx, session, raw)
+            resolved = resolve_run_plan(ctx, session, raw)
+            from ...jobs.service import start_run
+
+            return start_run(ctx, session, resolved, principal)
+
+    result = await run_in_threadpool(work)
+    return JSONResponse(result, status_code=200 if dryRun else 201)

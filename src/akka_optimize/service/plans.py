@@ -1,0 +1,120 @@
+"""Plan resolution on the service side: the :class:`PlanEnvironment` over the database,
+the registry and the catalog, and the dry run.
+
+DESIGN.md "One picture": a plan is resolved (defaults, references pinned, ceilings
+checked) before anything is queued; :mod:`akka_optimize.plan` does the work and this
+module supplies the world it resolves against.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..db.models.projects import Project
+from ..deployment import Deployment, load_deployment
+from ..plan import CatalogEntryView, ResolvedPlan, resolve_plan
+from ..plan.dryrun import dry_run_report
+from .context import ServiceContext
+
+_VARIANT = re.compile(r"(?:^|[-_])(E\d+B|\d+(?:\.\d+)?[BM])(?:$|[-_])", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_available() -> bool:
+    """Whether this machine has a CUDA device (torch imported on first use only)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def deployment_for(ctx: ServiceContext) -> Deployment:
+    """The deployment file in force for this service (re-read when it changes on disk)."""
+    return load_deployment(ctx.settings.resolved_deployment_file())
+
+
+def variant_of(repository: str) -> str | None:
+    """The size named in a repository (``google/gemma-4-E4B-it`` → ``E4B``), or None."""
+    m = _VARIANT.search(repository.rsplit("/", 1)[-1])
+    return m.group(1).upper() if m else None
+
+
+def catalog_view(entry: Any) -> CatalogEntryView:
+    """Adapt a :class:`akka_optimize.catalog.CatalogEntry` to what plan rules read."""
+    return CatalogEntryView(
+        repository=entry.repository,
+        family=entry.family,
+        variant=variant_of(entry.repository),
+        max_context_tokens=getattr(entry, "max_context_tokens", None),
+        qualified_tokens={
+            name: env.qualified_tokens
+            for name, env in entry.envelope.items()
+            if getattr(env, "qualified_tokens", None)
+        },
+        measured=all(getattr(env, "measured", False) for env in entry.envelope.values()),
+    )
+
+
+class ServicePlanEnvironment:
+    """:class:`~akka_optimize.plan.PlanEnvironment` over one database session."""
+
+    def __init__(self, ctx: ServiceContext, session: Session) -> None:
+        self.ctx = ctx
+        self.session = session
+        self.deployment = deployment_for(ctx)
+        self.cuda_available = cuda_available()
+        self._catalog: Any = None
+
+    def project_exists(self, name: str) -> bool:
+        """Whether a training project called ``name`` exists."""
+        q = select(Project.id).where(Project.name == name.lower())
+        return self.session.scalar(q) is not None
+
+    def resolve_dataset(self, ref: str, project: str) -> str:
+        """Pin a dataset reference through the registry (raises NotFound/InvalidRequest)."""
+        return self.resolve_artifact("dataset", ref, project)
+
+    def resolve_artifact(self, kind: str, ref: str, project: str) -> str:
+        """Pin a ``dataset``, ``model`` or ``bundle`` reference through the registry."""
+        from ..registry import resolve
+
+        return resolve(self.session, kind, ref, project).pinned
+
+    def catalog_entry(self, repository: str) -> CatalogEntryView | None:
+        """The base model's catalog entry, or None when the catalog does not allow it."""
+        from ..catalog import load_catalog
+
+        if self._catalog is None:
+            self._catalog = load_catalog(self.deployment)
+        entry = self._catalog.get(repository)
+        return catalog_view(entry) if entry is not None else None
+
+
+def resolve_run_plan(ctx: ServiceContext, session: Session, raw: Any) -> ResolvedPlan:
+    """Resolve ``raw`` against this service. Raises PlanRefused (400) with every refusal."""
+    return resolve_plan(raw, ServicePlanEnvironment(ctx, session))
+
+
+def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPlan) -> Any:
+    """Findings for the pinned training dataset when the data package computes them
+    (``akka_optimize.data.findings``), else None."""
+    try:
+        from ..data import findings as mod  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    fn = getattr(mod, "findings_for_version", None)
+    if fn is None:
+        return None
+    return fn(ctx, session, resolved.plan["config"]["dataset"])
+
+
+def dry_run(ctx: ServiceContext, session: Session, raw: Any) -> dict[str, Any]:
+    """The dry-run report of ``raw``; creates nothing. Raises PlanRefused when refused."""
+    resolved = resolve_run_plan(ctx, session, raw)
+    return dry_run_report(resolved, dataset_findings(ctx, session, resolved))
