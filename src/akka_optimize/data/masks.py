@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from akka_optimize.data.policy import LossPolicy
-from akka_optimize.data.render import Rendered, render_row
+from akka_optimize.data.render import Rendered, RenderError, render_row
 from akka_optimize.data.types import Example
 from akka_optimize.errors import InvalidRequest
 
@@ -84,21 +84,36 @@ class Encoded:
 
 
 def encode_rows(
-    tokenizer: Any, rows: list[dict[str, Any]], policy: LossPolicy, row_numbers: list[int]
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    policy: LossPolicy,
+    row_numbers: list[int],
+    errors: list[RenderError] | None = None,
 ) -> list[Encoded]:
     """Render, tokenize (in batches) and mask ``rows``.
 
+    Args:
+        errors: when given, rows the template cannot render are appended here and left
+            out of the result instead of raising.
+
     Raises:
-        RenderError: a row the template cannot render correctly (row number, what was dropped).
+        RenderError: a row the template cannot render correctly (row number, what was
+            dropped), unless ``errors`` collects it.
     """
     require_fast(tokenizer)
     out: list[Encoded] = []
     for b in range(0, len(rows), BATCH_ROWS):
-        chunk = rows[b : b + BATCH_ROWS]
-        numbers = row_numbers[b : b + BATCH_ROWS]
-        rendered = [
-            render_row(tokenizer, r, policy, n) for r, n in zip(chunk, numbers, strict=True)
-        ]
+        rendered, numbers = [], []
+        for r, n in zip(rows[b : b + BATCH_ROWS], row_numbers[b : b + BATCH_ROWS], strict=True):
+            try:
+                rendered.append(render_row(tokenizer, r, policy, n))
+                numbers.append(n)
+            except RenderError as err:
+                if errors is None:
+                    raise
+                errors.append(err)
+        if not rendered:
+            continue
         enc = tokenizer(
             [r.text for r in rendered], add_special_tokens=False, return_offsets_mapping=True
         )

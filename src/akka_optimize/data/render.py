@@ -234,7 +234,7 @@ def _locate(sent_text: str, real_text: str, fields: list[_Field], row: int) -> N
 
 
 def _dropped(
-    row: dict[str, Any], fields: list[_Field], policy: LossPolicy, trained_turn: set[int]
+    row: dict[str, Any], fields: list[_Field], trained_turn: set[int]
 ) -> tuple[list[str], list[str]]:
     dropped, warnings = [], []
     roles = [m["role"] for m in row["messages"]]
@@ -317,7 +317,7 @@ def render_row(
     messages = row["messages"]
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     trained_turn = set(assistants if policy.assistant_turns == "all" else assistants[-1:])
-    dropped, warnings = _dropped(row, fields, policy, trained_turn)
+    dropped, warnings = _dropped(row, fields, trained_turn)
     if dropped:
         raise RenderError(
             row_number,
