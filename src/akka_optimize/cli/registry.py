@@ -25,7 +25,7 @@ import typer
 from ..refs import Ref, parse_ref
 from .client import Client, decode
 from .context import CliError, prog
-from .output import OutputOpt, emit, print_kv, print_table
+from .output import OutputOpt, emit, print_table
 
 app = typer.Typer(
     help="The artifact registry: datasets, scoring bundles, models and images.\n\n"
@@ -203,6 +203,13 @@ def _with_images(file: Path, tmp: Path) -> Path:
     return out
 
 
+def _kv(pairs: list[tuple[str, Any]]) -> None:
+    """``key  value`` lines, never wrapped (references and digests must stay copyable)."""
+    w = max((len(k) for k, _ in pairs), default=0)
+    for k, v in pairs:
+        print(f"{k.ljust(w)}  {'' if v is None else v}")
+
+
 def _show_version(d: dict[str, Any], wide: bool) -> None:
     pairs = [
         ("ref", d.get("ref")),
@@ -229,7 +236,7 @@ def _show_version(d: dict[str, Any], wide: bool) -> None:
         pairs.insert(0, ("registered", "new version" if d["created"] else "existing version"))
     if wide:
         pairs.append(("metadata", json.dumps(meta, sort_keys=True)))
-    print_kv(pairs)
+    _kv(pairs)
 
 
 def _show_versions(d: dict[str, Any], wide: bool) -> None:
@@ -303,8 +310,8 @@ def info(output: OutputOpt = "text") -> None:
     """Show the registry's build version and upload limits."""
 
     def text(d: dict[str, Any], _wide: bool) -> None:
-        print_kv([("version", d["version"]), ("url", Client("registry").url)])
-        print_kv([(f"limits.{k}", v) for k, v in d.get("limits", {}).items()])
+        limits = [(f"limits.{k}", v) for k, v in d.get("limits", {}).items()]
+        _kv([("version", d["version"]), ("url", Client("registry").url), *limits])
 
     emit(Client("registry").get("/v1/registry/info"), output, text)
 
