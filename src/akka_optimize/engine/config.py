@@ -1,0 +1,166 @@
+"""The engine's settings: one typed, documented dataclass (STYLE.md 7).
+
+The run plan (seeds/000: ``hyperparams.lora``, ``.optimizer``, ``.scheduler``,
+``.training``; ``config.model``; ``execution``) is resolved into this by the caller;
+the engine itself knows nothing of plans, HTTP or the database.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from .errors import EngineError
+
+DEFAULT_TARGET_MODULES = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
+SCHEDULES = ("constant", "linear", "cosine")
+PRECISIONS = ("auto", "fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass
+class EngineConfig:
+    """Everything one supervised LoRA run needs besides its model and data.
+
+    Units: learning rates are absolute; ratios are fractions in [0, 1]; steps count
+    optimizer updates (1-based in events); token counts are tokens.
+    """
+
+    lora_rank: int = 16
+    """``hyperparams.lora.rank``: rank r of each LoRA pair (A: r×in, B: out×r)."""
+    lora_alpha: float = 32.0
+    """``hyperparams.lora.alpha``: the update is scaled by alpha / r."""
+    lora_dropout: float = 0.0
+    """``hyperparams.lora.dropout``: dropout on the LoRA branch's input (uses the torch RNG)."""
+    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+    """Module-name suffixes to adapt (from the catalog family); every one must match."""
+
+    learning_rate: float = 2e-4
+    """``hyperparams.optimizer.learningRate``: peak AdamW learning rate."""
+    weight_decay: float = 0.0
+    """``hyperparams.optimizer.weightDecay``: decoupled AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """``hyperparams.optimizer.maxGradNorm``: clip the global gradient L2 norm; 0 turns clipping off."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+
+    scheduler: Literal["constant", "linear", "cosine"] = "linear"
+    """``hyperparams.scheduler.kind``: shape of the learning rate after warmup."""
+    warmup_ratio: float = 0.0
+    """Fraction of all updates spent warming up linearly (rounded up to whole updates)."""
+    min_learning_rate_ratio: float = 0.0
+    """``minLearningRateRatio``: the last update's rate as a fraction of the peak (linear, cosine)."""
+
+    epochs: int = 1
+    """Passes over the whole training set; every conversation trains every epoch."""
+    micro_batch: int = 1
+    """``microBatchPerGpu``: conversations packed into one forward pass."""
+    gradient_accumulation: int = 1
+    """Passes per update; an update holds micro_batch × gradient_accumulation conversations."""
+
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """``config.model.precision``: auto is bf16 on a CUDA device and fp32 on CPU."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in backward (less memory, ~30% more compute)."""
+    attn_implementation: str = "sdpa"
+    """``config.model.attentionImplementation`` passed to transformers (sdpa, eager, …)."""
+    head_chunk_tokens: int = 512
+    """``head.chunk_tokens``: supervised positions per output-head chunk (smaller needs less memory)."""
+
+    seed: int = 0
+    """Seeds LoRA initialisation, dropout and the per-epoch shuffle."""
+    shuffle: bool = True
+    """Shuffle the training rows, differently but reproducibly, each epoch."""
+    validation_frequency_steps: int = 0
+    """``validationFrequencySteps``: validate every N updates (0: never on a step count)."""
+    validate_each_epoch: bool = False
+    """``validateEachEpoch``: also validate before the first update and at each epoch end."""
+    save_every_steps: int = 0
+    """Save training state and adapter every N updates (0: only at the end)."""
+    keep_recoverable: int = 1
+    """``execution.keepRecoverable``: newest training states kept resumable."""
+    save_each_epoch: bool = False
+    """``execution.saveEachEpoch``: save (and keep the adapter) at each epoch end."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto picks CUDA when available."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form settings carried into saved state for the caller (ignored by the engine)."""
+
+    def __post_init__(self) -> None:
+        self.target_modules = tuple(self.target_modules)
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse impossible settings with a sentence naming the setting.
+
+        Raises:
+            EngineError: the first bad setting (``field`` is its plan path).
+        """
+        checks: list[tuple[bool, str, str]] = [
+            (self.lora_rank >= 1, "hyperparams.lora.rank", "must be at least 1"),
+            (self.lora_alpha > 0, "hyperparams.lora.alpha", "must be positive"),
+            (0 <= self.lora_dropout < 1, "hyperparams.lora.dropout", "must be in [0, 1)"),
+            (len(self.target_modules) > 0, "hyperparams.lora.targetModules", "must name a module"),
+            (self.learning_rate > 0, "hyperparams.optimizer.learningRate", "must be positive"),
+            (self.weight_decay >= 0, "hyperparams.optimizer.weightDecay", "must be at least 0"),
+            (self.max_grad_norm >= 0, "hyperparams.optimizer.maxGradNorm", "must be at least 0"),
+            (
+                self.scheduler in SCHEDULES,
+                "hyperparams.scheduler.kind",
+                f"must be one of {SCHEDULES}",
+            ),
+            (0 <= self.warmup_ratio <= 1, "hyperparams.scheduler.warmupRatio", "must be in [0, 1]"),
+            (
+                0 <= self.min_learning_rate_ratio <= 1,
+                "hyperparams.scheduler.minLearningRateRatio",
+                "must be in [0, 1]",
+            ),
+            (self.epochs >= 1, "hyperparams.training.epochs", "must be at least 1"),
+            (self.micro_batch >= 1, "hyperparams.training.microBatchPerGpu", "must be at least 1"),
+            (
+                self.gradient_accumulation >= 1,
+                "hyperparams.training.gradientAccumulation",
+                "must be at least 1",
+            ),
+            (
+                self.precision in PRECISIONS,
+                "config.model.precision",
+                f"must be one of {PRECISIONS}",
+            ),
+            (self.head_chunk_tokens >= 1, "engineSettings.head.chunk_tokens", "must be at least 1"),
+            (
+                self.validation_frequency_steps >= 0,
+                "hyperparams.training.validationFrequencySteps",
+                "must be at least 0",
+            ),
+            (self.save_every_steps >= 0, "execution.saveEverySteps", "must be at least 0"),
+            (self.keep_recoverable >= 1, "execution.keepRecoverable", "must be at least 1"),
+            (self.device in DEVICES, "execution.device", f"must be one of {DEVICES}"),
+        ]
+        for ok, path, rule in checks:
+            if not ok:
+                raise EngineError(f"{path} {rule}.", code="invalid_settings", field=path)
+
+    @property
+    def conversations_per_update(self) -> int:
+        return self.micro_batch * self.gradient_accumulation
+
+    def updates_per_epoch(self, rows: int) -> int:
+        """Updates in one epoch of ``rows`` conversations (the last one may be smaller)."""
+        return math.ceil(rows / self.conversations_per_update)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable settings (for saved state and ``runs get --settings``)."""
+        d = asdict(self)
+        d["target_modules"] = list(self.target_modules)
+        return d

@@ -1,0 +1,75 @@
+"""Token-by-token generation with a KV cache, for one prompt.
+
+Used by the trainer's own checks after training (behaviours.md 3 and 7) and small
+enough to read: greedy at ``temperature == 0``, otherwise temperature scaling then
+nucleus (top-p) filtering, drawn from a seeded generator so a seed repeats a sample.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def _pick(logits_V: Tensor, temperature: float, top_p: float, gen: torch.Generator | None) -> int:
+    if temperature <= 0:
+        return int(torch.argmax(logits_V))
+    probs_V = torch.softmax(logits_V.float() / temperature, dim=-1).cpu()
+    if top_p < 1.0:
+        sorted_p, order = torch.sort(probs_V, descending=True)
+        keep = torch.cumsum(sorted_p, 0) - sorted_p < top_p  # smallest set reaching top_p
+        probs_V = torch.zeros_like(probs_V).scatter(0, order[keep], sorted_p[keep])
+    return int(torch.multinomial(probs_V, 1, generator=gen))
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    tokenizer,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    stop_ids: set[int] | None = None,
+    seed: int | None = None,
+) -> list[int]:
+    """Continue ``prompt_ids`` by at most ``max_new_tokens`` tokens.
+
+    Args:
+        model: a causal LM (a PEFT model generates with its adapter).
+        tokenizer: used only for the default stop token (its EOS) when ``stop_ids`` is
+            empty or ``None``.
+        temperature: 0 is greedy; otherwise logits are divided by it.
+        top_p: nucleus mass kept when sampling (1.0 keeps everything).
+        stop_ids: generation ends after emitting one of these ids.
+        seed: seeds the sampling generator (CPU); ``None`` uses the global RNG.
+
+    Returns:
+        The new token ids; the last one is a stop id if generation stopped by itself.
+
+    Raises:
+        ValueError: an empty prompt or ``max_new_tokens`` < 1.
+    """
+    if not prompt_ids or max_new_tokens < 1:
+        raise ValueError("generate needs a non-empty prompt and max_new_tokens ≥ 1")
+    stops = set(stop_ids or ())
+    if not stops and tokenizer is not None and tokenizer.eos_token_id is not None:
+        stops = {tokenizer.eos_token_id}
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        new: list[int] = []
+        for _ in range(max_new_tokens):
+            tok = _pick(out.logits[0, -1], temperature, top_p, gen)
+            new.append(tok)
+            if tok in stops:
+                break
+            step = torch.tensor([[tok]], dtype=torch.long, device=device)
+            out = model(input_ids=step, cache=out.cache, use_cache=True)
+        return new
+    finally:
+        model.train(was_training)

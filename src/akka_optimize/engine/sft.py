@@ -1,0 +1,281 @@
+"""The supervised loop: settings → build → loop → save (STYLE.md 1).
+
+Every conversation trains every epoch, in an order shuffled per epoch from the seed,
+so the order of any update follows from its number alone and a resumed run sees the
+same rows in the same order (behaviours.md 6). An update packs ``micro_batch``
+conversations per pass for ``gradient_accumulation`` passes; its loss is the summed
+token loss over the whole update divided by its supervised tokens (behaviours.md 1).
+Events leave through ``emit`` as JSON-serialisable dicts (no HTTP here, STYLE.md 6).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..data.types import Example, Pass, pack_examples
+from .checks import verify_adapter
+from .config import EngineConfig
+from .errors import AdapterCheckError, EngineError
+from .session import TrainingSession
+
+Emit = Callable[[dict[str, Any]], None]
+# Settings that decide which rows an update holds; a resume must not change them.
+ORDER_SETTINGS = ("seed", "shuffle", "micro_batch", "gradient_accumulation", "epochs")
+
+
+@dataclass
+class SftResult:
+    """How a call to :func:`run_sft` ended.
+
+    Attributes:
+        step: last completed update; total_steps: updates in the whole run.
+        stopped: True when it stopped early (``stop_after_step`` / ``should_stop``) after saving.
+        final_loss: loss of the last update (``finalLoss``); mean_loss: mean over every
+            update of the run, resumed attempts included (``meanLoss``).
+        last_save_step, adapter_dir: the newest save and its verified PEFT adapter.
+        epoch_adapters: ``{"epoch", "step", "adapterDir"}`` per epoch end with saveEachEpoch.
+        final_validation_loss: the last validation loss measured, if any.
+        adapted_modules: module names that received a LoRA pair.
+    """
+
+    step: int
+    total_steps: int
+    stopped: bool
+    final_loss: float | None
+    mean_loss: float | None
+    last_save_step: int | None
+    adapter_dir: Path | None
+    adapted_modules: list[str]
+    final_validation_loss: float | None = None
+    epoch_adapters: list[dict[str, Any]] = field(default_factory=list)
+
+
+def epoch_order(rows: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
+    """Row indices of 1-based ``epoch``: a permutation seeded by (seed, epoch), or 0..rows-1."""
+    order = list(range(rows))
+    if shuffle:
+        random.Random(f"{seed}:{epoch}").shuffle(order)
+    return order
+
+
+def update_passes(
+    train: list[Example], cfg: EngineConfig, update: int
+) -> tuple[int, bool, list[Pass]]:
+    """(epoch, whether it ends the epoch, packed passes) of 1-based ``update``."""
+    per_epoch = cfg.updates_per_epoch(len(train))
+    epoch, k = divmod(update - 1, per_epoch)
+    n = cfg.conversations_per_update
+    rows = epoch_order(len(train), cfg.seed, epoch + 1, cfg.shuffle)[k * n : (k + 1) * n]
+    mb = cfg.micro_batch
+    passes = [pack_examples([train[i] for i in rows[j : j + mb]]) for j in range(0, len(rows), mb)]
+    return epoch + 1, k == per_epoch - 1, passes
+
+
+def state_path(state_dir: Path, step: int) -> Path:
+    """Folder of the save at ``step``: ``step-00000013/`` holding ``state/`` and ``adapter/``."""
+    return Path(state_dir) / f"step-{step:08d}"
+
+
+def recoverable_steps(state_dir: Path) -> list[int]:
+    """Steps whose training state is kept (resumable), oldest first."""
+    root = Path(state_dir)
+    if not root.exists():
+        return []
+    return sorted(
+        int(p.name[5:]) for p in root.glob("step-*") if (p / "state" / "state.json").exists()
+    )
+
+
+def run_sft(
+    cfg: EngineConfig,
+    model_dir: Path,
+    train: list[Example],
+    validation: list[Example] | None,
+    state_dir: Path,
+    emit: Emit,
+    *,
+    resume_step: int | None = None,
+    stop_after_step: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> SftResult:
+    """Train a LoRA adapter on ``train`` and save it under ``state_dir``.
+
+    Args:
+        resume_step: continue from the training state saved at this step.
+        stop_after_step: save and stop after this update (a pause).
+        should_stop: polled after each update; True saves and stops (pause or cancel).
+
+    Events: ``phase``, ``metrics`` (per update), ``validation``, ``save``.
+
+    Raises:
+        EngineError: rows without a supervised token, a resume that changes the order
+            settings or the data, a non-finite loss. EngineOutOfMemory: see its sentence.
+        AdapterCheckError: a saved adapter does not load onto the base model; the
+            save keeps its training state but no adapter.
+    """
+    # ---- settings
+    _refuse_unsupervised(train, "train")
+    if validation:
+        _refuse_unsupervised(validation, "validation")
+    per_epoch = cfg.updates_per_epoch(len(train))
+    total = per_epoch * cfg.epochs
+    log = {"loss_sum": 0.0, "count": 0, "last": None, "validation": None}
+
+    # ---- build
+    emit({"type": "phase", "phase": "loading_model", "step": resume_step or 0})
+    random.seed(cfg.seed)
+    session = TrainingSession(model_dir, cfg, total_updates=total)
+    if resume_step is not None:
+        log = _resume(session, cfg, state_dir, resume_step, len(train))
+    emit(
+        {
+            "type": "phase",
+            "phase": "training",
+            "step": session.step,
+            "totalSteps": total,
+            "adaptedModules": session.adapted_modules,
+        }
+    )
+    if validation and cfg.validate_each_epoch and session.step == 0:
+        log["validation"] = _validate(session, validation, cfg, 0, emit)
+
+    # ---- loop
+    result = SftResult(0, total, False, None, None, None, None, session.adapted_modules)
+    for update in range(session.step + 1, total + 1):
+        epoch, epoch_end, passes = update_passes(train, cfg, update)
+        session.forward_backward(passes)
+        metrics = session.optim_step()
+        emit({"type": "metrics", "epoch": epoch, **metrics})
+        log["loss_sum"] += metrics["loss"]
+        log["count"] += 1
+        log["last"] = metrics["loss"]
+
+        freq = cfg.validation_frequency_steps
+        if validation and (
+            (freq and update % freq == 0) or (cfg.validate_each_epoch and epoch_end)
+        ):
+            log["validation"] = _validate(session, validation, cfg, update, emit)
+
+        stopping = update < total and (
+            update == stop_after_step or bool(should_stop and should_stop())
+        )
+        every = cfg.save_every_steps and update % cfg.save_every_steps == 0
+        if update == total or every or stopping or (cfg.save_each_epoch and epoch_end):
+            adapter = _save(
+                session, cfg, model_dir, state_dir, epoch, epoch_end, len(train), log, emit
+            )
+            result.last_save_step, result.adapter_dir = update, adapter
+            if cfg.save_each_epoch and epoch_end:
+                result.epoch_adapters.append(
+                    {"epoch": epoch, "step": update, "adapterDir": str(adapter)}
+                )
+        if stopping:
+            result.stopped = True
+            break
+
+    # ---- result
+    result.step = session.step
+    result.final_loss = log["last"]
+    result.mean_loss = log["loss_sum"] / log["count"] if log["count"] else None
+    result.final_validation_loss = log["validation"]
+    emit(
+        {
+            "type": "phase",
+            "phase": "paused" if result.stopped else "finished",
+            "step": session.step,
+            "finalLoss": result.final_loss,
+            "meanLoss": result.mean_loss,
+        }
+    )
+    return result
+
+
+def _refuse_unsupervised(rows: list[Example], name: str) -> None:
+    if not rows:
+        raise EngineError(f"the {name} set has no rows.", code="no_rows")
+    bad = [ex.row for ex in rows if not any(ex.weights[1:])]
+    if bad:
+        raise EngineError(
+            f"{len(bad)} {name} row(s) have no supervised token (rows {bad[:10]}); "
+            "refusing a silent 0 loss.",
+            code="no_supervised_tokens",
+        )
+
+
+def _resume(
+    session: TrainingSession, cfg: EngineConfig, state_dir: Path, step: int, rows: int
+) -> dict:
+    meta = session.load_state(state_path(state_dir, step) / "state")
+    saved = meta["config"]
+    changed = [k for k in ORDER_SETTINGS if saved.get(k) != getattr(cfg, k)]
+    if changed or meta["cursor"].get("rows") != rows:
+        raise EngineError(
+            f"the training state at step {step} was saved with other settings "
+            f"({changed or 'the number of rows'}); a resume continues the same run with its own settings.",
+            code="resume_mismatch",
+        )
+    return dict(meta["cursor"]["log"])
+
+
+def _validate(
+    session: TrainingSession, rows: list[Example], cfg: EngineConfig, step: int, emit: Emit
+) -> float:
+    """Token-weighted loss over the whole validation set (seeds/001 "Validate …")."""
+    emit({"type": "phase", "phase": "validating", "step": step})
+    mb = cfg.micro_batch
+    res = session.forward([pack_examples(rows[i : i + mb]) for i in range(0, len(rows), mb)])
+    loss = res.loss_sum / res.supervised_tokens
+    emit(
+        {
+            "type": "validation",
+            "step": step,
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 700.0)),
+            "supervisedTokens": res.supervised_tokens,
+        }
+    )
+    return loss
+
+
+def _save(
+    session: TrainingSession,
+    cfg: EngineConfig,
+    model_dir: Path,
+    state_dir: Path,
+    epoch: int,
+    epoch_end: bool,
+    rows: int,
+    log: dict,
+    emit: Emit,
+) -> Path:
+    """Save state + adapter at the current step, verify the adapter, prune old states."""
+    step = session.step
+    emit({"type": "phase", "phase": "saving", "step": step})
+    folder = state_path(state_dir, step)
+    cursor = {"epoch": epoch, "epochEnd": epoch_end, "rows": rows, "log": log}
+    session.save_state(folder / "state", cursor)
+    adapter = session.save_adapter(folder / "adapter")
+    event = {
+        "type": "save",
+        "step": step,
+        "epoch": epoch,
+        "epochEnd": epoch_end,
+        "stateDir": str(folder / "state"),
+        "adapterDir": str(adapter),
+    }
+    try:
+        verify_adapter(adapter, model_dir, cfg.lora_rank, cfg.target_modules)
+    except AdapterCheckError as exc:
+        shutil.rmtree(adapter, ignore_errors=True)
+        emit({**event, "adapterDir": None, "adapterCheck": exc.message})
+        raise
+    emit(event)
+    for old in recoverable_steps(state_dir)[: -cfg.keep_recoverable]:
+        shutil.rmtree(state_path(state_dir, old) / "state", ignore_errors=True)
+    return adapter

@@ -1,0 +1,169 @@
+"""Saves, kept states and exact resume (behaviours.md 6; seeds/001 keepRecoverable, saveEachEpoch)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from engine_testkit import fp32_config, random_rows
+from safetensors.torch import load_file
+
+from akka_optimize.engine.errors import EngineError
+from akka_optimize.engine.sft import recoverable_steps, run_sft, state_path
+
+ROWS = random_rows(10, seed=3)
+# 10 rows, shuffled, 2 epochs, micro batch 1: 20 updates. Dropout on, so the RNG matters.
+CFG = dict(
+    epochs=2,
+    micro_batch=1,
+    shuffle=True,
+    lora_dropout=0.1,
+    scheduler="cosine",
+    warmup_ratio=0.1,
+    seed=7,
+    keep_recoverable=2,
+)
+
+
+def _metrics(events):
+    return [e for e in events if e["type"] == "metrics"]
+
+
+def _state(folder):
+    opt = torch.load(folder / "optimizer.pt", weights_only=False)
+    return load_file(folder / "adapter_state.safetensors"), opt
+
+
+def test_resume_continues_the_same_run_bitwise(tiny_model_dir, tmp_path):
+    whole: list[dict] = []
+    done = run_sft(fp32_config(**CFG), tiny_model_dir, ROWS, None, tmp_path / "a", whole.append)
+    assert done.step == done.total_steps == 20 and not done.stopped
+
+    first: list[dict] = []
+    paused = run_sft(
+        fp32_config(**CFG),
+        tiny_model_dir,
+        ROWS,
+        None,
+        tmp_path / "b",
+        first.append,
+        stop_after_step=13,
+    )
+    assert paused.stopped and paused.step == 13 and paused.last_save_step == 13
+    assert 13 in recoverable_steps(tmp_path / "b")
+    second: list[dict] = []
+    resumed = run_sft(
+        fp32_config(**CFG),
+        tiny_model_dir,
+        ROWS,
+        None,
+        tmp_path / "b",
+        second.append,
+        resume_step=13,
+    )
+    assert resumed.step == resumed.total_steps == 20
+
+    after = _metrics(second)
+    assert [m["step"] for m in after] == list(range(14, 21))
+    keys = (
+        "loss",
+        "learningRate",
+        "gradNorm",
+        "adapterNorm",
+        "updateRatio",
+        "supervisedTokens",
+        "epoch",
+    )
+    for got, want in zip(after, _metrics(whole)[13:], strict=True):
+        assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
+    assert _metrics(first) == _metrics(first)[:13] and len(_metrics(first)) == 13
+
+    adapter_a, opt_a = _state(state_path(tmp_path / "a", 20) / "state")
+    adapter_b, opt_b = _state(state_path(tmp_path / "b", 20) / "state")
+    assert adapter_a.keys() == adapter_b.keys()
+    assert all(torch.equal(adapter_a[k], adapter_b[k]) for k in adapter_a)
+    for i, st in opt_a["state"].items():
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(st[k], opt_b["state"][i][k]), (i, k)
+    assert resumed.final_loss == done.final_loss
+    assert resumed.mean_loss == pytest.approx(done.mean_loss, abs=1e-12)
+
+
+def test_saves_keep_the_newest_states_and_each_epoch_adapter(tiny_model_dir, tmp_path):
+    events: list[dict] = []
+    cfg = fp32_config(
+        epochs=2,
+        micro_batch=2,
+        save_every_steps=2,
+        keep_recoverable=2,
+        save_each_epoch=True,
+        validate_each_epoch=True,
+        validation_frequency_steps=4,
+    )
+    res = run_sft(
+        cfg, tiny_model_dir, random_rows(6, seed=4), random_rows(3, seed=9), tmp_path, events.append
+    )
+    saves = [e for e in events if e["type"] == "save"]
+    assert [(s["step"], s["epoch"], s["epochEnd"]) for s in saves] == [
+        (2, 1, False),
+        (3, 1, True),
+        (4, 2, False),
+        (6, 2, True),
+    ]
+    assert recoverable_steps(tmp_path) == [4, 6]  # keepRecoverable 2
+    for s in saves:  # every adapter stays, in PEFT format
+        names = sorted(p.name for p in (tmp_path / f"step-{s['step']:08d}" / "adapter").iterdir())
+        assert {"adapter_config.json", "adapter_model.safetensors"} <= set(names)
+        assert (
+            json.loads(
+                (tmp_path / f"step-{s['step']:08d}" / "adapter" / "adapter_config.json").read_text()
+            )["r"]
+            == 4
+        )
+    assert res.epoch_adapters == [
+        {"epoch": 1, "step": 3, "adapterDir": saves[1]["adapterDir"]},
+        {"epoch": 2, "step": 6, "adapterDir": saves[3]["adapterDir"]},
+    ]
+    vals = [e for e in events if e["type"] == "validation"]
+    assert [v["step"] for v in vals] == [0, 3, 4, 6]  # before training, epoch ends, every 4
+    assert all(v["perplexity"] == pytest.approx(math.exp(v["loss"]), rel=1e-9) for v in vals)
+    assert res.final_validation_loss == vals[-1]["loss"]
+    metrics = _metrics(events)
+    for m in metrics:
+        for key in (
+            "loss",
+            "learningRate",
+            "gradNorm",
+            "gradClipFactor",
+            "adapterNorm",
+            "updateRatio",
+            "supervisedTokens",
+            "totalTokens",
+            "tokensPerSecond",
+            "stepTimeSeconds",
+        ):
+            assert isinstance(m[key], (int, float)), key
+        assert 0 < m["gradClipFactor"] <= 1
+        assert (m["updateRatio"] > 0) == (m["learningRate"] > 0)  # linear to 0: the last is 0
+    assert res.final_loss == metrics[-1]["loss"]
+    assert res.mean_loss == pytest.approx(sum(m["loss"] for m in metrics) / 6)
+    json.dumps(events)  # plain, serialisable events
+
+
+def test_resume_refuses_other_order_settings(tiny_model_dir, tmp_path):
+    cfg = fp32_config(**CFG)
+    run_sft(cfg, tiny_model_dir, ROWS, None, tmp_path, lambda e: None, stop_after_step=2)
+    with pytest.raises(EngineError, match="seed"):
+        run_sft(
+            fp32_config(**{**CFG, "seed": 8}),
+            tiny_model_dir,
+            ROWS,
+            None,
+            tmp_path,
+            lambda e: None,
+            resume_step=2,
+        )
+    with pytest.raises(EngineError, match="no training state"):
+        run_sft(cfg, tiny_model_dir, ROWS, None, tmp_path, lambda e: None, resume_step=5)

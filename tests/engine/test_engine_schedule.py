@@ -1,0 +1,39 @@
+"""Learning-rate schedules (hyperparams.scheduler: constant, linear, cosine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from akka_optimize.engine.config import EngineConfig
+from akka_optimize.engine.errors import EngineError
+from akka_optimize.engine.schedule import lr_factor, warmup_updates
+
+
+def test_cosine_with_warmup_and_minimum_hits_its_values():
+    # 12 updates, warmup 0.25 → 3 warmup updates; then p = (k - 4) / 8.
+    f = [lr_factor("cosine", k, 12, 0.25, 0.1) for k in range(1, 13)]
+    assert warmup_updates(12, 0.25) == 3
+    assert f[:4] == pytest.approx([1 / 3, 2 / 3, 1.0, 1.0])
+    assert f[-1] == pytest.approx(0.1)  # the last update runs at the minimum ratio
+    # k = 8: p = 1/2 → 0.1 + 0.9 · ½(1 + cos(π/2)) = 0.55; k = 10: p = 3/4
+    assert f[7] == pytest.approx(0.55)
+    assert f[9] == pytest.approx(0.1 + 0.9 * 0.5 * (1 - 0.5**0.5))
+    assert all(a >= b for a, b in zip(f[3:], f[4:], strict=False))
+
+
+def test_linear_and_constant():
+    assert [lr_factor("linear", k, 5, 0.0, 0.0) for k in range(1, 6)] == pytest.approx(
+        [1.0, 0.75, 0.5, 0.25, 0.0]
+    )
+    assert [lr_factor("constant", k, 4, 0.5) for k in range(1, 5)] == pytest.approx([0.5, 1, 1, 1])
+    assert lr_factor("cosine", 1, 1) == 1.0
+
+
+def test_bad_settings_are_refused_with_their_field():
+    with pytest.raises(EngineError) as e:
+        EngineConfig(scheduler="step")
+    assert e.value.field == "hyperparams.scheduler.kind"
+    with pytest.raises(EngineError, match="microBatchPerGpu"):
+        EngineConfig(micro_batch=0)
+    with pytest.raises(ValueError, match="outside"):
+        lr_factor("linear", 0, 3)
