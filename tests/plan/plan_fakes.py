@@ -93,3 +93,62 @@ SEED_040_PLAN: dict[str, Any] = {
 }
 """seeds/000's example plan with ``workload`` renamed ``project`` and the dataset made a
 registry reference (seeds/001 breaking changes)."""
+
+
+FULL_SFT_PLAN: dict[str, Any] = {
+    "kind": "run",
+    "project": "triage",
+    "baseModel": "google/gemma-4-E4B-it",
+    "modelName": "triage-e4b",
+    "submissionId": "sub-1",
+    "smoke": False,
+    "config": {
+        "dataset": "triage/train",
+        "method": "sft",
+        "hyperparams": {
+            "lora": {"rank": 32, "alpha": 64.0, "dropout": 0.1},
+            "optimizer": {
+                "kind": "adamw",
+                "learningRate": 1e-4,
+                "weightDecay": 0.05,
+                "maxGradNorm": 1.0,
+            },
+            "scheduler": {"kind": "cosine", "warmupRatio": 0.05, "minLearningRateRatio": 0.1},
+            "training": {
+                "epochs": 2,
+                "microBatchPerGpu": 2,
+                "gradientAccumulation": 4,
+                "validationFrequencySteps": 50,
+                "validateEachEpoch": True,
+                "validationBatchSize": 16,
+                "tokensPerGpu": 8192,
+                "seed": 7,
+            },
+        },
+        "maxSeqLength": 4096,
+        "model": {
+            "precision": "bf16",
+            "weightPrecision": "bf16",
+            "gradientCheckpointing": True,
+            "attentionImplementation": "flex_attention",
+        },
+        "data": {"validationDataset": "triage/val", "use_dynamic_bsz": True},
+        "loss": {"assistantTurns": "all", "trainOnToolCalls": True, "trainOnToolResults": False},
+        "engineSettings": {
+            "head.chunk_tokens": 256,
+            "engine.pad_to_length_bucket": 512,
+            "kernels.liger.rms_norm": True,
+            "checks.reference.max_logprob_error": 0.1,
+            "dtypes.reduce": "bf16",
+        },
+    },
+    "execution": {
+        "gpus": 4,
+        "deviceProfile": "H100",
+        "hostMemoryGiB": 96,
+        "keepRecoverable": 3,
+        "saveEachEpoch": True,
+        "memory": {"offload": {"optimizer": True}, "sharding": "none"},
+    },
+}
+"""A supervised plan on 4 H100s stating a field of every group (accepted by the fakes)."""

@@ -1,9 +1,16 @@
-"""``config-schema``: the plan reference (filled by the run-plan issue)."""
+"""``config-schema``: the run plan's reference, generated from the schema the service
+validates with (:mod:`akka_optimize.plan.reference`): descriptions, defaults per loop,
+bounds and every engine setting."""
 
 from __future__ import annotations
 
-import typer
+import json
+import sys
 
+import typer
+import yaml
+
+from ..plan.reference import field_schema, plan_json_schema
 from .context import CliError
 
 
@@ -17,4 +24,13 @@ def config_schema(
 
     Example: {prog} config-schema --field config.hyperparams.lora.rank
     """
-    raise CliError("config-schema is not available in this build yet.")
+    if format not in ("json", "yaml"):
+        raise CliError(f"--format must be json or yaml, not {format!r}.", exit_code=2)
+    try:
+        schema = field_schema(field) if field else plan_json_schema()
+    except KeyError as exc:
+        raise CliError(str(exc.args[0])) from exc
+    if format == "yaml":
+        sys.stdout.write(yaml.safe_dump(schema, sort_keys=False, allow_unicode=True))
+    else:
+        sys.stdout.write(json.dumps(schema, indent=2) + "\n")

@@ -1,7 +1,155 @@
-"""``runs`` commands."""
+"""``training runs`` commands.
+
+This module holds ``training runs start -f PLAN [--dry-run [--show-resolved]]`` (the
+run-plan issue: :func:`read_plan_file`, :func:`post_plan`, :func:`print_dry_run`,
+:func:`print_refusals`); the other runs commands join it beside these functions.
+"""
 
 from __future__ import annotations
 
-import typer
+import json
+import sys
+from pathlib import Path
+from typing import Any
 
-app = typer.Typer(help="runs.", no_args_is_help=True)
+import httpx
+import typer
+import yaml
+
+from .client import Client
+from .context import CliError, prog
+from .output import check_format, console
+
+app = typer.Typer(
+    help="Training runs: start from a plan, follow, inspect.\n\n"
+    "Example: {prog} training runs start -f plan.json --dry-run",
+    no_args_is_help=True,
+)
+
+
+# -- training runs start: plan files, dry run, refusals --------------------------------
+def read_plan_file(path: Path) -> Any:
+    """Read a plan from a JSON (or ``.yaml``/``.yml``) file.
+
+    Raises:
+        CliError: the file is missing or not valid JSON/YAML; the message names the file
+            and the line.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CliError(f"Cannot read the plan file {path}: {exc.strerror or exc}.") from exc
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f":{mark.line + 1}" if mark is not None else ""
+            raise CliError(f"{path}{where}: not valid YAML: {exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(
+            f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})."
+        ) from exc
+
+
+def post_plan(plan: Any, dry_run: bool) -> tuple[int, dict[str, Any]]:
+    """POST the plan to ``/v1/training/runs`` and return ``(status, body)`` without
+    raising on a refusal, so every refusal can be printed."""
+    client = Client("trainer")
+    params = {"dryRun": "true"} if dry_run else None
+    try:
+        r = httpx.post(
+            client.url + "/v1/training/runs",
+            json=plan,
+            params=params,
+            headers=client.headers(),
+            timeout=client.timeout,
+        )
+    except httpx.ConnectError as exc:
+        raise CliError(
+            f"Cannot reach the service at {client.url}. Start it with "
+            f"`{prog()} server start`, or set AKKA_OPTIMIZE_URL."
+        ) from exc
+    try:
+        body = r.json()
+    except ValueError:
+        body = {"error": {"message": r.text.strip()[:500] or f"HTTP {r.status_code}"}}
+    return r.status_code, body
+
+
+def print_refusals(error: dict[str, Any]) -> None:
+    """Every refusal of a refused plan, one per line, on stderr."""
+    details = error.get("details") or []
+    if isinstance(details, list) and details and all(isinstance(d, dict) for d in details):
+        n = len(details)
+        print(f"The plan is refused ({n} {'reason' if n == 1 else 'reasons'}):", file=sys.stderr)
+        for d in details:
+            print(f"  - {d.get('message')}", file=sys.stderr)
+    else:
+        print(f"Error: {error.get('message')}", file=sys.stderr)
+
+
+def print_dry_run(report: dict[str, Any], show_resolved: bool) -> None:
+    """The dry run as text: hash, identity, pinned references, settings one line per group
+    (all of them with ``--show-resolved``, else only the stated values), findings."""
+    print("Dry run: the plan is accepted; nothing was created.")
+    print(f"Configuration hash: {report['configHash']}")
+    ex = report["resolved"]["execution"]
+    print(f"Project: {report['project']}   Method: {report['method']}")
+    print(f"Base model: {report['baseModel']}   Registers: {report['modelName']}")
+    print(f"Devices: {ex['gpus']} x {report['deviceProfile']}")
+    for path, ref in report.get("pinned", {}).items():
+        print(f"{path}: {ref}")
+    lines = report.get("settings", [])
+    if show_resolved:
+        print("Resolved settings (* = stated by the plan):")
+        for line in lines:
+            console.print(f"  {line['text']}", highlight=False, markup=False)
+    else:
+        stated = [(line["group"], [v for v in line["values"] if v["stated"]]) for line in lines]
+        stated = [(g, vs) for g, vs in stated if vs]
+        if stated:
+            print("Stated settings (--show-resolved shows every setting):")
+        for group, values in stated:
+            text = " ".join(f"{v['key']}={json.dumps(v['value'])}" for v in values)
+            console.print(f"  {group}: {text}", highlight=False, markup=False)
+    findings = report.get("findings")
+    if findings:
+        print("Dataset findings:")
+        items = findings if isinstance(findings, list) else [findings]
+        for f in items:
+            print(f"  - {f.get('message', f) if isinstance(f, dict) else f}")
+
+
+@app.command("start")
+def start(
+    file: Path = typer.Option(..., "--file", "-f", help="The run plan (JSON or YAML)."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Resolve and check the plan; create nothing."
+    ),
+    show_resolved: bool = typer.Option(
+        False, "--show-resolved", help="With --dry-run, print every resolved setting."
+    ),
+    output: str = typer.Option("text", "--output", "-o", help="Output format: text, json or wide."),
+) -> None:
+    """Start a run from a plan, or check it with --dry-run.
+
+    Example: {prog} training runs start -f plan.json --dry-run --show-resolved
+    """
+    check_format(output)
+    plan = read_plan_file(file)
+    status, body = post_plan(plan, dry_run)
+    if status >= 400:
+        if output == "json":
+            sys.stdout.write(json.dumps(body, indent=2) + "\n")
+        else:
+            print_refusals(body.get("error", {}))
+        raise typer.Exit(1)
+    if output == "json":
+        sys.stdout.write(json.dumps(body, indent=2, default=str) + "\n")
+    elif dry_run:
+        print_dry_run(body, show_resolved or output == "wide")
+    else:
+        print(f"Run {body.get('id', '?')} {body.get('state', 'submitted')}.")

@@ -81,10 +81,13 @@ def _dtypes_line(r: ResolvedPlan, stated: set[str]) -> dict[str, Any]:
         ("weights", "config.model.weightPrecision", cfg["model"]["weightPrecision"]),
     ]
     for key in ("dtypes.compute", "dtypes.reduce", "dtypes.buffer"):
-        if key in engine:
-            label = key.split(".", 1)[1]
-            path = f"config.engineSettings.{key}"
-            items = [i for i in items if i[0] != label] + [(label, path, engine[key])]
+        path = f"config.engineSettings.{key}"
+        if key not in engine or (key == "dtypes.compute" and path not in stated):
+            continue
+        label = key.split(".", 1)[1]
+        items = [(lbl, p, v) if lbl != label else (label, path, engine[key]) for lbl, p, v in items]
+        if all(lbl != label for lbl, _, _ in items):
+            items.append((label, path, engine[key]))
     return _line("data types", items, stated)
 
 
