@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from akka_optimize.data.policy import LossPolicy
-from akka_optimize.data.render import Rendered, RenderError, render_row
+from akka_optimize.data.render import Rendered, RenderError, render_rows
 from akka_optimize.data.types import Example
 from akka_optimize.errors import InvalidRequest
 
@@ -102,26 +102,24 @@ def encode_rows(
     """
     require_fast(tokenizer)
     out: list[Encoded] = []
+    backend = tokenizer.backend_tokenizer
+    # what tokenizer(text) does by default: no truncation, no padding (an earlier call may
+    # have left either set on the shared Rust tokenizer)
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
     for b in range(0, len(rows), BATCH_ROWS):
-        rendered, numbers = [], []
-        for r, n in zip(rows[b : b + BATCH_ROWS], row_numbers[b : b + BATCH_ROWS], strict=True):
-            try:
-                rendered.append(render_row(tokenizer, r, policy, n))
-                numbers.append(n)
-            except RenderError as err:
-                if errors is None:
-                    raise
-                errors.append(err)
-        if not rendered:
+        numbers = row_numbers[b : b + BATCH_ROWS]
+        rendered = render_rows(tokenizer, rows[b : b + BATCH_ROWS], policy, numbers, errors)
+        kept = [(r, n) for r, n in zip(rendered, numbers, strict=True) if r is not None]
+        if not kept:
             continue
-        enc = tokenizer(
-            [r.text for r in rendered], add_special_tokens=False, return_offsets_mapping=True
-        )
-        for ids, offs, r, n in zip(
-            enc["input_ids"], enc["offset_mapping"], rendered, numbers, strict=True
-        ):
-            weights = weights_from_offsets(offs, r.trained)
-            out.append(Encoded(Example(list(ids), weights, n), r, [tuple(o) for o in offs]))
+        # the Rust tokenizer directly: the same ids as tokenizer(text, add_special_tokens=False)
+        encodings = backend.encode_batch([r.text for r, _ in kept], add_special_tokens=False)
+        for enc, (r, n) in zip(encodings, kept, strict=True):
+            weights = weights_from_offsets(enc.offsets, r.trained)
+            out.append(Encoded(Example(list(enc.ids), weights, n), r, enc.offsets))
     return out
 
 

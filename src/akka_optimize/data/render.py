@@ -305,14 +305,96 @@ def render_row(
         RenderError: the template raises for the row, drops a field the row uses, writes a
             field twice, or changes message text so spans cannot be recovered.
     """
-    real, sent, tools, sent_tools, fields = _sentinel_row(row)
+    (out,) = render_rows(tokenizer, [row], policy, [row_number])
+    assert out is not None
+    return out
+
+
+def _render_sentinels(tokenizer: Any, messages: list[dict[str, Any]], tools: Any) -> str:
+    """Render the sentinel conversation with the compiled template directly (faster).
+
+    Only the real text must be exactly ``apply_chat_template``'s; should this shortcut ever
+    differ from it, the sentinel text no longer matches and the row is refused, never
+    mis-masked. Falls back to ``apply_chat_template`` when the private helpers move.
+    """
     try:
-        text = _render(tokenizer, real, tools)
-        sent_text = _render(tokenizer, sent, sent_tools)
-    except Exception as exc:  # the template's own refusal (jinja raise_exception, TypeError…)
-        raise RenderError(
-            row_number, f"the base model's chat template cannot render this row: {exc}"
-        ) from None
+        from transformers.utils.chat_template_utils import (
+            _alias_reasoning_fields,
+            _compile_jinja_template,
+        )
+    except ImportError:  # pragma: no cover - other transformers versions
+        return _render(tokenizer, messages, tools)
+    template = tokenizer.get_chat_template(None, tools)
+    return _compile_jinja_template(template).render(
+        **tokenizer.special_tokens_map,
+        messages=_alias_reasoning_fields(messages),
+        tools=tools,
+        documents=None,
+        add_generation_prompt=False,
+    )
+
+
+def _render_all(tokenizer: Any, prepared: list[tuple]) -> list[tuple[str, str] | Exception]:
+    """Real and sentinel texts of every row; the real texts of rows without tools in one call."""
+    out: list[tuple[str, str] | Exception] = [ValueError("not rendered")] * len(prepared)
+    plain = [i for i, p in enumerate(prepared) if not p[2]]
+    real: dict[int, str] = {}
+    if plain:
+        try:
+            texts = _render(tokenizer, [prepared[i][0] for i in plain], None)
+            real = dict(zip(plain, texts, strict=True))
+        except Exception:  # one row made the template raise: find it below, row by row
+            real = {}
+    for i, (messages, sent, tools, sent_tools, _) in enumerate(prepared):
+        try:
+            text = real[i] if i in real else _render(tokenizer, messages, tools)
+            out[i] = (text, _render_sentinels(tokenizer, sent, sent_tools))
+        except Exception as exc:  # the template's own refusal (raise_exception, TypeError…)
+            out[i] = exc
+    return out
+
+
+def render_rows(
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    policy: LossPolicy,
+    row_numbers: list[int],
+    errors: list[RenderError] | None = None,
+) -> list[Rendered | None]:
+    """:func:`render_row` for many rows, rendering rows without tools in batches.
+
+    Args:
+        errors: when given, a row's :class:`RenderError` is appended here and its entry in
+            the result is ``None``; otherwise the first one is raised.
+    """
+    prepared = [_sentinel_row(r) for r in rows]
+    out: list[Rendered | None] = []
+    for row, n, p, texts in zip(
+        rows, row_numbers, prepared, _render_all(tokenizer, prepared), strict=True
+    ):
+        try:
+            if isinstance(texts, Exception):
+                raise RenderError(
+                    n, f"the base model's chat template cannot render this row: {texts}"
+                )
+            out.append(_spans(tokenizer, row, policy, n, texts[0], texts[1], p[4]))
+        except RenderError as err:
+            if errors is None:
+                raise
+            errors.append(err)
+            out.append(None)
+    return out
+
+
+def _spans(
+    tokenizer: Any,
+    row: dict[str, Any],
+    policy: LossPolicy,
+    row_number: int,
+    text: str,
+    sent_text: str,
+    fields: list[_Field],
+) -> Rendered:
     _locate(sent_text, text, fields, row_number)
     messages = row["messages"]
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
