@@ -49,9 +49,9 @@ def _print_list(data: dict[str, Any], wide: bool) -> None:
         m["cachedText"] = "yes" if m.get("cached") else "no"
         m["defaultText"] = "yes" if m.get("default") else ""
     cols = [("MODEL", "modelText"), ("STATE", "stateText"), ("CACHED", "cachedText")]
-    cols.append(("FAMILY", "family"))
     if wide:
         cols += [
+            ("FAMILY", "family"),
             ("REPOSITORY", "repository"),
             ("DEFAULT", "defaultText"),
             ("SOURCE", "source"),
