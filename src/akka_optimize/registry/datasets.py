@@ -39,6 +39,7 @@ from .core import ResolvedVersion, register_version
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                ".gif": "image/gif", ".webp": "image/webp", ".bmp": "image/bmp"}  # fmt: skip
 _REMOTE = ("http://", "https://", "data:", "sha256:")
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def mib(n: int) -> str:
@@ -52,9 +53,7 @@ def mib(n: int) -> str:
 
 def canonical_line(row: dict[str, Any]) -> bytes:
     """One canonical example: JSON with sorted keys, no spaces, UTF-8, and a newline."""
-    return (
-        json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
-    ).encode()
+    return (_CANONICAL.encode(row) + "\n").encode()
 
 
 def _file_digest(path: Path) -> tuple[str, int]:
