@@ -14,7 +14,7 @@ from rich.table import Table
 
 from .context import CliError
 
-console = Console()
+console = Console(soft_wrap=True)
 err_console = Console(stderr=True)
 
 OutputOpt = Annotated[
@@ -51,7 +51,8 @@ def print_table(rows: Iterable[dict[str, Any]], columns: Sequence[tuple[str, str
     if n == 0:
         console.print("(none)")
     else:
-        console.print(t)
+        # Never fold digests or pinned references when piped: tables take their natural width.
+        Console(width=max(console.width, 400) if not console.is_terminal else None).print(t)
 
 
 def print_kv(pairs: Iterable[tuple[str, Any]]) -> None:
