@@ -192,3 +192,23 @@ def test_mutated_plans_over_http_never_fail_the_service(svc: LiveService, plan: 
     if r.status_code == 400:
         err = r.json()["error"]
         assert err["field"] and err["field"] in err["message"]
+
+
+def test_dry_run_reports_duplicate_rows(svc: LiveService, tmp_path: Path) -> None:
+    rows = ROWS[:2] + [ROWS[0]]
+    body = "\n".join(json.dumps(r) for r in rows).encode()
+    assert svc.api("POST", "/v1/registry/datasets/triage/dups", content=body).status_code in (
+        200,
+        201,
+    )
+    plan = copy.deepcopy(MINIMAL)
+    plan["config"]["dataset"] = "dups"
+    findings = dry_run(svc, plan).json()["findings"]
+    assert findings["rows"] == 3
+    assert findings["exact_duplicates"] == [[1, 3]]
+    assert findings["dataset"].startswith("triage/dups:v1@sha256:")
+    assert "tokenizer" in findings["tokenFindings"]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    out = svc.cli("training", "runs", "start", "-f", str(path), "--dry-run", check=True).stdout
+    assert "exact duplicates (row groups): 1: [[1, 3]]" in out

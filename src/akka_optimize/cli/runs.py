@@ -115,12 +115,31 @@ def print_dry_run(report: dict[str, Any], show_resolved: bool) -> None:
         for group, values in stated:
             text = " ".join(f"{v['key']}={json.dumps(v['value'])}" for v in values)
             console.print(f"  {group}: {text}", highlight=False, markup=False)
-    findings = report.get("findings")
-    if findings:
-        print("Dataset findings:")
-        items = findings if isinstance(findings, list) else [findings]
-        for f in items:
-            print(f"  - {f.get('message', f) if isinstance(f, dict) else f}")
+    if report.get("findings"):
+        print_findings(report["findings"])
+
+
+def print_findings(f: dict[str, Any]) -> None:
+    """Dataset findings of a dry run: rows, duplicates, rows that do not fit or train."""
+    print(f"Dataset findings for {f.get('dataset')}:")
+    line = f"  rows: {f.get('rows')}"
+    if "trainable_rows" in f:
+        line += f", trainable: {f['trainable_rows']}"
+    print(line)
+    labels = {
+        "exact_duplicates": "exact duplicates (row groups)",
+        "near_duplicates": "near duplicates (row groups)",
+        "truncated_rows": f"rows longer than maxSeqLength {f.get('max_seq_length')}",
+        "no_supervised_rows": "rows that train no token",
+        "refused_rows": "rows the chat template cannot render",
+    }
+    for key, label in labels.items():
+        values = f.get(key) or []
+        if values:
+            count = f.get(f"{key}_count", len(values))
+            print(f"  {label}: {count}: {json.dumps(values[:10])}")
+    if f.get("tokenFindings") is not True and f.get("tokenFindings"):
+        print(f"  ({f['tokenFindings']})")
 
 
 @app.command("start")

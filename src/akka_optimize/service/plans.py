@@ -101,17 +101,59 @@ def resolve_run_plan(ctx: ServiceContext, session: Session, raw: Any) -> Resolve
     return resolve_plan(raw, ServicePlanEnvironment(ctx, session))
 
 
+@functools.lru_cache(maxsize=4)
+def _tokenizer(path: str, _mtime: float) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
 def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPlan) -> Any:
-    """Findings for the pinned training dataset when the data package computes them
-    (``akka_optimize.data.findings``), else None."""
-    try:
-        from ..data import findings as mod  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    fn = getattr(mod, "findings_for_version", None)
-    if fn is None:
-        return None
-    return fn(ctx, session, resolved.plan["config"]["dataset"])
+    """Findings for the pinned training dataset (seeds/001: "A dry run reports dataset
+    findings, such as exact and near duplicates, for the version the run would train on").
+
+    Token findings (lengths against ``maxSeqLength``, rows that train nothing, rows the
+    chat template cannot render) need the base model's tokenizer, so they appear once the
+    base model is selected and READY; until then the report has the duplicate findings
+    and ``tokenFindings`` says why the rest is missing.
+
+    Returns:
+        The dict of :func:`akka_optimize.data.findings.findings` (or of ``duplicates``),
+        with ``dataset`` (the pinned reference) and ``tokenFindings`` (``true`` or the
+        reason they are missing).
+    """
+    from ..data import findings as F
+    from ..data.policy import LossPolicy
+    from ..errors import AkkaError
+    from ..registry import load_dataset_rows, resolve
+
+    cfg = resolved.plan["config"]
+    version = resolve(session, "dataset", cfg["dataset"], resolved.project)
+    rows = load_dataset_rows(ctx.store, version)
+    numbers = list(range(1, len(rows) + 1))
+    reason: Any = True
+    tokenizer = None
+    if resolved.method != "sft":
+        reason = "token findings are computed for supervised runs"
+    else:
+        try:
+            from ..catalog.cache import tokenizer_dir
+
+            path = tokenizer_dir(session, ctx.settings, resolved.plan["baseModel"])
+            tokenizer = _tokenizer(str(path), path.stat().st_mtime)
+        except AkkaError as exc:
+            reason = f"token findings need the base model's tokenizer: {exc.message}"
+    if tokenizer is not None:
+        loss = cfg["loss"]
+        policy = LossPolicy(
+            assistant_turns=loss["assistantTurns"],
+            train_on_tool_calls=loss["trainOnToolCalls"],
+            train_on_tool_results=loss["trainOnToolResults"],
+        )
+        out = F.findings(tokenizer, rows, policy, cfg["maxSeqLength"], numbers)
+    else:
+        out = {"rows": len(rows), **F.duplicates(rows, numbers)}
+    return {"dataset": cfg["dataset"], "tokenFindings": reason, **out}
 
 
 def dry_run(ctx: ServiceContext, session: Session, raw: Any) -> dict[str, Any]:
