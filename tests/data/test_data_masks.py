@@ -331,3 +331,23 @@ def test_each_trained_turn_decodes_to_its_content_and_end_marker(
         runs.append(cur)
     trained = [a for _, a in turns][-1:] if last else [a for _, a in turns]
     assert [tok.decode(r) for r in runs] == [a + "<|im_end|>" for a in trained]
+
+
+def test_rows_with_images_are_refused_by_a_text_template(smollm2_tokenizer):
+    row = parse_row(
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image", "image": "sha256:ab"},
+                        {"type": "text", "text": "What?"},
+                    ],
+                },
+                {"role": "assistant", "content": "A cat."},
+            ]
+        },
+        5,
+    )
+    with pytest.raises(RenderError, match=r"row 5: the row has images \(messages\[0\]\.content\)"):
+        tokenize_row(smollm2_tokenizer, row, LossPolicy(), 5)

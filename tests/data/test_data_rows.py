@@ -113,7 +113,9 @@ def test_content_parts_normalise_flags():
 @pytest.mark.parametrize(
     ("part", "mention"),
     [
-        ({"type": "image", "text": "x"}, "type"),
+        ({"type": "audio", "text": "x"}, "type"),
+        ({"type": "image"}, "image"),
+        ({"type": "image_url", "image_url": "x"}, "image_url"),
         ({"type": "text"}, "exactly one of text"),
         ({"type": "text", "text": "x", "weight": 2}, "weight"),
         ({"type": "text", "text": "x", "train": True, "weight": 0}, "disagree"),
@@ -136,3 +138,22 @@ def test_reasoning_and_tool_calls_only_on_assistant_messages():
     }
     with pytest.raises(RowError, match="only assistant messages carry reasoning_content"):
         parse_row(row, 1)
+
+
+def test_image_parts_are_kept_for_the_registry():
+    row = parse_row(
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image", "image": "./img.png"},
+                        {"type": "text", "text": "What?"},
+                    ],
+                },
+                {"role": "assistant", "content": "A cat."},
+            ]
+        },
+        1,
+    )
+    assert row["messages"][0]["content"][0] == {"type": "image", "image": "./img.png"}

@@ -35,7 +35,7 @@ def row_text(row: dict[str, Any]) -> str:
     pieces = []
     for m in row["messages"]:
         content = m["content"]
-        text = content if isinstance(content, str) else "".join(p["text"] for p in content)
+        text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
         pieces.append(f"{m['role']}: {text}")
         for call in m.get("tool_calls", []):
             fn = call["function"]

@@ -101,10 +101,22 @@ def _flatten(value: str | list[dict[str, Any]]) -> tuple[str, list[tuple[int, in
         return value, [(0, len(value), None)]
     pieces, parts, pos = [], [], 0
     for part in value:
+        if part["type"] != "text":
+            continue  # images: render_rows refuses rows that have them
         pieces.append(part["text"])
         parts.append((pos, pos + len(part["text"]), part.get("train")))
         pos += len(part["text"])
     return "".join(pieces), parts
+
+
+def _image_fields(row: dict[str, Any]) -> list[str]:
+    out = []
+    for i, m in enumerate(row["messages"]):
+        for key in ("content", "reasoning_content"):
+            value = m.get(key)
+            if isinstance(value, list) and any(p["type"] != "text" for p in value):
+                out.append(f"messages[{i}].{key}")
+    return out
 
 
 def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, **kw: Any) -> str:
@@ -373,6 +385,14 @@ def render_rows(
         rows, row_numbers, prepared, _render_all(tokenizer, prepared), strict=True
     ):
         try:
+            images = _image_fields(row)
+            if images:
+                raise RenderError(
+                    n,
+                    f"the row has images ({', '.join(images)}); training renders text only, so "
+                    "the base model's chat template would drop them",
+                    [f"images ({x})" for x in images],
+                )
             if isinstance(texts, Exception):
                 raise RenderError(
                     n, f"the base model's chat template cannot render this row: {texts}"

@@ -14,7 +14,9 @@ The normalised row (what :func:`parse_row` returns and the rest of ``data/`` rea
 
     {"messages": [
         {"role": "system" | "user" | "assistant" | "tool",
-         "content": str | [{"type": "text", "text": str, "train": bool | None}, ...],
+         "content": str | [{"type": "text", "text": str, "train": bool | None}
+                           | {"type": "image", "image": str}
+                           | {"type": "image_url", "image_url": {"url": str}}, ...],
          # assistant only, when present:
          "reasoning_content": str | [parts as above],
          "tool_calls": [{"id": str | None, "type": "function",
@@ -103,6 +105,24 @@ def _maybe_json(value: Any, line: int, field: str, want: type) -> Any:
     return value
 
 
+def _image_part(part: dict[str, Any], line: int, where: str) -> dict[str, Any]:
+    """``{"type": "image", "image": str}`` or ``{"type": "image_url", "image_url": {"url": str}}``.
+
+    Kept for the registry (which uploads local images, F031); a text-only chat template
+    cannot render them, so ``data.render`` refuses a row that has one.
+    """
+    if part["type"] == "image":
+        if not isinstance(part.get("image"), str) or not part["image"]:
+            raise RowError(
+                line, f"{where}.image", "an image part needs an image path, URL or digest"
+            )
+        return {"type": "image", "image": part["image"]}
+    url = part.get("image_url")
+    if not isinstance(url, dict) or not isinstance(url.get("url"), str) or not url["url"]:
+        raise RowError(line, f"{where}.image_url", "an image_url part needs image_url.url")
+    return {"type": "image_url", "image_url": {"url": url["url"]}}
+
+
 def _parse_parts(value: Any, line: int, field: str) -> str | list[dict[str, Any]]:
     """A string, or a list of ``{"type": "text", text|content|value, train?, weight?}`` parts."""
     if isinstance(value, str):
@@ -117,11 +137,14 @@ def _parse_parts(value: Any, line: int, field: str) -> str | list[dict[str, Any]
             continue
         if not isinstance(part, dict):
             raise RowError(line, where, f"a content part must be an object, not {_kind(part)}")
+        if part.get("type") in ("image", "image_url"):
+            parts.append(_image_part(part, line, where))
+            continue
         if part.get("type") != "text":
             raise RowError(
                 line,
                 f"{where}.type",
-                f'must be "text" (got {part.get("type")!r}); only text parts train',
+                f'must be "text", "image" or "image_url" (got {part.get("type")!r})',
             )
         texts = [k for k in ("text", "content", "value") if k in part]
         if len(texts) != 1:
