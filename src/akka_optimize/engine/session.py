@@ -165,6 +165,7 @@ class TrainingSession:
         self._causal_lm = self.model.get_base_model()
         self._body, self._head, self._cap = body_and_head(self._causal_lm)
         self._pending = _Pending()
+        self._tokenizer = None
         self.model.train()
 
     # ----------------------------------------------------------------- passes
@@ -371,13 +372,14 @@ class TrainingSession:
         seed: int | None = None,
     ) -> list[list[int]]:
         """Generate a completion for each prompt with the current adapter (see :func:`generate`)."""
-        from transformers import AutoTokenizer
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(self.model_dir)
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         return [
             generate(
                 self.model,
-                tok,
+                self._tokenizer,
                 p,
                 max_new_tokens,
                 temperature=temperature,
@@ -393,7 +395,9 @@ class TrainingSession:
         """Write the adapter in PEFT format (adapter_config.json + adapter_model.safetensors)."""
         directory = Path(directory)
         with _atomic_dir(directory) as tmp:
-            self.model.save_pretrained(tmp, safe_serialization=True)
+            # The base embedding is frozen: never copy it into the adapter (PEFT does for
+            # a targeted lm_head tied to it unless told not to).
+            self.model.save_pretrained(tmp, safe_serialization=True, save_embedding_layers=False)
         return directory
 
     def save_state(self, directory: Path, cursor: dict[str, Any] | None = None) -> Path:
