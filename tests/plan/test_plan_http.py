@@ -117,6 +117,12 @@ def test_refused_submit_lists_every_refusal(svc: LiveService) -> None:
     assert err["details"][0]["limit"] == 64
 
 
+def test_body_with_infinity_is_refused(svc: LiveService) -> None:
+    body = json.dumps(MINIMAL)[:-1] + ', "smoke": Infinity}'
+    r = svc.api("POST", "/v1/training/runs", params={"dryRun": "true"}, content=body.encode())
+    assert r.status_code == 400 and "Infinity" in r.json()["error"]["message"]
+
+
 def test_body_that_is_not_json_names_the_body(svc: LiveService) -> None:
     r = svc.api("POST", "/v1/training/runs", params={"dryRun": "true"}, content=b'{"kind": ')
     assert r.status_code == 400

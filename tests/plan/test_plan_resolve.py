@@ -225,7 +225,7 @@ JSON_VALUES = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(2**40), 2**40)
-    | st.floats(allow_nan=False)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12),
     lambda kids: (
         st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3)
@@ -279,6 +279,16 @@ def check_outcome(plan: Any, env: FakeEnv) -> None:
 @given(mutated_plans())
 def test_mutated_plans_are_accepted_or_refused_naming_a_field(plan: Any) -> None:
     check_outcome(plan, FakeEnv())
+
+
+def test_non_finite_numbers_are_refused_naming_the_field() -> None:
+    err = refused(
+        with_(FULL_SFT_PLAN, "config.engineSettings.checks.head.max_logprob_error", float("inf"))
+    )
+    assert err.field == "config.engineSettings.checks.head.max_logprob_error"
+    assert refused(with_(MINIMAL, "config.hyperparams.lora.alpha", float("nan"))).field == (
+        "config.hyperparams.lora.alpha"
+    )
 
 
 @settings(max_examples=50, deadline=None)

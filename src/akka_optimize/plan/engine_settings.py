@@ -17,6 +17,7 @@ deployment file); nothing here is read with ``cfg.get(key, default)`` elsewhere.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,7 +212,7 @@ def coerce(setting: EngineSetting, value: Any) -> tuple[Any, str | None]:
         value = float(value) if ok else value
     else:
         ok = isinstance(value, str)
-    if not ok:
+    if not ok or (t is float and not math.isfinite(value)):
         return None, f"must be {setting.describe_type()}, not {value!r}"
     if setting.choices and value not in setting.choices:
         return None, f"must be {setting.describe_type()}, not {value!r}"

@@ -32,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 class _Group(BaseModel):
     """Base of every plan record: unknown fields refused, types strict."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=False)
+    model_config = ConfigDict(
+        extra="forbid", strict=True, populate_by_name=False, allow_inf_nan=False
+    )
 
 
 SchedulerKind = Literal["constant", "linear", "cosine"]

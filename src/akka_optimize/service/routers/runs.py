@@ -25,6 +25,13 @@ from ..plans import dry_run, resolve_run_plan
 router = APIRouter()
 
 
+def _no_constant(name: str) -> Any:
+    raise InvalidRequest(
+        f"The request body holds {name}, which JSON does not allow; use a finite number.",
+        field="body",
+    )
+
+
 async def read_json_body(request: Request) -> Any:
     """The request body decoded as JSON.
 
@@ -36,7 +43,7 @@ async def read_json_body(request: Request) -> Any:
     if not body.strip():
         raise InvalidRequest("The request body is empty; send a run plan as JSON.", field="body")
     try:
-        return json.loads(body)
+        return json.loads(body, parse_constant=_no_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         where = (
             f" at line {exc.lineno} column {exc.colno}"
