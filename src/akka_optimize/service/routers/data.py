@@ -1,7 +1,130 @@
-"""Routes of the data resource."""
+"""Routes of the data resource: ``POST /v1/training/data/preview``.
+
+The preview shows rows as the base model's own chat template renders them, with the spans
+the loss covers marked (issue 5 item 6), using a plan's loss policy when one is given.
+
+Body (JSON)::
+
+    {"baseModel": "HuggingFaceTB/SmolLM2-135M-Instruct",   # or taken from plan.baseModel
+     "jsonl": "<file text>" | "rows": [row, ...] | "dataset": "NS/NAME[:tag]",
+     "project": "triage",            # resolves a bare dataset NAME
+     "plan": {...} | "loss": {...},  # the loss policy: plan.config.loss, else loss, else defaults
+     "rowCount": 5}                  # how many rows, from the start (1–100)
+
+Answer: ``{"baseModel", "source", "loss": {...}, "rows": [{"row", "segments":
+[{"text", "supervised"}], "tokens", "supervised_tokens", "warnings"} | {"row", "error"}]}``.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import functools
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from ...errors import InvalidRequest
+from ..context import ServiceContext
+from ..deps import CtxDep
 
 router = APIRouter()
+MAX_PREVIEW_ROWS = 100
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(path: str, _mtime: float) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def _policy(body: dict[str, Any]) -> Any:
+    from ...data.policy import LossPolicy
+
+    plan = body.get("plan")
+    if plan is not None:
+        if not isinstance(plan, dict):
+            raise InvalidRequest("plan must be a run plan object", field="plan")
+        loss = (plan.get("config") or {}).get("loss")
+        return LossPolicy.from_config(loss if isinstance(loss, dict) else None)
+    loss = body.get("loss")
+    if loss is not None and not isinstance(loss, dict):
+        raise InvalidRequest('loss must be an object like {"assistantTurns": "last"}', field="loss")
+    return LossPolicy.from_config(loss)
+
+
+def _rows(
+    ctx: ServiceContext, session: Any, body: dict[str, Any]
+) -> tuple[str, list[int], list[dict]]:
+    from ...data.rows import iter_jsonl_rows
+
+    sources = [k for k in ("jsonl", "rows", "dataset") if body.get(k) is not None]
+    if len(sources) != 1:
+        raise InvalidRequest("give exactly one of jsonl, rows or dataset", field="body")
+    if "jsonl" in sources:
+        if not isinstance(body["jsonl"], str):
+            raise InvalidRequest("jsonl must be the text of a JSONL file", field="jsonl")
+        name = str(body.get("filename") or "rows.jsonl")
+        pairs = iter_jsonl_rows(body["jsonl"].encode(), name)
+        return name, [n for n, _ in pairs], [r for _, r in pairs]
+    if "rows" in sources:
+        if not isinstance(body["rows"], list):
+            raise InvalidRequest("rows must be a list of rows", field="rows")
+        data = "\n".join(json.dumps(r) for r in body["rows"]).encode()
+        pairs = iter_jsonl_rows(data, "rows")
+        return "rows", [n for n, _ in pairs], [r for _, r in pairs]
+    from ...registry import load_dataset_rows, resolve
+
+    version = resolve(
+        session, "dataset", str(body["dataset"]), body.get("project"), field="dataset"
+    )
+    rows = load_dataset_rows(ctx.store, version)
+    return version.pinned, list(range(1, len(rows) + 1)), rows
+
+
+def preview_request(ctx: ServiceContext, body: Any) -> dict[str, Any]:
+    """Answer one preview request (blocking: may load a tokenizer)."""
+    from ...catalog.cache import tokenizer_dir
+    from ...data.preview import preview
+
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object", field="body")
+    plan = body.get("plan") if isinstance(body.get("plan"), dict) else {}
+    base = body.get("baseModel") or plan.get("baseModel")
+    if not isinstance(base, str) or not base:
+        raise InvalidRequest(
+            "name the base model whose chat template renders the rows", field="baseModel"
+        )
+    count = body.get("rowCount", 5)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PREVIEW_ROWS:
+        raise InvalidRequest(
+            f"rowCount must be an integer from 1 to {MAX_PREVIEW_ROWS}", field="rowCount"
+        )
+    policy = _policy(body)
+    with ctx.db.session() as session:
+        source, numbers, rows = _rows(ctx, session, body)
+        path = tokenizer_dir(session, ctx.settings, base)
+    tokenizer = _tokenizer(str(path), path.stat().st_mtime)
+    out = preview(tokenizer, rows, policy, count, numbers)
+    return {
+        "baseModel": base,
+        "source": source,
+        "loss": {
+            "assistantTurns": policy.assistant_turns,
+            "trainOnToolCalls": policy.train_on_tool_calls,
+            "trainOnToolResults": policy.train_on_tool_results,
+        },
+        "rows": out,
+    }
+
+
+@router.post("/v1/training/data/preview")
+async def preview_route(request: Request, ctx: CtxDep) -> dict[str, Any]:
+    """Rows rendered by the base model's chat template, supervised spans marked."""
+    raw = await request.body()
+    try:
+        body = json.loads(raw or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"the body is not JSON: {exc}", field="body") from None
+    return await run_in_threadpool(preview_request, ctx, body)
