@@ -351,3 +351,45 @@ def test_rows_with_images_are_refused_by_a_text_template(smollm2_tokenizer):
     )
     with pytest.raises(RenderError, match=r"row 5: the row has images \(messages\[0\]\.content\)"):
         tokenize_row(smollm2_tokenizer, row, LossPolicy(), 5)
+
+
+def test_a_template_that_writes_bos_gets_exactly_one(smollm2_tokenizer_dir):
+    """Token ids equal apply_chat_template(tokenize=True): the template's BOS once, none added."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
+    tok.chat_template = "{{ bos_token }}{% for m in messages %}{{ m.role + ':\\n' + m.content + eos_token + '\\n' }}{% endfor %}"
+    row = parse_row(
+        {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello"},
+            ]
+        },
+        1,
+    )
+    ex = tokenize_row(tok, row, LossPolicy(), 1)
+    assert ex.input_ids == tok.apply_chat_template(row["messages"], tokenize=True)["input_ids"]
+    assert ex.input_ids.count(tok.bos_token_id) == 1 and ex.input_ids[0] == tok.bos_token_id
+    assert supervised_text(tok, ex) == "Hello<|im_end|>"
+    assert supervised_text(tok, ex) == "Hello<|im_end|>"
+
+
+def test_a_token_joining_a_header_space_and_the_reply_is_masked(smollm2_tokenizer_dir):
+    """The straddling rule applies at the turn's start too: "assistant: Hello" makes " Hello" one token."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
+    tok.chat_template = (
+        "{% for m in messages %}{{ m.role + ': ' + m.content + eos_token + '\\n' }}{% endfor %}"
+    )
+    row = parse_row(
+        {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello there"},
+            ]
+        },
+        1,
+    )
+    assert supervised_text(tok, tokenize_row(tok, row, LossPolicy(), 1)) == " there<|im_end|>"

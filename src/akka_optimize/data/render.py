@@ -123,7 +123,7 @@ def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, **kw: An
     return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **kw)
 
 
-_MARKERS: dict[tuple[int, str], TemplateMarkers] = {}
+_MARKERS: dict[tuple[int, str, tuple[str, ...]], TemplateMarkers] = {}
 
 
 def template_markers(tokenizer: Any) -> TemplateMarkers:
@@ -131,7 +131,7 @@ def template_markers(tokenizer: Any) -> TemplateMarkers:
 
     Cached per tokenizer object and template text.
     """
-    key = (id(tokenizer), str(tokenizer.chat_template))
+    key = (id(tokenizer), str(tokenizer.chat_template), tuple(tokenizer.all_special_tokens))
     if key in _MARKERS:
         return _MARKERS[key]
     probe = [{"role": "user", "content": _sentinel(0)}]
