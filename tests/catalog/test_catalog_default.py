@@ -24,8 +24,13 @@ def selected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveSer
     cmd = [str(BIN / "akka-optimize"), "training", "base-models", "select", DEFAULT, "--wait"]
     try:
         procs = [
-            subprocess.Popen(cmd + extra, env=svc.env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                cmd + extra,
+                env=svc.env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for extra in (["-o", "json"], [])
         ]
         results = [(p.communicate(timeout=900), p.returncode) for p in procs]
@@ -43,16 +48,19 @@ def test_two_concurrent_selects_of_the_default_convert_once(selected) -> None:
     assert view["model"] == "huggingfacetb/smollm2-135m-instruct:v1"
     assert "READY as huggingfacetb/smollm2-135m-instruct:v1; weights cached in" in out_text
     assert "converting SmolLM2-135M-Instruct.Q4_1.gguf" in out_text  # progress was shown
-    listing = json.loads(svc.cli("training", "base-models", "list", "-o", "json",
-                                 check=True).stdout)["baseModels"]
+    listing = json.loads(
+        svc.cli("training", "base-models", "list", "-o", "json", check=True).stdout
+    )["baseModels"]
     assert [(m["repository"], m["attempts"], m["state"]) for m in listing] == [
-        (DEFAULT, 1, "READY")]
+        (DEFAULT, 1, "READY")
+    ]
 
 
 def test_selecting_the_default_again_is_ready_at_once(selected) -> None:
     svc, _ = selected
-    again = json.loads(svc.cli("training", "base-models", "select", DEFAULT, "-o", "json",
-                               check=True).stdout)
+    again = json.loads(
+        svc.cli("training", "base-models", "select", DEFAULT, "-o", "json", check=True).stdout
+    )
     assert again["state"] == "READY" and again["attempts"] == 1
     assert again["model"] == "huggingfacetb/smollm2-135m-instruct:v1"
 
@@ -69,9 +77,11 @@ def test_the_converted_default_answers_with_plain_transformers(selected) -> None
     assert getattr(model.config, "quantization_config", None) is None
     ids = tok.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}],
-        add_generation_prompt=True, return_tensors="pt", return_dict=True,
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
     )
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=30, do_sample=False)
-    answer = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    answer = tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer, answer

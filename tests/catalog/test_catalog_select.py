@@ -222,3 +222,27 @@ def test_candidates_say_when_the_hub_is_unreachable(service: LiveService) -> Non
     assert out.returncode == 1
     assert "The Hugging Face hub is unreachable from this service" in out.stderr
     assert "repositories of google" in out.stderr
+
+
+def test_a_fetch_cut_by_a_service_crash_resumes_at_restart(fast_tiny: LiveService) -> None:
+    import signal
+
+    first = _json(fast_tiny, "training", "base-models", "select", TINY)
+    assert first["state"] in ("PENDING", "FETCHING")
+    fast_tiny.stop(sig=signal.SIGKILL)  # the service and its fetch subprocess die
+    fast_tiny.start()
+    waited = _json(
+        fast_tiny, "training", "base-models", "wait", first["id"][:8], "--timeout", "180"
+    )
+    assert waited["state"] == "READY" and waited["cached"] is True
+    assert waited["model"] == "akka-optimize/tiny-smollm2:v1"
+    assert waited["attempts"] in (1, 2)
+    # Weights removed from the cache: the selection is no longer usable until selected again.
+    import shutil
+
+    shutil.rmtree(waited["weightsPath"])
+    with pytest.raises(Conflict) as ei:
+        _ready_dir(fast_tiny, TINY)
+    assert ei.value.code == "base_model_not_ready" and "no longer in the cache" in ei.value.message
+    again = _json(fast_tiny, "training", "base-models", "select", TINY, "--wait")
+    assert again["cached"] is True and again["attempts"] == waited["attempts"] + 1
