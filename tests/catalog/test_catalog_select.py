@@ -80,6 +80,13 @@ def fast_tiny(tmp_path: Path, smollm2_tokenizer_dir: Path) -> Iterator[LiveServi
                 "loraTargetModules": ["q_proj", "v_proj"],
                 "source": {"kind": "gguf", "path": str(bad)},
             },
+            {
+                "repository": "acme/Bad+Name",
+                "family": "llama",
+                "modelType": "llama",
+                "loraTargetModules": ["q_proj"],
+                "source": {"kind": "gguf", "path": str(bad)},
+            },
         ],
     )
     try:
@@ -154,6 +161,11 @@ def test_a_corrupt_gguf_ends_failed_with_one_sentence(fast_tiny: LiveService) ->
     assert ei.value.code == "base_model_failed" and "Converting the GGUF file" in ei.value.message
     registry = fast_tiny.cli("registry", "models", "list", "-o", "json", check=True).stdout
     assert "corrupt" not in registry
+    # A repository the registry cannot name is refused before anything is selected.
+    refused = fast_tiny.cli("training", "base-models", "select", "acme/Bad+Name")
+    assert refused.returncode == 1 and "acme/Bad+Name" in refused.stderr
+    assert "The registry cannot name acme/Bad+Name as a model" in refused.stderr
+    assert "acme/Bad+Name" not in _listing(fast_tiny)
 
 
 def test_selecting_twice_converts_once(fast_tiny: LiveService) -> None:

@@ -148,7 +148,15 @@ def select_base_model(session: Session, catalog: Catalog, repository: str) -> Ba
             selection").
     """
     entry = catalog.require(repository)
-    repository_ref(entry.repository)
+    try:
+        repository_ref(entry.repository)
+    except InvalidRequest as exc:
+        raise InvalidRequest(
+            f"The registry cannot name {entry.repository} as a model, so it cannot be "
+            f"selected: {exc.message}",
+            code="unnameable_repository",
+            field="repository",
+        ) from exc
     row = get_selection(session, entry.key)
     if row is None:
         row = BaseModelSelection(
