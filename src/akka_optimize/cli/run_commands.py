@@ -52,6 +52,17 @@ def wait_for_run(client: Client, run_id: str, timeout: float | None = None) -> d
     return box["run"]
 
 
+def follow_run(client: Client, run_id: str, output: str) -> dict[str, Any]:
+    """``--wait``: progress on stderr when the answer goes to stdout as JSON."""
+    import contextlib
+    import sys
+
+    if output == "json":
+        with contextlib.redirect_stdout(sys.stderr):
+            return wait_for_run(client, run_id)
+    return wait_for_run(client, run_id)
+
+
 def print_run(run: dict[str, Any], wide: bool) -> None:
     """A run in three parts: state, results and cost (seeds/001)."""
     r, c = run["results"], run["cost"]

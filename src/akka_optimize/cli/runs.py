@@ -152,10 +152,14 @@ def start(
         False, "--show-resolved", help="With --dry-run, print every resolved setting."
     ),
     output: str = typer.Option("text", "--output", "-o", help="Output format: text, json or wide."),
+    wait: bool = typer.Option(
+        False, "--wait", help="Follow the run until it ends; exit non-zero unless it SUCCEEDED."
+    ),
 ) -> None:
     """Start a run from a plan, or check it with --dry-run.
 
     Example: {prog} training runs start -f plan.json --dry-run --show-resolved
+    Example: {prog} training runs start -f plan.json --wait
     """
     check_format(output)
     plan = read_plan_file(file)
@@ -166,9 +170,25 @@ def start(
         else:
             print_refusals(body.get("error", {}))
         raise typer.Exit(1)
+    if wait and not dry_run:
+        from .client import Client
+        from .run_commands import follow_run
+
+        body = follow_run(Client(), body["id"], output)
     if output == "json":
         sys.stdout.write(json.dumps(body, indent=2, default=str) + "\n")
     elif dry_run:
         print_dry_run(body, show_resolved or output == "wide")
+    elif wait:
+        print(
+            f"Run {body['id']} {body['state']} at step {body['results'].get('step')}; "
+            f"model {body['results'].get('model') or '-'}."
+        )
     else:
         print(f"Run {body.get('id', '?')} {body.get('state', 'submitted')}.")
+    if wait and not dry_run and body.get("state") != "SUCCEEDED":
+        print(
+            f"Error: the run ended {body.get('state')}: {body.get('failure') or ''}",
+            file=sys.stderr,
+        )
+        raise typer.Exit(1)

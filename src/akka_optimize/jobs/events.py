@@ -23,7 +23,9 @@ def apply_event(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, A
     if kind == "phase":
         if run.state in S.ACTIVE and ev.get("phase") in S.ACTIVE:
             run.state = ev["phase"]
-        run.phase_detail = ev.get("detail")
+        run.phase_detail = ev.get("detail") or str(ev.get("phase", "")).replace("_", " ")
+        if ev.get("adaptedModules"):
+            run.results = {**(run.results or {}), "adaptedModules": ev["adaptedModules"]}
         if ev.get("totalSteps"):
             run.total_steps = int(ev["totalSteps"])
     elif kind == "data":
@@ -37,8 +39,8 @@ def apply_event(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, A
         values = {k: v for k, v in ev.items() if k not in ("type", "step")}
         s.add(RunMetric(run_id=run.id, attempt=att.number, kind=kind, step=step, values=values))
         if kind == "metrics":
-            run.current_step = max(step, run.current_step if att.resume_step is None else 0)
             run.current_step = step
+            run.phase_detail = "training"
             if ev.get("totalSteps"):
                 run.total_steps = int(ev["totalSteps"])
         else:

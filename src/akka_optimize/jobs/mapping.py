@@ -36,29 +36,28 @@ def _as_dict(resolved: Any) -> dict[str, Any]:
 
 
 def job_fields(resolved: Any) -> dict[str, Any]:
-    """Run-record fields of a resolved plan (see :func:`akka_optimize.plan` resolution)."""
+    """Run-record fields of a resolved plan (:class:`akka_optimize.plan.resolve.ResolvedPlan`)."""
     r = _as_dict(resolved)
-    plan = r.get("resolved") or r.get("plan") or r
-    raw = r.get("raw") or r.get("submitted") or plan
-    cfg = plan.get("config", {})
-    base = plan.get("baseModel") or r.get("baseModel")
-    model_name = plan.get("modelName") or (str(base).split("/")[-1].lower() if base else None)
-    profile = r.get("deviceProfile") or _get(plan, "execution.deviceProfile")
-    kind = r.get("deviceKind") or ("cuda" if (profile and str(profile).lower() != "cpu") else "cpu")
+    plan = r["plan"]
+    raw = getattr(resolved, "raw", None) or r.get("raw") or plan
+    cfg = plan["config"]
+    base = plan["baseModel"]
+    model_name = str(plan.get("modelName") or base.split("/")[-1].lower()).split("/")[-1]
+    profile = r.get("deviceProfile") or _get(plan, "execution.deviceProfile") or "cpu"
+    kind = "cpu" if str(profile).lower() == "cpu" else "cuda"
     return {
-        "project": plan.get("project"),
+        "project": plan["project"],
         "submission_id": plan.get("submissionId"),
         "method": cfg.get("method", "sft"),
         "plan": raw,
-        "resolved": plan,
-        "config_hash": r.get("configHash") or r.get("config_hash"),
+        "resolved": {**plan, "stated": r.get("stated", [])},
+        "config_hash": r["configHash"],
         "base_model": base,
-        "dataset": r.get("datasetPinned") or cfg.get("dataset"),
-        "validation_dataset": r.get("validationDatasetPinned")
-        or _get(cfg, "data.validationDataset"),
+        "dataset": cfg["dataset"],
+        "validation_dataset": _get(cfg, "data.validationDataset"),
         "model_name": model_name,
         "device_kind": kind,
-        "gpus": int(_get(plan, "execution.gpus", 0) or 0) if kind == "cuda" else 0,
+        "gpus": int(_get(plan, "execution.gpus", 1) or 1) if kind == "cuda" else 0,
     }
 
 

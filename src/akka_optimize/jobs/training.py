@@ -15,29 +15,38 @@ from .spec import JobSpec
 
 
 def _load_rows(store: BlobStore, record: dict[str, Any]) -> list[dict[str, Any]]:
+    from ..refs import parse_ref
     from ..registry import ResolvedVersion, load_dataset_rows
 
-    return load_dataset_rows(store, ResolvedVersion.from_dict(record))
+    ref = parse_ref(record["ref"])
+    rv = ResolvedVersion(
+        kind="dataset",
+        namespace=ref.namespace,
+        name=ref.name,
+        version=ref.version or 0,
+        digest=record["digest"],
+        pinned=record["ref"],
+        metadata=record.get("metadata") or {},
+        created_at=None,
+    )
+    return load_dataset_rows(store, rv)
 
 
 def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     """Train one attempt; returns the final event (``completed``, ``paused`` or ``cancelled``)."""
     from transformers import AutoTokenizer
 
-    from ..data.prepare import LossPolicy, prepare_examples
+    from ..data.masks import prepare_examples
+    from ..data.policy import LossPolicy
     from ..engine.config import EngineConfig
-    from ..engine.sft import run_sft
+    from ..engine.sft import run_sft, state_path
     from .worker import download_prefix, first_system_message, upload_dir
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
     rows = _load_rows(store, spec.dataset)
     val_rows = _load_rows(store, spec.validation_dataset) if spec.validation_dataset else None
     tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
-    policy = LossPolicy(
-        assistant_turns=spec.loss.get("assistantTurns", "all"),
-        train_on_tool_calls=bool(spec.loss.get("trainOnToolCalls", True)),
-        train_on_tool_results=bool(spec.loss.get("trainOnToolResults", False)),
-    )
+    policy = LossPolicy.from_config(spec.loss)
     events.send(
         {
             "type": "phase",
@@ -55,8 +64,8 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
     events.send(
         {
             "type": "data",
-            "train": train_set.report_dict(),
-            "validation": val_set.report_dict() if val_set else None,
+            "train": train_set.report,
+            "validation": val_set.report if val_set else None,
         }
     )
 
@@ -66,16 +75,22 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
     if spec.resume_state_key:
         if state_dir.exists():
             shutil.rmtree(state_dir)
-        download_prefix(store, spec.resume_state_key, state_dir / f"step-{spec.resume_step}")
+        download_prefix(
+            store, spec.resume_state_key, state_path(state_dir, spec.resume_step or 0) / "state"
+        )
         resume_step = spec.resume_step
+    speed = {"tokens": 0, "seconds": 0.0}
 
     def emit(event: dict[str, Any]) -> None:
-        if event.get("type") == "save":
+        if event.get("type") == "metrics":
+            speed["tokens"] += int(event.get("totalTokens") or 0)
+            speed["seconds"] += float(event.get("stepTimeSeconds") or 0.0)
+        if event.get("type") == "save" and event.get("stateDir"):
             step = event["step"]
             prefix = f"{spec.state_prefix}/step-{step}"
             sb = upload_dir(store, Path(event["stateDir"]), f"{prefix}/state")
             ab = 0
-            if event.get("adapterDir"):
+            if event.get("adapterDir") and Path(event["adapterDir"]).exists():
                 ab = upload_dir(store, Path(event["adapterDir"]), f"{prefix}/adapter")
             event = {k: v for k, v in event.items() if k not in ("stateDir", "adapterDir")}
             event.update(
@@ -99,8 +114,19 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
     )
     if events.control == "cancel":
         return {"type": "cancelled"}
-    if events.control == "pause" and not result.completed:
+    if result.stopped:
         return {"type": "paused", "step": result.step}
-    out = result.to_dict()
-    out["instructions"] = first_system_message(rows)
+    out = {
+        "step": result.step,
+        "totalSteps": result.total_steps,
+        "finalLoss": result.final_loss,
+        "meanLoss": result.mean_loss,
+        "validationLoss": result.final_validation_loss,
+        "adaptedModules": result.adapted_modules,
+        "totalTokens": speed["tokens"],
+        "tokensPerSecond": round(speed["tokens"] / speed["seconds"], 1)
+        if speed["seconds"]
+        else None,
+        "instructions": first_system_message(rows),
+    }
     return {"type": "completed", "result": out}

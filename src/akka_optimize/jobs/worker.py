@@ -90,10 +90,6 @@ def first_system_message(rows: list[dict[str, Any]]) -> str | None:
 
 def failure_sentence(exc: BaseException) -> str:
     """One sentence a user can act on (seeds/000 "Failure reporting")."""
-    from ..engine.errors import OutOfMemory  # noqa: PLC0415
-
-    if isinstance(exc, OutOfMemory):
-        return str(exc)
     if isinstance(exc, AkkaError):
         return exc.message
     if isinstance(exc, MemoryError):

@@ -1,0 +1,82 @@
+"""Shared set-up for run-lifecycle tests: a project, the tiny model and GSM8K-shaped rows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from helpers import REPO, LiveService
+
+TINY = "akka-optimize/tiny-smollm2"
+
+
+def gsm8k_rows(path: Path, n: int, offset: int = 0, system: str | None = None) -> Path:
+    """Write ``n`` GSM8K items as conversations (question → worked answer ending ``#### N``)."""
+    items = [json.loads(x) for x in (REPO / "data/gsm8k/train.jsonl").open()][offset : offset + n]
+    with path.open("w") as f:
+        for it in items:
+            msgs = [
+                {"role": "user", "content": it["question"]},
+                {"role": "assistant", "content": it["answer"]},
+            ]
+            if system:
+                msgs.insert(0, {"role": "system", "content": system})
+            f.write(json.dumps({"messages": msgs}) + "\n")
+    return path
+
+
+def setup_project(svc: LiveService, tmp: Path, rows: int = 8) -> None:
+    """Project ``demo``, the tiny base model selected, ``demo/train`` registered."""
+    svc.cli("training", "projects", "create", "demo", check=True)
+    svc.cli("training", "base-models", "select", TINY, "--wait", check=True)
+    data = gsm8k_rows(tmp / "train.jsonl", rows, system="Answer with #### N.")
+    svc.cli("registry", "datasets", "register", "demo/train", "-f", str(data), check=True)
+
+
+def write_plan(path: Path, **training: object) -> Path:
+    """A supervised plan on the tiny model; ``training`` overrides hyperparams.training."""
+    execution = training.pop("execution", {})
+    plan = {
+        "kind": "run",
+        "project": "demo",
+        "baseModel": TINY,
+        "config": {
+            "dataset": "demo/train",
+            "method": "sft",
+            "maxSeqLength": 512,
+            "hyperparams": {
+                "training": {"epochs": 2, "microBatchPerGpu": 2, "seed": 7, **training},
+                "optimizer": {"learningRate": 0.001},
+            },
+        },
+        "execution": execution,
+    }
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def run_json(svc: LiveService, *args: str) -> dict:
+    return json.loads(svc.cli(*args, "-o", "json", check=True).stdout)
+
+
+def wait_state(
+    svc: LiveService, run_id: str, states: tuple[str, ...], timeout: float = 300, predicate=None
+) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = svc.api("GET", f"/v1/training/runs/{run_id}").json()
+        if r["state"] in states and (predicate is None or predicate(r)):
+            return r
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} did not reach {states}: {r}")
+
+
+def worker_pid(run_id: str) -> int:
+    out = subprocess.run(
+        ["pgrep", "-f", f"akka_optimize.jobs.worker .*{run_id}"], capture_output=True, text=True
+    )
+    pids = [int(p) for p in out.stdout.split()]
+    assert pids, f"no worker process for run {run_id}"
+    return pids[0]

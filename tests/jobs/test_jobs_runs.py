@@ -1,0 +1,143 @@
+"""Supervised runs end to end through the real CLI and service (issue 7)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from jobs_helpers import run_json, setup_project, wait_state, worker_pid, write_plan
+
+from helpers import LiveService
+
+METRIC_FIELDS = {
+    "loss",
+    "learningRate",
+    "gradNorm",
+    "gradClipFactor",
+    "adapterNorm",
+    "updateRatio",
+    "supervisedTokens",
+    "totalTokens",
+    "tokensPerSecond",
+    "stepTimeSeconds",
+}
+
+
+def test_run_trains_registers_v1_then_v2(service: LiveService, tmp_path) -> None:
+    setup_project(service, tmp_path)
+    plan = write_plan(tmp_path / "plan.json", epochs=1)
+    first = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    assert first["state"] == "SUCCEEDED", first
+    assert first["results"]["model"].startswith("demo/tiny-smollm2:v1@sha256:")
+    assert first["results"]["step"] == 4 == first["results"]["totalSteps"]
+    assert "q_proj" in " ".join(first["results"]["adaptedModules"])
+
+    m = run_json(service, "training", "runs", "metrics", first["id"])
+    assert [x["step"] for x in m["metrics"]] == [1, 2, 3, 4]
+    for row in m["metrics"]:
+        assert METRIC_FIELDS <= set(row), set(row) ^ METRIC_FIELDS
+        assert row["supervisedTokens"] > 0 and row["loss"] > 0
+    assert m["finalLoss"] == m["metrics"][-1]["loss"]
+    assert abs(m["meanLoss"] - sum(x["loss"] for x in m["metrics"]) / 4) < 1e-9
+
+    text = service.cli("training", "runs", "get", first["id"], check=True).stdout
+    for part in ("State", "Results", "Cost", "demo/tiny-smollm2:v1"):
+        assert part in text
+    assert "Logs" not in text
+
+    second = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    assert second["results"]["model"].startswith("demo/tiny-smollm2:v2@")
+    versions = service.api("GET", "/v1/registry/models/demo/tiny-smollm2/versions").json()
+    got = {v["version"]: v for v in versions["items"]}
+    assert set(got) == {"v1", "v2"}
+    assert got["v1"]["runId"] == first["id"]
+    assert got["v1"]["baseModel"].startswith("akka-optimize/tiny-smollm2:v1@sha256:")
+    assert got["v1"]["metadata"]["configHash"] == first["configHash"]
+    assert got["v1"]["metadata"]["dataset"].startswith("demo/train:v1@sha256:")
+
+
+def test_sigkilled_worker_fails_with_a_sentence_and_resume_matches(
+    service: LiveService, tmp_path
+) -> None:
+    setup_project(service, tmp_path)
+    plan = write_plan(
+        tmp_path / "plan.json", epochs=2, execution={"saveEverySteps": 2, "keepRecoverable": 2}
+    )
+    whole = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    assert whole["state"] == "SUCCEEDED"
+    expected = run_json(service, "training", "runs", "metrics", whole["id"])["metrics"]
+
+    started = run_json(service, "training", "runs", "start", "-f", str(plan))
+    run_id = started["id"]
+    wait_state(
+        service, run_id, ("RUNNING",), predicate=lambda r: (r["results"]["lastSavedStep"] or 0) >= 4
+    )
+    os.kill(worker_pid(run_id), signal.SIGKILL)
+    failed = wait_state(service, run_id, ("FAILED",), timeout=60)
+    assert "signal 9" in failed["failure"] and "resume" in failed["failure"]
+    saved = failed["results"]["lastSavedStep"]
+
+    service.cli("training", "runs", "resume", run_id, "--wait", check=True)
+    got = run_json(service, "training", "runs", "metrics", run_id)["metrics"]
+    assert [m["step"] for m in got] == [m["step"] for m in expected] == list(range(1, 9))
+    for a, b in zip(expected, got, strict=True):
+        if a["step"] > saved:
+            assert b["attempt"] == 2
+        for k in ("loss", "learningRate", "gradNorm", "adapterNorm", "supervisedTokens"):
+            assert a[k] == b[k], (a["step"], k, a[k], b[k])
+    final = run_json(service, "training", "runs", "get", run_id)
+    assert final["state"] == "SUCCEEDED" and final["results"]["step"] == 8
+
+
+def test_second_run_waits_for_the_device_with_its_reason(service: LiveService, tmp_path) -> None:
+    setup_project(service, tmp_path)
+    plan = write_plan(tmp_path / "plan.json", epochs=2)
+    a = run_json(service, "training", "runs", "start", "-f", str(plan))
+    wait_state(service, a["id"], ("PREPARING", "RUNNING"))
+    b = run_json(service, "training", "runs", "start", "-f", str(plan))
+    queued = wait_state(
+        service, b["id"], ("QUEUED",), predicate=lambda r: "held by run" in (r["queueReason"] or "")
+    )
+    assert a["id"] in queued["queueReason"]
+    service.cli("training", "runs", "cancel", b["id"], check=True)
+    assert wait_state(service, b["id"], ("CANCELLED",))["state"] == "CANCELLED"
+    assert wait_state(service, a["id"], ("SUCCEEDED",))["results"]["model"]
+
+
+def test_pause_then_resume_from_a_step(service: LiveService, tmp_path) -> None:
+    setup_project(service, tmp_path)
+    plan = write_plan(
+        tmp_path / "plan.json", epochs=2, execution={"saveEverySteps": 1, "keepRecoverable": 3}
+    )
+    r = run_json(service, "training", "runs", "start", "-f", str(plan))
+    wait_state(service, r["id"], ("RUNNING",), predicate=lambda x: x["results"]["step"] >= 1)
+    service.cli("training", "runs", "pause", r["id"], check=True)
+    paused = wait_state(service, r["id"], ("PAUSED",), timeout=120)
+    step = paused["results"]["lastSavedStep"]
+    assert step is not None and step < 8
+    snaps = run_json(service, "training", "runs", "snapshots", r["id"])["snapshots"]
+    resumable = [s["step"] for s in snaps if s["recoverable"]]
+    assert len(resumable) <= 3 and step in resumable
+    bad = service.cli("training", "runs", "resume", r["id"], "--step", "999")
+    assert bad.returncode == 1 and "no resumable save at step 999" in bad.stderr
+    service.cli(
+        "training", "runs", "resume", r["id"], "--step", str(resumable[0]), "--wait", check=True
+    )
+    done = run_json(service, "training", "runs", "get", r["id"])
+    assert done["state"] == "SUCCEEDED" and done["results"]["step"] == 8
+
+
+def test_refused_rows_fail_before_training_with_the_reason(service: LiveService, tmp_path) -> None:
+    setup_project(service, tmp_path)
+    plan = write_plan(tmp_path / "plan.json", epochs=1)
+    import json
+
+    p = json.loads(plan.read_text())
+    p["config"]["maxSeqLength"] = 16
+    p["config"]["data"] = {"onTooLong": "refuse"}
+    plan.write_text(json.dumps(p))
+    r = run_json(service, "training", "runs", "start", "-f", str(plan))
+    failed = wait_state(service, r["id"], ("FAILED",), timeout=120)
+    assert "maxSeqLength 16" in failed["failure"] and "row 1" in failed["failure"]
+    out = service.cli("training", "runs", "failure", r["id"], check=True).stdout
+    assert "maxSeqLength" in out and "Traceback" not in out
