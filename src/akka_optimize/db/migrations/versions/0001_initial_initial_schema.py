@@ -2,7 +2,7 @@
 
 Revision ID: 0001_initial
 Revises: 
-Create Date: 2026-11-29 19:29:31.828245
+Create Date: 2026-11-29 19:47:52.197482
 """
 
 from alembic import op
