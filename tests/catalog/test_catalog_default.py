@@ -75,6 +75,10 @@ def test_the_converted_default_answers_with_plain_transformers(selected) -> None
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     assert getattr(model.config, "quantization_config", None) is None
+    from akka_optimize.catalog import load_catalog
+
+    entry = load_catalog(None).default
+    assert model.config.max_position_embeddings == entry.max_context_tokens
     ids = tok.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}],
         add_generation_prompt=True,

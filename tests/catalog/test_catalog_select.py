@@ -112,6 +112,8 @@ def test_tiny_model_selected_from_a_fresh_home_is_registered_and_cached(
     path, entry = _ready_dir(service, "Akka-Optimize/Tiny-SmolLM2")
     assert entry.repository == TINY and path == Path(m["weightsPath"])
     assert (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
+    config = json.loads((path / "config.json").read_text())
+    assert config["max_position_embeddings"] == entry.max_context_tokens
     assert _ready_dir(service, "akka-optimize/tiny-smollm2:v1")[0] == path
 
     text = service.cli("training", "base-models", "list", check=True).stdout

@@ -23,6 +23,8 @@ Each entry states:
 - ``envelope``: per device profile, the qualified token limit of one pass on one
   device, an estimate of the device memory it takes, whether that was measured,
   and the attention kernels verified at it (seeds/001 ``tokensPerGpu``).
+- ``maxContextTokens``: the model's context window (``max_position_embeddings``), when
+  known.
 - ``chatTemplate``, ``toolParser``, ``reasoningParser``: hints for serving.
 - ``source``: where the weights come from (:mod:`akka_optimize.catalog.sources`).
 """
@@ -138,6 +140,9 @@ class CatalogEntry(_Strict):
         "AutoModelForCausalLM", alias="autoClass"
     )
     parameters: int | None = Field(None, ge=1, description="Parameter count (for estimates).")
+    max_context_tokens: int | None = Field(
+        None, alias="maxContextTokens", ge=1, description="The model's context window."
+    )
     lora_target_modules: tuple[str, ...] | str = Field(alias="loraTargetModules")
     envelope: dict[str, Envelope] = Field(default_factory=dict)
     chat_template: str | None = Field(None, alias="chatTemplate")
