@@ -1,7 +1,364 @@
-"""Routes of the endpoints resource."""
+"""Endpoints under ``/v1/training/endpoints`` (seeds/000 "Endpoints reachable from your
+machine", seeds/001 endpoint changes; FEATURES F110–F120).
+
+- ``POST /v1/training/endpoints`` ``{"model", "project"?}``: serve a base-model version
+  or a registered adapter version. An adapter takes its own project when none is given;
+  a base model requires one. An adapter above ``serving.maxLoraRank`` is refused here.
+- ``GET /v1/training/endpoints[?project=]``, ``GET …/{id}``, ``DELETE …/{id}``; ``{id}``
+  may be an unambiguous ID prefix.
+- ``GET /v1/training/endpoints/info``: what an endpoint of this deployment can serve.
+- ``DELETE …/{id}/models/{NS/NAME[:tag]}``: detach the version served by any reference.
+- ``…/{id}/openai/v1/chat/completions`` and ``…/{id}/openai/v1/models``: the OpenAI API,
+  forwarded to the endpoint's worker (streams pass through). A stopped endpoint is
+  started again by its next request.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+import json
+import uuid
+from typing import Any
 
-router = APIRouter()
+import httpx
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ...db.models.projects import Project
+from ...db.models.serving import Endpoint, EndpointModel
+from ...deployment import load_deployment
+from ...errors import InvalidRequest, NotFound
+from ...serving.manager import EndpointManager, idle_for
+from ...serving.parsers import parsers_table
+from ..context import ServiceContext
+from ..deps import CtxDep, SessionDep
+from .projects import find_project
+
+router = APIRouter(prefix="/v1/training/endpoints", tags=["endpoints"])
+_KEY = "endpoints"
+
+
+class EndpointCreate(BaseModel):
+    """Body of ``POST /v1/training/endpoints``."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, description="Registry reference of a base model or adapter.")
+    project: str | None = Field(None, description="Project name or ID (required for a base model).")
+
+
+def _limits(ctx: ServiceContext) -> Any:
+    return load_deployment(ctx.settings.resolved_deployment_file()).serving
+
+
+def manager(ctx: ServiceContext) -> EndpointManager:
+    """The service's endpoint manager (created on first use)."""
+    m = ctx.extras.get(_KEY)
+    if m is None:
+        m = ctx.extras[_KEY] = EndpointManager(ctx.db, ctx.settings, ctx.store, _limits(ctx))
+    return m
+
+
+def on_startup(ctx: ServiceContext) -> None:
+    """Endpoints a previous process served are ``STOPPED``; their next request starts them."""
+    manager(ctx)
+    with ctx.db.session() as s:
+        for ep in s.scalars(
+            select(Endpoint).where(Endpoint.state.in_(("QUEUED", "STARTING", "READY")))
+        ):
+            ep.state, ep.activity = "STOPPED", "the service restarted; the next request starts it"
+
+
+def on_shutdown(ctx: ServiceContext) -> None:
+    """Stop every worker."""
+    m = ctx.extras.get(_KEY)
+    if m is not None:
+        m.shutdown()
+
+
+def find_endpoint(s: Session, key: str) -> Endpoint:
+    """The endpoint with ID ``key`` or the only one whose ID starts with it.
+
+    Raises:
+        NotFound: no endpoint matches. InvalidRequest: the prefix matches several.
+    """
+    ep = s.get(Endpoint, key)
+    if ep is not None:
+        return ep
+    found = list(s.scalars(select(Endpoint).where(Endpoint.id.startswith(key.lower())).limit(5)))
+    if not found:
+        raise NotFound(
+            f"No endpoint {key!r}; `training endpoints list` shows them.", field="endpoint"
+        )
+    if len(found) > 1:
+        raise InvalidRequest(
+            f"Endpoint ID prefix {key!r} is ambiguous: it matches "
+            f"{', '.join(e.id for e in found)}; give more characters.",
+            field="endpoint",
+        )
+    return found[0]
+
+
+def _models(s: Session, ep: Endpoint) -> list[EndpointModel]:
+    return list(
+        s.scalars(
+            select(EndpointModel)
+            .where(EndpointModel.endpoint_id == ep.id)
+            .order_by(EndpointModel.id)
+        )
+    )
+
+
+def view(s: Session, ep: Endpoint, ctx: ServiceContext) -> dict[str, Any]:
+    """The API shape of an endpoint."""
+    proj = s.get(Project, ep.project_id)
+    rows = _models(s, ep)
+    activity = manager(ctx).queue_line(ep.id) or ep.activity
+    return {
+        "id": ep.id,
+        "projectId": ep.project_id,
+        "projectName": proj.name if proj else None,
+        "state": ep.state,
+        "activity": activity,
+        "error": ep.error,
+        "baseModel": ep.base_model,
+        "engine": ep.engine,
+        "models": [
+            {
+                "model": r.served_name,
+                "kind": r.kind,
+                "ref": r.ref,
+                "pinned": r.pinned,
+                "rank": r.rank,
+                "instructions": r.instructions,
+                "checks": r.checks,
+            }
+            for r in rows
+        ],
+        "instructions": rows[0].instructions if rows else None,
+        "checks": {r.served_name: r.checks for r in rows if r.kind == "adapter"},
+        "openaiBaseUrl": f"/v1/training/endpoints/{ep.id}/openai/v1",
+        "idleSeconds": idle_for(ep),
+        "createdAt": ep.created_at.isoformat() if ep.created_at else None,
+    }
+
+
+def _resolve_model(
+    s: Session, ctx: ServiceContext, ref: str, project: Project | None
+) -> tuple[dict[str, Any], str, Project]:
+    from ...registry import resolve
+
+    rv = resolve(s, "model", ref, project.name if project else None, field="model")
+    if rv.source == "adapter":
+        if project is None:
+            project = find_project(s, rv.namespace)
+        rank = rv.metadata.get("rank") or (rv.metadata.get("lora") or {}).get("rank")
+        limit = _limits(ctx).maxLoraRank
+        if rank is not None and int(rank) > limit:
+            raise InvalidRequest(
+                f"{rv.repo}:v{rv.version} is an adapter of rank {rank}, above the largest rank "
+                f"an endpoint of this deployment loads ({limit}; `training endpoints info`).",
+                field="model",
+                code="rank_too_large",
+            )
+        base = rv.base_model or ""
+        from ...refs import parse_ref
+
+        b = parse_ref(base)
+        base_key = f"{b.repo}:v{b.version}" if b.version else b.repo
+        row = {"kind": "adapter", "rank": int(rank) if rank is not None else None}
+    else:
+        if project is None:
+            raise InvalidRequest(
+                f"{rv.repo} is a base model, which belongs to no project; name one with --project.",
+                field="project",
+            )
+        base_key = f"{rv.repo}:v{rv.version}"
+        row = {"kind": "base", "rank": None}
+    row.update(
+        ref=ref,
+        pinned=rv.pinned,
+        served_name=f"{rv.repo}:v{rv.version}",
+        instructions=rv.metadata.get("instructions"),
+    )
+    return row, base_key, project
+
+
+@router.post("", status_code=201)
+def create_endpoint(body: EndpointCreate, s: SessionDep, ctx: CtxDep) -> JSONResponse:
+    """Create an endpoint and start making its model resident."""
+    project = find_project(s, body.project) if body.project else None
+    row, base_key, project = _resolve_model(s, ctx, body.model, project)
+    from ...catalog.cache import ready_model_dir
+
+    ready_model_dir(s, ctx.settings, base_key)  # refuses a base model that is not READY
+    ep = Endpoint(
+        id=uuid.uuid4().hex,
+        project_id=project.id,
+        state="QUEUED",
+        base_model=base_key,
+        engine=_limits(ctx).engine,
+    )
+    s.add(ep)
+    s.flush()
+    s.add(EndpointModel(endpoint_id=ep.id, **row))
+    s.commit()
+    manager(ctx).request_start(ep.id)
+    s.refresh(ep)
+    return JSONResponse(view(s, ep, ctx), status_code=201)
+
+
+@router.get("")
+def list_endpoints(s: SessionDep, ctx: CtxDep, project: str | None = None) -> dict[str, Any]:
+    """Every endpoint, newest first (``?project=`` filters)."""
+    q = select(Endpoint).order_by(Endpoint.created_at.desc())
+    if project:
+        q = q.where(Endpoint.project_id == find_project(s, project).id)
+    return {"endpoints": [view(s, e, ctx) for e in s.scalars(q)]}
+
+
+@router.get("/info")
+def endpoints_info(ctx: CtxDep) -> dict[str, Any]:
+    """What an endpoint can serve (seeds/001 "What an endpoint can serve")."""
+    lim = _limits(ctx)
+    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    prof = dep.profile(lim.deviceProfile) if lim.deviceProfile else None
+    return {
+        "engine": lim.engine,
+        "maxLoraRank": lim.maxLoraRank,
+        "maxAdaptersLoaded": lim.maxAdaptersLoaded,
+        "reservedDevices": lim.reservedDevices,
+        "deviceType": prof.name if prof else ("cpu" if lim.reservedDevices == 0 else "cuda"),
+        "maxContextTokens": lim.maxContextTokens,
+        "idleSeconds": lim.idleSeconds,
+        "parsers": parsers_table(),
+    }
+
+
+@router.get("/{endpoint_id}")
+def get_endpoint(endpoint_id: str, s: SessionDep, ctx: CtxDep) -> dict[str, Any]:
+    """One endpoint (ID or unambiguous prefix)."""
+    return view(s, find_endpoint(s, endpoint_id), ctx)
+
+
+@router.delete("/{endpoint_id}")
+def delete_endpoint(endpoint_id: str, s: SessionDep, ctx: CtxDep) -> dict[str, Any]:
+    """Delete an endpoint; its worker stops when no other endpoint uses its base model."""
+    ep = find_endpoint(s, endpoint_id)
+    out = view(s, ep, ctx)
+    m = manager(ctx)
+    for r in _models(s, ep):
+        if r.kind == "adapter":
+            m.detach(ep.id, r.served_name)
+        s.delete(r)
+    s.delete(ep)
+    s.flush()
+    others = s.scalars(select(Endpoint).where(Endpoint.base_model == ep.base_model)).first()
+    if others is None:
+        m.stop_base(ep.base_model, "deleted")
+    out["state"] = "DELETED"
+    return out
+
+
+@router.delete("/{endpoint_id}/models/{ref:path}")
+def detach_model(endpoint_id: str, ref: str, s: SessionDep, ctx: CtxDep) -> dict[str, Any]:
+    """Detach the version ``ref`` names (any reference to it) from the endpoint."""
+    from ...registry import resolve
+
+    ep = find_endpoint(s, endpoint_id)
+    proj = s.get(Project, ep.project_id)
+    rv = resolve(s, "model", ref, proj.name if proj else None, field="ref")
+    rows = [r for r in _models(s, ep) if r.pinned == rv.pinned]
+    if not rows:
+        raise NotFound(f"Endpoint {ep.id} does not serve {rv.pinned}.", field="ref")
+    for r in rows:
+        if r.kind == "adapter":
+            manager(ctx).detach(ep.id, r.served_name)
+        s.delete(r)
+    s.flush()
+    return view(s, ep, ctx)
+
+
+# OpenAI forwarding ------------------------------------------------------------------
+def _oai_error(message: str, status: int, code: str, param: str | None = None) -> JSONResponse:
+    err = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    return JSONResponse({"error": err}, status_code=status)
+
+
+async def _ready_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]:
+    m = manager(ctx)
+    for _ in range(6000):
+        with ctx.db.session() as s:
+            ep = find_endpoint(s, endpoint_id)
+            state, names, eid = ep.state, [r.served_name for r in _models(s, ep)], ep.id
+            err = ep.error
+        w = m.worker_for(eid)
+        if state == "READY" and w is not None:
+            return w, names
+        if state == "FAILED":
+            raise InvalidRequest(f"Endpoint {eid} failed: {err}", code="endpoint_failed")
+        if state in ("STOPPED", "READY"):
+            m.request_start(eid)
+        await asyncio.sleep(0.1)
+    raise InvalidRequest(f"Endpoint {endpoint_id} did not start in time.")
+
+
+@router.get("/{endpoint_id}/openai/v1/models")
+async def openai_models(endpoint_id: str, ctx: CtxDep) -> Any:
+    """The models this endpoint serves (OpenAI ``/v1/models``)."""
+    w, names = await _ready_worker(ctx, endpoint_id)
+    async with httpx.AsyncClient(timeout=60) as c:
+        r = await c.get(w.url + "/v1/models", headers=w.headers())
+    data = r.json()
+    data["data"] = [d for d in data.get("data", []) if d["id"] in names]
+    return data
+
+
+@router.post("/{endpoint_id}/openai/v1/chat/completions")
+async def openai_chat(endpoint_id: str, request: Request, ctx: CtxDep) -> Any:
+    """Forward a chat completion to the endpoint's worker."""
+    raw = await request.body()
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError as exc:
+        return _oai_error(f"The request body is not valid JSON: {exc}", 400, "invalid_json")
+    w, names = await _ready_worker(ctx, endpoint_id)
+    if isinstance(body, dict):
+        body.setdefault("model", names[0] if names else None)
+        if body["model"] not in names:
+            return _oai_error(
+                f"The model {body['model']!r} does not exist on this endpoint; it serves "
+                f"{', '.join(names)}.",
+                400,
+                "model_not_found",
+                "model",
+            )
+    manager(ctx).touch(endpoint_id)
+    client = httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10))
+    req = client.build_request(
+        "POST", w.url + "/v1/chat/completions", json=body, headers=w.headers()
+    )
+    resp = await client.send(req, stream=True)
+    if resp.headers.get("content-type", "").startswith("text/event-stream"):
+
+        async def relay() -> Any:
+            try:
+                async for chunk in resp.aiter_raw():
+                    yield chunk
+            finally:
+                await resp.aclose()
+                await client.aclose()
+                manager(ctx).touch(endpoint_id)
+
+        return StreamingResponse(relay(), media_type="text/event-stream")
+    content = await resp.aread()
+    await resp.aclose()
+    await client.aclose()
+    manager(ctx).touch(endpoint_id)
+    return Response(
+        content,
+        status_code=resp.status_code,
+        media_type=resp.headers.get("content-type", "application/json"),
+    )

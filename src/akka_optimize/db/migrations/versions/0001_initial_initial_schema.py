@@ -2,7 +2,7 @@
 
 Revision ID: 0001_initial
 Revises: 
-Create Date: 2026-11-29 19:47:52.197482
+Create Date: 2026-11-29 19:54:42.707977
 """
 
 from alembic import op
@@ -112,6 +112,22 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_runs_project'), ['project'], unique=False)
         batch_op.create_index(batch_op.f('ix_runs_state'), ['state'], unique=False)
 
+    op.create_table('endpoints',
+    sa.Column('id', sa.String(length=32), nullable=False),
+    sa.Column('project_id', sa.String(length=32), nullable=False),
+    sa.Column('state', sa.String(length=16), nullable=False),
+    sa.Column('activity', sa.Text(), nullable=True),
+    sa.Column('error', sa.Text(), nullable=True),
+    sa.Column('base_model', sa.String(length=512), nullable=False),
+    sa.Column('engine', sa.String(length=16), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('last_request_at', sa.DateTime(timezone=True), nullable=True),
+    sa.ForeignKeyConstraint(['project_id'], ['projects.id'], name=op.f('fk_endpoints_project_id_projects')),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_endpoints'))
+    )
+    with op.batch_alter_table('endpoints', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_endpoints_project_id'), ['project_id'], unique=False)
+
     op.create_table('registry_versions',
     sa.Column('id', sa.Integer(), autoincrement=True, nullable=False),
     sa.Column('name_id', sa.Integer(), nullable=False),
@@ -190,6 +206,23 @@ def upgrade() -> None:
     with op.batch_alter_table('run_snapshots', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_run_snapshots_run_id'), ['run_id'], unique=False)
 
+    op.create_table('endpoint_models',
+    sa.Column('id', sa.Integer(), autoincrement=True, nullable=False),
+    sa.Column('endpoint_id', sa.String(length=32), nullable=False),
+    sa.Column('kind', sa.String(length=16), nullable=False),
+    sa.Column('ref', sa.String(length=512), nullable=False),
+    sa.Column('pinned', sa.String(length=512), nullable=False),
+    sa.Column('served_name', sa.String(length=512), nullable=False),
+    sa.Column('rank', sa.Integer(), nullable=True),
+    sa.Column('instructions', sa.Text(), nullable=True),
+    sa.Column('checks', sa.JSON(), nullable=True),
+    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['endpoint_id'], ['endpoints.id'], name=op.f('fk_endpoint_models_endpoint_id_endpoints'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_endpoint_models'))
+    )
+    with op.batch_alter_table('endpoint_models', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_endpoint_models_endpoint_id'), ['endpoint_id'], unique=False)
+
     op.create_table('registry_aliases',
     sa.Column('id', sa.Integer(), autoincrement=True, nullable=False),
     sa.Column('name_id', sa.Integer(), nullable=False),
@@ -213,6 +246,10 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_registry_aliases_name_id'))
 
     op.drop_table('registry_aliases')
+    with op.batch_alter_table('endpoint_models', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_endpoint_models_endpoint_id'))
+
+    op.drop_table('endpoint_models')
     with op.batch_alter_table('run_snapshots', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_run_snapshots_run_id'))
 
@@ -230,6 +267,10 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_registry_versions_digest'))
 
     op.drop_table('registry_versions')
+    with op.batch_alter_table('endpoints', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_endpoints_project_id'))
+
+    op.drop_table('endpoints')
     with op.batch_alter_table('runs', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_runs_state'))
         batch_op.drop_index(batch_op.f('ix_runs_project'))

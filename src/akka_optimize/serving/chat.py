@@ -1,0 +1,135 @@
+"""Turn an OpenAI chat request into prompt tokens.
+
+- Instructions (seeds/001 "Other changes"): a request with no ``system`` or
+  ``developer`` message gets the model's training instructions as its system
+  message; ``developer`` is rendered as ``system``.
+- Tools: a chat template that renders tools itself (it mentions ``tools``) gets
+  them through ``apply_chat_template(tools=…)``; otherwise the Hermes system text
+  offers them (:func:`~.parsers.hermes_tools_prompt`), an assistant's calls are
+  written as ``<tool_call>`` blocks, and a tool answer as a user turn holding a
+  ``<tool_response>`` block (the layout of Qwen 2.5's template).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .parsers import hermes_call_text, hermes_tools_prompt, parsers_for
+from .schema import ChatRequest, Message, OpenAIError
+
+
+def _offered_tools(req: ChatRequest) -> list[dict[str, Any]]:
+    if not req.tools or req.tool_choice == "none":
+        return []
+    tools = [t.model_dump(exclude_none=True) for t in req.tools]
+    choice = req.tool_choice
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        picked = [t for t in tools if t["function"]["name"] == name]
+        if not picked:
+            raise OpenAIError(
+                f"tool_choice names the function {name!r}, which is not in tools.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+        return picked
+    if choice not in (None, "auto", "required"):
+        raise OpenAIError(
+            f"tool_choice must be none, auto, required or a function, not {choice!r}.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    return tools
+
+
+def check_tools_supported(req: ChatRequest, architecture: str) -> bool:
+    """Whether the request offers tools; refuse when ``architecture`` has no parser.
+
+    Raises:
+        OpenAIError: 400 naming the architecture (seeds/001 "Tool calls and reasoning").
+    """
+    if not _offered_tools(req):
+        return False
+    if parsers_for(architecture).tool_calls is None:
+        raise OpenAIError(
+            f"This endpoint's model has the architecture {architecture}, which has no "
+            "tool-call parser, so it cannot be offered tools. Send the request without "
+            "tools, or serve a model whose architecture has a parser "
+            "(training endpoints info lists them).",
+            param="tools",
+            code="tools_not_supported",
+        )
+    return True
+
+
+def _message_dict(m: Message, native_tools: bool) -> dict[str, Any]:
+    role = "system" if m.role == "developer" else m.role
+    text = m.text()
+    if m.role == "assistant" and m.tool_calls:
+        if native_tools:
+            calls = [
+                {
+                    "type": "function",
+                    "id": c.id,
+                    "function": {"name": c.function.name, "arguments": _args(c.function)},
+                }
+                for c in m.tool_calls
+            ]
+            return {"role": "assistant", "content": text, "tool_calls": calls}
+        blocks = [hermes_call_text(c.function.name, c.function.arguments) for c in m.tool_calls]
+        return {"role": "assistant", "content": "\n".join(([text] if text else []) + blocks)}
+    if m.role == "tool" and not native_tools:
+        return {"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"}
+    out: dict[str, Any] = {"role": role, "content": text}
+    if m.role == "tool":
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+def _args(f: Any) -> Any:
+    if isinstance(f.arguments, str):
+        try:
+            return json.loads(f.arguments)
+        except ValueError:
+            return f.arguments
+    return f.arguments
+
+
+def render_prompt(
+    tokenizer: Any,
+    req: ChatRequest,
+    *,
+    architecture: str,
+    instructions: str | None,
+) -> list[int]:
+    """Prompt token ids for ``req`` (the assistant turn opened, ready to generate).
+
+    Raises:
+        OpenAIError: tools offered to an architecture without a parser, or the chat
+            template failing on the messages (400 naming ``messages``).
+    """
+    tools = _offered_tools(req) if check_tools_supported(req, architecture) else []
+    template = tokenizer.chat_template or ""
+    native = bool(tools) and "tools" in str(template)
+    msgs = [_message_dict(m, native) for m in req.messages]
+    if not any(m.role in ("system", "developer") for m in req.messages) and instructions:
+        msgs.insert(0, {"role": "system", "content": instructions})
+    if tools and not native:
+        offer = hermes_tools_prompt(tools)
+        if msgs and msgs[0]["role"] == "system":
+            msgs[0] = {"role": "system", "content": msgs[0]["content"] + "\n\n" + offer}
+        else:
+            msgs.insert(0, {"role": "system", "content": offer})
+    kw: dict[str, Any] = {"tools": tools} if native else {}
+    try:
+        enc = tokenizer.apply_chat_template(
+            msgs, add_generation_prompt=True, tokenize=True, return_dict=True, **kw
+        )
+    except Exception as exc:  # jinja errors name the template's own complaint
+        raise OpenAIError(
+            f"The model's chat template cannot render these messages: {exc}",
+            param="messages",
+            code="invalid_messages",
+        ) from exc
+    return list(enc["input_ids"])

@@ -1,0 +1,228 @@
+"""``POST /v1/chat/completions`` on a worker: validation, generation, parsing, SSE.
+
+Bad requests are refused before any token is generated with an OpenAI-style 400:
+an unknown ``model``, malformed messages, ``max_tokens`` below 1, a prompt plus
+``max_tokens`` longer than the endpoint's context (``context_length_exceeded``),
+or tools offered to an architecture without a parser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from .chat import render_prompt
+from .engine import SamplingParams, StepEvent
+from .parsers import StreamSplitter, parse_hermes, parsers_for
+from .schema import ChatRequest, OpenAIError, new_id, now, parse_chat_request
+
+if TYPE_CHECKING:
+    from .worker import WorkerState
+
+#: ``max_tokens`` when a request names none (capped by the context left).
+DEFAULT_MAX_TOKENS = 1024
+
+
+def prepare(
+    state: WorkerState, body: Any
+) -> tuple[ChatRequest, str | None, list[int], SamplingParams]:
+    """Validate ``body`` and build the prompt and sampling parameters.
+
+    Returns:
+        (request, adapter name or None for the base model, prompt ids, params).
+
+    Raises:
+        OpenAIError: 400 for any refusal listed in the module docstring.
+    """
+    req = parse_chat_request(body)
+    if req.model not in state.instructions:
+        raise OpenAIError(
+            f"The model {req.model!r} does not exist on this endpoint; it serves "
+            f"{', '.join(state.models())}.",
+            param="model",
+            code="model_not_found",
+        )
+    adapter = None if req.model == state.base_name else req.model
+    eng = state.engine
+    ids = render_prompt(
+        eng.tokenizer,
+        req,
+        architecture=eng.architecture,
+        instructions=state.instructions.get(req.model),
+    )
+    room = eng.max_context - len(ids)
+    asked = req.max_completion_tokens or req.max_tokens
+    if room < 1 or (asked is not None and asked > room):
+        raise OpenAIError(
+            f"This endpoint's maximum context length is {eng.max_context} tokens; the "
+            f"messages use {len(ids)} tokens and max_tokens asks for "
+            f"{asked if asked is not None else 'at least 1'} more. Shorten the messages "
+            "or lower max_tokens.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    params = SamplingParams(
+        max_tokens=asked or min(DEFAULT_MAX_TOKENS, room),
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        seed=req.seed,
+        n=req.n,
+        stop=req.stop_strings(),
+    )
+    return req, adapter, ids, params
+
+
+def _tools_on(req: ChatRequest) -> bool:
+    return bool(req.tools) and req.tool_choice != "none"
+
+
+async def complete(state: WorkerState, body: Any) -> Any:
+    """Answer one chat request (a JSON response, or an SSE stream when ``stream``)."""
+    req, adapter, ids, params = prepare(state, body)
+    spec = parsers_for(state.engine.architecture)
+    tools = _tools_on(req) and spec.tool_calls is not None
+    reasoning = spec.reasoning is not None
+    if req.stream:
+        return StreamingResponse(
+            _sse(state, req, adapter, ids, params, tools, reasoning),
+            media_type="text/event-stream",
+        )
+    events = await run_in_threadpool(lambda: list(state.engine.stream(ids, adapter, params)))
+    texts = [""] * params.n
+    reasons: list[str] = ["stop"] * params.n
+    used = 0
+    for ev in events:
+        texts[ev.index] += ev.delta
+        if ev.finish_reason:
+            reasons[ev.index] = ev.finish_reason
+            used += ev.n_tokens
+    choices = []
+    for i, text in enumerate(texts):
+        p = parse_hermes(text, tools=tools, reasoning=reasoning)
+        msg: dict[str, Any] = {"role": "assistant", "content": p.content}
+        if p.reasoning is not None:
+            msg["reasoning_content"] = p.reasoning
+        if p.tool_calls:
+            msg["tool_calls"] = p.tool_calls
+            msg["content"] = p.content or None
+        reason = "tool_calls" if p.tool_calls else reasons[i]
+        choices.append({"index": i, "message": msg, "finish_reason": reason, "logprobs": None})
+    return JSONResponse(
+        {
+            "id": new_id(),
+            "object": "chat.completion",
+            "created": now(),
+            "model": req.model,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(ids),
+                "completion_tokens": used,
+                "total_tokens": len(ids) + used,
+            },
+        }
+    )
+
+
+def _chunk(cid: str, model: str, index: int, delta: dict[str, Any], reason: str | None) -> str:
+    body = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": now(),
+        "model": model,
+        "choices": [{"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}],
+    }
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+def _run_in_thread(
+    state: WorkerState, adapter: str | None, ids: list[int], params: SamplingParams
+) -> tuple[asyncio.Queue, threading.Event]:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    cancel = threading.Event()
+
+    def produce() -> None:
+        gen = state.engine.stream(ids, adapter, params)
+        try:
+            for ev in gen:
+                loop.call_soon_threadsafe(queue.put_nowait, ev)
+                if cancel.is_set():
+                    break
+        except Exception as exc:  # delivered to the stream as an error event
+            loop.call_soon_threadsafe(queue.put_nowait, exc)
+        finally:
+            gen.close()
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    threading.Thread(target=produce, daemon=True, name="generate").start()
+    return queue, cancel
+
+
+async def _sse(
+    state: WorkerState,
+    req: ChatRequest,
+    adapter: str | None,
+    ids: list[int],
+    params: SamplingParams,
+    tools: bool,
+    reasoning: bool,
+) -> AsyncIterator[str]:
+    cid = new_id()
+    splitters = [StreamSplitter(tools=tools, reasoning=reasoning) for _ in range(params.n)]
+    calls = [0] * params.n
+    used = 0
+    for i in range(params.n):
+        yield _chunk(cid, req.model, i, {"role": "assistant", "content": ""}, None)
+    queue, cancel = _run_in_thread(state, adapter, ids, params)
+    try:
+        while True:
+            ev = await queue.get()
+            if ev is None:
+                break
+            if isinstance(ev, Exception):
+                err = {"message": f"The endpoint failed: {ev}", "type": "server_error"}
+                yield f"data: {json.dumps({'error': err})}\n\n"
+                return
+            assert isinstance(ev, StepEvent)
+            sp = splitters[ev.index]
+            events = sp.feed(ev.delta) + (sp.finish() if ev.finish_reason else [])
+            for kind, value in events:
+                yield _delta_chunk(cid, req.model, ev.index, kind, value, calls)
+            if ev.finish_reason:
+                used += ev.n_tokens
+                reason = "tool_calls" if calls[ev.index] else ev.finish_reason
+                yield _chunk(cid, req.model, ev.index, {}, reason)
+        if (req.stream_options or {}).get("include_usage"):
+            usage = {
+                "prompt_tokens": len(ids),
+                "completion_tokens": used,
+                "total_tokens": len(ids) + used,
+            }
+            body = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": now(),
+                "model": req.model,
+                "choices": [],
+                "usage": usage,
+            }
+            yield f"data: {json.dumps(body)}\n\n"
+        yield "data: [DONE]\n\n"
+    finally:
+        cancel.set()
+
+
+def _delta_chunk(cid: str, model: str, index: int, kind: str, value: Any, calls: list[int]) -> str:
+    if kind == "content":
+        return _chunk(cid, model, index, {"content": value}, None)
+    if kind == "reasoning":
+        return _chunk(cid, model, index, {"reasoning_content": value}, None)
+    call = {"index": calls[index], **value}
+    calls[index] += 1
+    return _chunk(cid, model, index, {"tool_calls": [call]}, None)

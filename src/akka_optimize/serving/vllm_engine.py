@@ -1,0 +1,108 @@
+"""The vLLM serving engine: one base model with LoRA enabled (optional extra, GPU).
+
+Selected by the deployment's ``serving.engine: vllm``. ``vllm`` is imported only
+here, when the engine is built, so installations without it never import it.
+Adapters are served with ``LoRARequest(name, int_id, path)``; ``max_lora_rank``
+and ``max_loras`` come from ``serving.maxLoraRank`` and ``serving.maxAdaptersLoaded``.
+
+This engine uses vLLM's synchronous ``LLM`` API: an answer is produced whole and
+then emitted as one delta per answer, so first-token latency on this engine
+equals the answer's latency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .engine import SamplingParams, StepEvent, read_architecture, stop_token_ids
+
+
+class VLLMEngine:
+    """vLLM with LoRA (same interface as :class:`~.engine.TransformersEngine`).
+
+    Raises:
+        RuntimeError: vLLM is not installed (``pip install vllm`` on a GPU machine).
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        max_context: int,
+        max_adapters: int,
+        max_rank: int,
+        progress: Any = None,
+    ) -> None:
+        try:
+            import vllm
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise RuntimeError(
+                "serving.engine is vllm but vLLM is not installed; install it on a GPU "
+                "machine (pip install vllm) or set serving.engine: transformers."
+            ) from exc
+        say = progress or (lambda _msg: None)
+        say("starting vLLM with LoRA enabled")
+        self._vllm = vllm
+        self.llm = vllm.LLM(
+            model=str(base_dir),
+            enable_lora=True,
+            max_lora_rank=max_rank,
+            max_loras=max_adapters,
+            max_model_len=max_context,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+        self.architecture = read_architecture(base_dir)
+        self.max_context = max_context
+        self.stop_ids = stop_token_ids(self.tokenizer)
+        self._adapters: dict[str, tuple[int, Path]] = {}
+        self._next_id = 1
+
+    def load_adapter(self, name: str, path: Path) -> None:
+        """Register adapter ``name``; vLLM loads it on its first request."""
+        if name not in self._adapters:
+            self._adapters[name] = (self._next_id, Path(path))
+            self._next_id += 1
+
+    def unload_adapter(self, name: str) -> None:
+        """Forget adapter ``name`` and ask vLLM to drop it."""
+        entry = self._adapters.pop(name, None)
+        if entry is not None:
+            try:
+                self.llm.llm_engine.remove_lora(entry[0])
+            except Exception:  # noqa: BLE001 - not loaded yet is fine
+                pass
+
+    def adapter_names(self) -> list[str]:
+        """Adapters this engine serves."""
+        return list(self._adapters)
+
+    def stream(
+        self, prompt_ids: list[int], adapter: str | None, params: SamplingParams
+    ) -> Iterator[StepEvent]:
+        """Generate ``params.n`` answers; one event per answer (see module docstring)."""
+        from vllm.inputs import TokensPrompt
+        from vllm.lora.request import LoRARequest
+
+        sp = self._vllm.SamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            seed=params.seed,
+            stop=params.stop or None,
+            stop_token_ids=sorted(self.stop_ids),
+        )
+        lora = None
+        if adapter is not None:
+            lid, path = self._adapters[adapter]
+            lora = LoRARequest(adapter, lid, str(path))
+        (res,) = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=prompt_ids)], sp, lora_request=lora, use_tqdm=False
+        )
+        for i, out in enumerate(res.outputs):
+            reason = "length" if out.finish_reason == "length" else "stop"
+            yield StepEvent(i, out.text, reason, len(out.token_ids))

@@ -1,0 +1,98 @@
+"""Shared data of the serving tests: tools, the trained tool adapter, random adapters."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from helpers import REPO
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+FINAL_ANSWER = "It is sunny in Paris."
+INSTRUCTIONS = "You answer weather questions."
+CACHE = Path(os.environ.get("AKKA_OPTIMIZE_TEST_CACHE", REPO / ".cache" / "test-models"))
+
+
+def make_random_adapter(base_dir: Path, dest: Path, seed: int, rank: int = 8) -> Path:
+    """A LoRA adapter with random non-zero A and B (so it changes the answers)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    cfg = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj", "o_proj"])
+    peft = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    peft.save_pretrained(dest)
+    return dest
+
+
+def train_tool_adapter(base_dir: Path, dest: Path) -> Path:
+    """A LoRA adapter trained until greedy decoding reproduces a Hermes tool call
+    for the weather question and the final answer after the tool's response."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from akka_optimize.serving.chat import render_prompt
+    from akka_optimize.serving.schema import parse_chat_request
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(base_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    peft = get_peft_model(model, LoraConfig(r=32, lora_alpha=64, target_modules="all-linear"))
+    q = {"role": "user", "content": "Weather in Paris?"}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    }
+    answer = {"role": "tool", "tool_call_id": "call_1", "content": '{"sky": "sunny"}'}
+    rows = []
+    for msgs, target in (([q], CALL_TEXT), ([q, call, answer], FINAL_ANSWER)):
+        req = parse_chat_request({"model": "m", "messages": msgs, "tools": TOOLS})
+        prompt = render_prompt(tok, req, architecture="LlamaForCausalLM", instructions=INSTRUCTIONS)
+        ids = prompt + tok.encode(target, add_special_tokens=False) + [tok.eos_token_id]
+        rows.append((prompt, ids))
+    opt = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=1e-2)
+    peft.train()
+    for _ in range(1000):
+        exact = True
+        for prompt, ids in rows:
+            k = len(ids) - len(prompt)  # logits of the target positions only
+            logits = peft(input_ids=torch.tensor([ids]), logits_to_keep=k + 1).logits[0, :-1]
+            target = torch.tensor(ids[len(prompt) :])
+            torch.nn.functional.cross_entropy(logits, target).backward()
+            exact = exact and bool((logits.argmax(-1) == target).all())
+        if exact:
+            break
+        opt.step()
+        opt.zero_grad()
+    peft.save_pretrained(dest)
+    return dest
+
+
