@@ -12,6 +12,7 @@ conversation is 0, so no label crosses a boundary.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -76,10 +77,18 @@ def pick_device(cfg: EngineConfig) -> torch.device:
 
 
 def pick_dtype(cfg: EngineConfig, device: torch.device) -> torch.dtype:
-    """bf16 on CUDA and fp32 on CPU unless ``precision`` names one."""
+    """The compute dtype: bf16 on CUDA and fp32 on CPU unless ``precision`` names one."""
     if cfg.precision == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+
+
+def pick_weight_dtype(cfg: EngineConfig, device: torch.device) -> torch.dtype:
+    """The storage dtype of the frozen base weights (``weightPrecision``; auto: the compute
+    dtype on CUDA, fp32 on CPU)."""
+    if cfg.weight_precision == "auto":
+        return pick_dtype(cfg, device) if device.type == "cuda" else torch.float32
+    return torch.bfloat16 if cfg.weight_precision == "bf16" else torch.float32
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -119,10 +128,11 @@ class TrainingSession:
         self.model_dir = Path(model_dir)
         self.device = pick_device(cfg)
         self.dtype = pick_dtype(cfg, self.device)
+        self.weight_dtype = pick_weight_dtype(cfg, self.device)
         self.total_updates = total_updates
         self.step = 0
         base = AutoModelForCausalLM.from_pretrained(
-            self.model_dir, dtype=self.dtype, attn_implementation=cfg.attn_implementation
+            self.model_dir, dtype=self.weight_dtype, attn_implementation=cfg.attn_implementation
         ).to(self.device)
         linear_names = {
             n.rsplit(".", 1)[-1] for n, m in base.named_modules() if isinstance(m, torch.nn.Linear)
@@ -192,6 +202,27 @@ class TrainingSession:
                 )
             loss_inputs[key] = torch.tensor(inputs[key], dtype=torch.float64)[1:][idx_S].to(dev)
         fn = LOSSES[loss_fn]
+        with self.compute_context():
+            return self._run_pass_body(p, ids_T, idx_S, out_T, loss_inputs, fn, config, backward)
+
+    def compute_context(self) -> contextlib.AbstractContextManager:
+        """``torch.autocast`` to the compute dtype when the weights are stored in another one."""
+        if self.dtype == self.weight_dtype:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def _run_pass_body(
+        self,
+        p: Pass,
+        ids_T: Tensor,
+        idx_S: Tensor,
+        out_T: Tensor,
+        loss_inputs: dict[str, Tensor],
+        fn: Any,
+        config: dict,
+        backward: bool,
+    ) -> tuple[float, int, Tensor]:
+        dev = self.device
         hidden = self._body(
             input_ids=ids_T[None].to(dev),
             position_ids=torch.tensor(p.position_ids, dtype=torch.long)[None].to(dev),
@@ -376,6 +407,10 @@ class TrainingSession:
             from transformers import AutoTokenizer
 
             self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        with self.compute_context():
+            return self._sample(prompts, max_new_tokens, temperature, top_p, stop_ids, seed)
+
+    def _sample(self, prompts, max_new_tokens, temperature, top_p, stop_ids, seed):  # noqa: ANN001, ANN202
         return [
             generate(
                 self.model,

@@ -83,6 +83,7 @@ def engine_settings(plan: dict[str, Any], target_modules: list[str] | str | None
         "validate_each_epoch": bool(_get(hp, "training.validateEachEpoch", False)),
         "seed": int(_get(hp, "training.seed", 0)),
         "precision": precision if precision in ("auto", "fp32", "bf16") else "auto",
+        "weight_precision": _weight_precision(plan),
         "gradient_checkpointing": bool(_get(plan, "config.model.gradientCheckpointing", False)),
         "attn_implementation": _get(plan, "config.model.attentionImplementation", "sdpa"),
         "head_chunk_tokens": int(es.get("head.chunk_tokens", 512)),
@@ -95,6 +96,11 @@ def engine_settings(plan: dict[str, Any], target_modules: list[str] | str | None
             list(target_modules) if not isinstance(target_modules, str) else [target_modules]
         )
     return out
+
+
+def _weight_precision(plan: dict[str, Any]) -> str:
+    wp = _get(plan, "config.model.weightPrecision", "auto")
+    return wp if wp in ("auto", "fp32", "bf16") else "auto"
 
 
 def build_spec(
