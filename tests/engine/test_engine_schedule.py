@@ -37,3 +37,16 @@ def test_bad_settings_are_refused_with_their_field():
         EngineConfig(micro_batch=0)
     with pytest.raises(ValueError, match="outside"):
         lr_factor("linear", 0, 3)
+
+
+def test_max_steps_caps_the_run_and_the_schedule(tiny_model_dir, tmp_path):
+    from engine_testkit import fp32_config, random_rows
+
+    from akka_optimize.engine.sft import run_sft
+
+    events: list[dict] = []
+    cfg = fp32_config(epochs=3, micro_batch=1, max_steps=4, scheduler="linear")
+    res = run_sft(cfg, tiny_model_dir, random_rows(5), None, tmp_path, events.append)
+    steps = [e["step"] for e in events if e["type"] == "metrics"]
+    assert steps == [1, 2, 3, 4] and res.total_steps == 4 and res.step == 4
+    assert [e for e in events if e["type"] == "save"][-1]["step"] == 4

@@ -68,6 +68,9 @@ class EngineConfig:
     gradient_accumulation: int = 1
     """Passes per update; an update holds micro_batch × gradient_accumulation conversations."""
 
+    max_steps: int | None = None
+    """``hyperparams.training.maxSteps``: stop after this many updates (None: every epoch)."""
+
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """``config.model.precision``: the compute dtype; auto is bf16 on a CUDA device and fp32
     on CPU."""
@@ -133,6 +136,11 @@ class EngineConfig:
                 "must be in [0, 1]",
             ),
             (self.epochs >= 1, "hyperparams.training.epochs", "must be at least 1"),
+            (
+                self.max_steps is None or self.max_steps >= 1,
+                "hyperparams.training.maxSteps",
+                "must be at least 1",
+            ),
             (self.micro_batch >= 1, "hyperparams.training.microBatchPerGpu", "must be at least 1"),
             (
                 self.gradient_accumulation >= 1,

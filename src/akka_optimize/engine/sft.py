@@ -26,7 +26,7 @@ from .session import TrainingSession
 
 Emit = Callable[[dict[str, Any]], None]
 # Settings that decide which rows an update holds; a resume must not change them.
-ORDER_SETTINGS = ("seed", "shuffle", "micro_batch", "gradient_accumulation", "epochs")
+ORDER_SETTINGS = ("seed", "shuffle", "micro_batch", "gradient_accumulation", "epochs", "max_steps")
 
 
 @dataclass
@@ -125,6 +125,8 @@ def run_sft(
         _refuse_unsupervised(validation, "validation")
     per_epoch = cfg.updates_per_epoch(len(train))
     total = per_epoch * cfg.epochs
+    if cfg.max_steps is not None:
+        total = min(total, cfg.max_steps)
     log = {"loss_sum": 0.0, "count": 0, "last": None, "validation": None}
 
     # ---- build

@@ -82,6 +82,7 @@ def engine_settings(plan: dict[str, Any], target_modules: list[str] | str | None
         "validation_frequency_steps": int(_get(hp, "training.validationFrequencySteps", 0)),
         "validate_each_epoch": bool(_get(hp, "training.validateEachEpoch", False)),
         "seed": int(_get(hp, "training.seed", 0)),
+        "max_steps": _get(hp, "training.maxSteps"),
         "precision": precision if precision in ("auto", "fp32", "bf16") else "auto",
         "weight_precision": _weight_precision(plan),
         "gradient_checkpointing": bool(_get(plan, "config.model.gradientCheckpointing", False)),
