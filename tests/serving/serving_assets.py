@@ -22,7 +22,7 @@ TOOLS = [
     }
 ]
 CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-FINAL_ANSWER = "It is sunny in Paris."
+FINAL_ANSWER = "Sunny."
 INSTRUCTIONS = "You answer weather questions."
 CACHE = Path(os.environ.get("AKKA_OPTIMIZE_TEST_CACHE", REPO / ".cache" / "test-models"))
 
@@ -78,7 +78,7 @@ def train_tool_adapter(base_dir: Path, dest: Path) -> Path:
         prompt = render_prompt(tok, req, architecture="LlamaForCausalLM", instructions=INSTRUCTIONS)
         ids = prompt + tok.encode(target, add_special_tokens=False) + [tok.eos_token_id]
         rows.append((prompt, ids))
-    opt = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=1e-2)
+    opt = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=5e-3)
     peft.train()
     for _ in range(1000):
         exact = True
@@ -94,5 +94,3 @@ def train_tool_adapter(base_dir: Path, dest: Path) -> Path:
         opt.zero_grad()
     peft.save_pretrained(dest)
     return dest
-
-

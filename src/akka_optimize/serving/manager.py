@@ -110,15 +110,17 @@ class EndpointManager:
                     for other in self.queue:
                         self._set(other, activity=self.queue_line(other))
 
-    def _model_files(self, s: Any, row: EndpointModel) -> Path:
+    def adapter_dir(self, s: Any, pinned: str) -> Path:
+        """The local folder of adapter version ``pinned`` (downloaded once, by digest)."""
         from ..registry import download_model_files, resolve
 
-        rv = resolve(s, "model", row.pinned)
+        rv = resolve(s, "model", pinned)
         dest = self.settings.home / "serving" / "adapters" / rv.digest.replace(":", "-")
         if not (dest / "adapter_config.json").exists():
             tmp = dest.with_name(dest.name + ".tmp")
             download_model_files(self.store, rv, tmp)
-            tmp.replace(dest) if not dest.exists() else None
+            if not dest.exists():
+                tmp.replace(dest)
         return dest
 
     def _start_now(self, endpoint_id: str) -> None:
@@ -141,7 +143,7 @@ class EndpointManager:
                     adapters.append(
                         {
                             "name": r.served_name,
-                            "path": str(self._model_files(s, r)),
+                            "path": str(self.adapter_dir(s, r.pinned)),
                             "instructions": r.instructions,
                         }
                     )

@@ -8,6 +8,7 @@ application needs only ``base_url``. No model code is imported here.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import httpx
@@ -76,4 +77,10 @@ def build_proxy_app(target: str, headers: dict[str, str]) -> Starlette:
         return Response(body, status_code=resp.status_code, media_type=ctype)
 
     routes = [Route("/v1/{path:path}", forward, methods=["GET", "POST", "DELETE", "PUT"])]
-    return Starlette(routes=routes, on_shutdown=[client.aclose])
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> Any:
+        yield
+        await client.aclose()
+
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -155,6 +155,10 @@ def _resolve_model(
         if project is None:
             project = find_project(s, rv.namespace)
         rank = rv.metadata.get("rank") or (rv.metadata.get("lora") or {}).get("rank")
+        if rank is None:
+            from ...serving.engine import adapter_rank
+
+            rank = adapter_rank(manager(ctx).adapter_dir(s, rv.pinned))
         limit = _limits(ctx).maxLoraRank
         if rank is not None and int(rank) > limit:
             raise InvalidRequest(
@@ -181,7 +185,8 @@ def _resolve_model(
         ref=ref,
         pinned=rv.pinned,
         served_name=f"{rv.repo}:v{rv.version}",
-        instructions=rv.metadata.get("instructions"),
+        instructions=rv.metadata.get("instructions")
+        or (rv.metadata.get("annotations") or {}).get("instructions"),
     )
     return row, base_key, project
 
@@ -292,7 +297,9 @@ async def _ready_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, lis
     for _ in range(6000):
         with ctx.db.session() as s:
             ep = find_endpoint(s, endpoint_id)
-            state, names, eid = ep.state, [r.served_name for r in _models(s, ep)], ep.id
+            served = [r.served_name for r in _models(s, ep)]
+            names = served + [ep.base_model] * (ep.base_model not in served)
+            state, eid = ep.state, ep.id
             err = ep.error
         w = m.worker_for(eid)
         if state == "READY" and w is not None:
@@ -313,6 +320,7 @@ async def openai_models(endpoint_id: str, ctx: CtxDep) -> Any:
         r = await c.get(w.url + "/v1/models", headers=w.headers())
     data = r.json()
     data["data"] = [d for d in data.get("data", []) if d["id"] in names]
+    data["data"].sort(key=lambda d: d["id"] != d.get("root"))  # the base model first
     return data
 
 

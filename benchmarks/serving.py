@@ -1,0 +1,113 @@
+"""Serving benchmark: tokens/s with an adapter against the base model on the same engine,
+and first-token latency (issue 8 "Checks": goal ≥ 0.9× the base model's tokens/s).
+
+Both sides run on one :class:`~akka_optimize.serving.engine.TransformersEngine` (the
+engine of an endpoint worker) holding the tiny test model (quick) or SmolLM2-135M, with
+one random-init LoRA adapter (r=16 on the attention and MLP projections). Generation is
+greedy with the stop set cleared so every request generates exactly ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _model_dir(root: Path, quick: bool) -> Path:
+    from akka_optimize.catalog.gguf import convert_gguf, gguf_path
+    from akka_optimize.catalog.tiny import build_tiny_model
+
+    if not quick:
+        return convert_gguf(gguf_path(), root / "smollm2")
+    tok = convert_gguf(gguf_path(), root / "tok", tokenizer_only=True)
+    return build_tiny_model(tok, root / "tiny")
+
+
+def _adapter(base: Path, dest: Path) -> Path:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    peft = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base),
+        LoraConfig(r=16, lora_alpha=32, target_modules=targets),
+    )
+    with torch.no_grad():
+        for n, p in peft.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.02)
+    peft.save_pretrained(dest)
+    return dest
+
+
+def _measure(
+    engine: Any, prompt: list[int], adapter: str | None, tokens: int, reps: int
+) -> tuple[float, float]:
+    from akka_optimize.serving.engine import SamplingParams
+
+    params = SamplingParams(max_tokens=tokens, temperature=0.0)
+    rates, firsts = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        first = None
+        made = 0
+        for ev in engine.stream(prompt, adapter, params):
+            if first is None:
+                first = time.perf_counter() - t0
+            if ev.finish_reason:
+                made += ev.n_tokens
+        rates.append(made / (time.perf_counter() - t0))
+        firsts.append(first or 0.0)
+    rates.sort()
+    firsts.sort()
+    return rates[len(rates) // 2], firsts[len(firsts) // 2]
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    """Median tokens/s and first-token latency, adapter vs base, on one engine."""
+    from akka_optimize.serving.engine import TransformersEngine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        base = _model_dir(root, quick)
+        engine = TransformersEngine(base, max_context=2048)
+        engine.load_adapter("bench/adapter:v1", _adapter(base, root / "adapter"))
+        engine.stop_ids = set()  # generate exactly max_tokens on both sides
+        prompt = engine.tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Write a short story about a lighthouse keeper."}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+        )["input_ids"]
+        tokens, reps = (48, 3) if quick else (128, 5)
+        _measure(engine, prompt, None, 4, 1)  # warm-up
+        base_rate, base_first = _measure(engine, prompt, None, tokens, reps)
+        ad_rate, ad_first = _measure(engine, prompt, "bench/adapter:v1", tokens, reps)
+    return [
+        {
+            "name": "serving_adapter_tokens_per_s",
+            "value": round(ad_rate, 1),
+            "unit": "tokens/s",
+            "baseline": round(base_rate, 1),
+            "ratio": round(ad_rate / base_rate, 3),
+            "goal": "ratio >= 0.9 (baseline: the base model on the same engine)",
+        },
+        {
+            "name": "serving_first_token_latency_adapter",
+            "value": round(ad_first * 1000, 1),
+            "unit": "ms",
+            "baseline": round(base_first * 1000, 1),
+            "ratio": round(ad_first / base_first, 3) if base_first else None,
+        },
+    ]
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(json.dumps(run("--full" not in sys.argv), indent=2))

@@ -1,0 +1,165 @@
+"""Endpoints through the live service and the real CLI: create, proxy, checks, limits."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import openai
+import pytest
+from serving_assets import make_random_adapter
+
+from akka_optimize.serving.check import CHECK_PROMPTS, trainer_greedy
+from helpers import BIN, free_port
+
+TINY = "akka-optimize/tiny-smollm2"
+
+
+def _tar(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for p in sorted(folder.iterdir()):
+            tf.add(p, arcname=p.name)
+    return buf.getvalue()
+
+
+def _upload(service, folder: Path, name: str) -> dict:
+    r = service.api(
+        "POST",
+        f"/v1/registry/models/proj/{name}",
+        content=_tar(folder),
+        params={"base_model": TINY},
+    )
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+@pytest.fixture
+def ready_service(service):
+    service.api("POST", "/v1/training/projects", json={"name": "proj"}).raise_for_status()
+    service.cli("training", "base-models", "select", TINY, "--wait", check=True)
+    return service
+
+
+def test_endpoint_over_an_adapter_serves_it_through_the_proxy(
+    ready_service, lora_dirs, tiny_model_dir, tmp_path
+):
+    svc = ready_service
+    _upload(svc, lora_dirs["alpha"], "alpha")
+    out = svc.cli(
+        "training",
+        "endpoints",
+        "create",
+        "--model",
+        "proj/alpha",
+        "--wait",
+        "-o",
+        "json",
+        check=True,
+    )
+    ep = json.loads(out.stdout[out.stdout.index("{") :])
+    assert ep["state"] == "READY" and ep["projectName"] == "proj"
+    name = ep["models"][0]["model"]
+    assert name == "proj/alpha:v1"
+
+    port = free_port()
+    proxy = subprocess.Popen(
+        [
+            str(BIN / "akka-optimize"),
+            "training",
+            "endpoints",
+            "proxy",
+            ep["id"][:8],
+            "--port",
+            str(port),
+        ],
+        env=svc.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0
+        )
+        models = None
+        for _ in range(300):
+            try:
+                models = [m.id for m in client.models.list().data]
+                break
+            except openai.APIConnectionError:
+                assert proxy.poll() is None, proxy.stdout.read().decode()
+                time.sleep(0.2)
+        assert models == ["akka-optimize/tiny-smollm2:v1", "proj/alpha:v1"]
+        served = [
+            client.chat.completions.create(
+                model=name, messages=[{"role": "user", "content": p}], temperature=0, max_tokens=16
+            )
+            .choices[0]
+            .message.content
+            for p in CHECK_PROMPTS
+        ]
+        assert served == trainer_greedy(tiny_model_dir, lora_dirs["alpha"])["adapter"]
+        stream = client.chat.completions.create(
+            model=name,
+            messages=[{"role": "user", "content": CHECK_PROMPTS[0]}],
+            temperature=0,
+            max_tokens=16,
+            stream=True,
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == served[0]
+        two = client.chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "Hi"}], n=2, seed=3, max_tokens=8
+        )
+        assert len(two.choices) == 2
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(
+                model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=-1
+            )
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=10)
+
+    for _ in range(600):
+        got = svc.api("GET", f"/v1/training/endpoints/{ep['id'][:6]}").json()
+        chk = got["checks"][name]
+        if chk and chk["state"] not in ("RUNNING",):
+            break
+        time.sleep(0.5)
+    assert chk["state"] == "passed", chk
+    assert [r["served"] for r in chk["prompts"]] == served
+
+    listed = svc.cli("training", "endpoints", "list", check=True).stdout
+    assert ep["id"][:8] in listed and "proj" in listed
+    svc.cli("training", "endpoints", "delete", ep["id"][:8], check=True)
+    assert svc.api("GET", f"/v1/training/endpoints/{ep['id']}").status_code == 404
+
+
+def test_create_refuses_an_adapter_above_the_rank_and_a_base_model_without_project(
+    ready_service, tiny_model_dir, tmp_path
+):
+    svc = ready_service
+    big = make_random_adapter(tiny_model_dir, tmp_path / "big", seed=3, rank=128)
+    _upload(svc, big, "big")
+    r = svc.cli("training", "endpoints", "create", "--model", "proj/big")
+    assert r.returncode == 1
+    assert "rank 128" in r.stderr and "(64" in r.stderr
+    r = svc.cli("training", "endpoints", "create", "--model", TINY)
+    assert r.returncode == 1 and "--project" in r.stderr
+    assert svc.api("GET", "/v1/training/endpoints").json()["endpoints"] == []
+
+
+def test_info_shows_what_an_endpoint_can_serve(service):
+    out = service.cli("training", "endpoints", "info", check=True).stdout
+    for label in (
+        "Largest adapter rank",
+        "Adapters loaded at once",
+        "Reserved devices",
+        "Longest context",
+        "Idle time before stopping",
+        "LlamaForCausalLM: tool calls hermes",
+    ):
+        assert label in out
