@@ -100,7 +100,7 @@ def test_tiny_model_selected_from_a_fresh_home_is_registered_and_cached(
 ) -> None:
     out = service.cli("training", "base-models", "select", TINY, "--wait", check=True)
     assert "READY as akka-optimize/tiny-smollm2:v1; weights cached in" in out.stdout
-    assert "converting the tokenizer" in out.stdout  # progress lines while it works
+    assert "converting the tokenizer" in out.stderr  # progress lines (stderr) while it works
 
     m = _listing(service)[TINY]
     assert (m["state"], m["model"], m["cached"], m["attempts"]) == (

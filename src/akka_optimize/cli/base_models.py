@@ -124,6 +124,8 @@ def _wait(ref: str, output: str, timeout: float | None) -> None:
             time.sleep(1.0)
     else:
         wait_for(poll, interval=1.0, timeout=timeout)
+        if last.get("state") == "READY":
+            console.print(_ready_line(last), highlight=False, markup=False)
     if last.get("state") == "FAILED":
         if output == "json":
             emit(last, output, lambda *_: None)

@@ -70,12 +70,13 @@ def wait_for(
 
     On a terminal: a spinner with the elapsed time and the latest line. Otherwise
     one printed line per milestone (each time the line changes) — seeds/000
-    "Capacity and waiting".
+    "Capacity and waiting". Progress goes to standard error, so standard output
+    holds only the command's answer (``-o json`` stays parseable).
     """
     start = time.monotonic()
     last = None
-    if sys.stdout.isatty():
-        with console.status("") as status:
+    if sys.stderr.isatty():
+        with err_console.status("") as status:
             while True:
                 done, line = poll()
                 el = time.monotonic() - start
@@ -85,13 +86,13 @@ def wait_for(
                 if timeout and el > timeout:
                     raise CliError(f"Gave up waiting after {timeout:.0f}s: {line}")
                 time.sleep(interval)
-        console.print(line, highlight=False, markup=False)
+        err_console.print(line, highlight=False, markup=False)
         return
     while True:
         done, line = poll()
         if line != last:
             el = time.monotonic() - start
-            print(f"[{el:6.0f}s] {line}", flush=True)
+            print(f"[{el:6.0f}s] {line}", file=sys.stderr, flush=True)
             last = line
         if done:
             return
