@@ -261,7 +261,7 @@ class TransformersEngine:
             for step in range(params.max_tokens):
                 kw = {self._cache_kw: past} if past is not None else {}
                 out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **kw)
-                past = out.past_key_values
+                past = out.cache if self._cache_kw == "cache" else out.past_key_values
                 nxt = self._pick(out.logits[:, -1, :].float(), params, gen)
                 last = step == params.max_tokens - 1
                 for i in range(n):

@@ -259,7 +259,7 @@ def delete_endpoint(endpoint_id: str, s: SessionDep, ctx: CtxDep) -> dict[str, A
             m.detach(ep.id, r.served_name)
         s.delete(r)
     s.delete(ep)
-    s.flush()
+    s.commit()  # before the manager writes in its own session (SQLite allows one writer)
     others = s.scalars(select(Endpoint).where(Endpoint.base_model == ep.base_model)).first()
     if others is None:
         m.stop_base(ep.base_model, "deleted")
