@@ -18,11 +18,16 @@ from __future__ import annotations
 import inspect
 import json
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from .batching import Request, decode_batch
+from .engine_types import SamplingParams, StepEvent
+
+__all__ = ["SamplingParams", "StepEvent", "TransformersEngine", "make_engine", "stop_token_ids"]
 
 #: End-of-turn markers of common chat templates; the ones a template writes count as stops.
 END_OF_TURN_MARKERS = (
@@ -34,35 +39,6 @@ END_OF_TURN_MARKERS = (
     "<|end_of_text|>",
     "</s>",
 )
-
-
-@dataclass
-class SamplingParams:
-    """How to sample one request.
-
-    ``temperature`` 0 is greedy (argmax); ``top_p`` in (0, 1] keeps the smallest set
-    of tokens whose probability reaches it; ``seed`` makes sampling repeatable;
-    ``n`` answers are sampled in one batch; generation of an answer ends at a stop
-    token, at a ``stop`` string (not included in the text) or after ``max_tokens``.
-    """
-
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    n: int = 1
-    stop: list[str] = field(default_factory=list)
-
-
-@dataclass
-class StepEvent:
-    """What one decoding step produced for answer ``index``: new text and, at the
-    end, ``finish_reason`` (``stop`` or ``length``)."""
-
-    index: int
-    delta: str
-    finish_reason: str | None = None
-    n_tokens: int = 0
 
 
 class ServingEngine(Protocol):
@@ -136,6 +112,9 @@ class TransformersEngine:
             unloaded (and reloaded from its folder on its next request).
         device: ``cuda`` when available, else ``cpu``, unless given; weights are
             bf16 on CUDA and fp32 on CPU.
+        batch_window_s: how long the batch thread waits after a request arrives
+            for others to join its batch (seconds).
+        max_batch_rows: most answers decoded in one batch.
     """
 
     name = "transformers"
@@ -148,6 +127,8 @@ class TransformersEngine:
         max_adapters: int = 8,
         device: str | None = None,
         progress: Any = None,
+        batch_window_s: float = 0.05,
+        max_batch_rows: int = 32,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -172,6 +153,11 @@ class TransformersEngine:
         self._paths: dict[str, Path] = {}
         self._loaded: OrderedDict[str, None] = OrderedDict()
         self.lock = threading.Lock()
+        self._cv = threading.Condition()
+        self._queue: list[Request] = []
+        self._thread: threading.Thread | None = None
+        self.batch_window_s = batch_window_s
+        self.max_batch_rows = max_batch_rows
 
     # adapters -------------------------------------------------------------------
     def load_adapter(self, name: str, path: Path) -> None:
@@ -228,91 +214,74 @@ class TransformersEngine:
         """Generate ``params.n`` answers to ``prompt_ids`` with ``adapter`` (None: the
         base model), yielding text deltas as tokens are chosen.
 
-        Holds the engine lock until the generator is exhausted or closed.
+        The request joins the next batch for the same adapter (see
+        :mod:`akka_optimize.serving.batching`); closing the iterator early cancels it.
         """
+        req = Request(list(prompt_ids), adapter, params)
+        with self._cv:
+            self._queue.append(req)
+            self._cv.notify()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._batch_loop, daemon=True)
+                self._thread.start()
+        try:
+            while True:
+                item = req.out.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            req.cancelled = True
+
+    def _next_batch(self) -> list[Request]:
+        with self._cv:
+            while not self._queue:
+                self._cv.wait()
+        time.sleep(self.batch_window_s)  # let requests sent together join one batch
+        with self._cv:
+            first = self._queue[0]
+            batch, rows = [], 0
+            for r in list(self._queue):
+                if r.adapter == first.adapter and (
+                    not batch or rows + r.params.n <= self.max_batch_rows
+                ):
+                    batch.append(r)
+                    rows += r.params.n
+                    self._queue.remove(r)
+            return batch
+
+    def _batch_loop(self) -> None:
         import contextlib
 
-        with self.lock:
-            if adapter is not None:
-                self._ensure_loaded(adapter)
-                self.model.set_adapter(adapter)
-                ctx: Any = contextlib.nullcontext()
-            elif self.model is not self.base:
-                ctx = self.model.disable_adapter()
-            else:
-                ctx = contextlib.nullcontext()
-            with ctx:
-                yield from self._decode(prompt_ids, params)
-
-    def _decode(self, prompt_ids: list[int], params: SamplingParams) -> Iterator[StepEvent]:
-        import torch
-
-        n = params.n
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(params.seed if params.seed is not None else torch.seed())
-        ids = torch.tensor([prompt_ids] * n, dtype=torch.long, device=self.device)
-        texts = [""] * n
-        tokens: list[list[int]] = [[] for _ in range(n)]
-        sent = [0] * n
-        done = [False] * n
-        hold = max((len(s) for s in params.stop), default=1) - 1
-        past = None
-        with torch.inference_mode():
-            for step in range(params.max_tokens):
-                kw = {self._cache_kw: past} if past is not None else {}
-                out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **kw)
-                past = out.cache if self._cache_kw == "cache" else out.past_key_values
-                nxt = self._pick(out.logits[:, -1, :].float(), params, gen)
-                last = step == params.max_tokens - 1
-                for i in range(n):
-                    if done[i]:
-                        continue
-                    tok = int(nxt[i])
-                    reason = None
-                    if tok in self.stop_ids:
-                        reason = "stop"
+        while True:
+            batch = self._next_batch()
+            adapter = batch[0].adapter
+            try:
+                with self.lock:
+                    if adapter is not None:
+                        self._ensure_loaded(adapter)
+                        self.model.set_adapter(adapter)
+                        ctx: Any = contextlib.nullcontext()
+                    elif self.model is not self.base:
+                        ctx = self.model.disable_adapter()
                     else:
-                        tokens[i].append(tok)
-                        texts[i] = self.tokenizer.decode(tokens[i], skip_special_tokens=True)
-                        cut = _first_stop(texts[i], params.stop)
-                        if cut is not None:
-                            texts[i], reason = texts[i][:cut], "stop"
-                        elif last:
-                            reason = "length"
-                    if reason:
-                        done[i] = True
-                        used = len(tokens[i]) + (reason == "stop" and tok in self.stop_ids)
-                        yield StepEvent(i, texts[i][sent[i] :], reason, int(used))
-                        sent[i] = len(texts[i])
-                    else:
-                        safe = len(texts[i]) - hold
-                        if texts[i].endswith("\ufffd"):
-                            safe = min(safe, len(texts[i]) - 1)
-                        if safe > sent[i]:
-                            yield StepEvent(i, texts[i][sent[i] : safe])
-                            sent[i] = safe
-                if all(done):
-                    return
-                ids = nxt.view(n, 1)
-
-    @staticmethod
-    def _pick(logits: Any, params: SamplingParams, gen: Any) -> Any:
-        import torch
-
-        if params.temperature == 0:
-            return logits.argmax(dim=-1)
-        probs = torch.softmax(logits / params.temperature, dim=-1)
-        if params.top_p < 1.0:
-            sp, si = probs.sort(dim=-1, descending=True)
-            keep = sp.cumsum(dim=-1) - sp < params.top_p
-            sp = sp * keep
-            probs = torch.zeros_like(probs).scatter(-1, si, sp)
-        return torch.multinomial(probs, 1, generator=gen).view(-1)
-
-
-def _first_stop(text: str, stops: list[str]) -> int | None:
-    hits = [text.find(s) for s in stops if s and s in text]
-    return min(hits) if hits else None
+                        ctx = contextlib.nullcontext()
+                    with ctx:
+                        decode_batch(
+                            self.model,
+                            self.tokenizer,
+                            self.stop_ids,
+                            self._cache_kw,
+                            self.device,
+                            batch,
+                        )
+            except BaseException as exc:  # every waiting request hears about it
+                for r in batch:
+                    r.out.put(exc)
+            for r in batch:
+                r.out.put(None)
 
 
 def make_engine(

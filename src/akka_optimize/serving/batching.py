@@ -1,0 +1,162 @@
+"""Batched decoding: concurrent requests for the same model share forward passes.
+
+On a CPU, and for small models on a GPU, decoding one token of one answer is bound
+by reading the weights, so answering B requests in one batch costs little more
+than answering one. The engine's batch thread takes the requests waiting for the
+same adapter (up to ``max_rows`` answers), left-pads their prompts (attention
+mask + position ids, so padding changes no answer), and runs one KV-cached
+decoding loop for all of them; each answer streams to its own queue and ends on
+its own stop token, stop string or ``max_tokens``. Sampling uses one generator
+per request, so a seeded request gets the same answer alone or in a batch.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engine_types import SamplingParams, StepEvent
+
+
+@dataclass
+class Request:
+    """One chat completion waiting to be decoded; events arrive on ``out``."""
+
+    prompt_ids: list[int]
+    adapter: str | None
+    params: SamplingParams
+    out: queue.Queue = field(default_factory=queue.Queue)
+    cancelled: bool = False
+    generator: Any = None
+
+
+@dataclass
+class _Row:
+    """One answer of one request: its tokens, text and what has been sent."""
+
+    req: Request
+    index: int
+    hold: int
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    sent: int = 0
+    done: bool = False
+
+
+def first_stop(text: str, stops: list[str]) -> int | None:
+    """Index of the earliest stop string in ``text``, or None."""
+    hits = [text.find(s) for s in stops if s and s in text]
+    return min(hits) if hits else None
+
+
+def _feed(row: _Row, tok: int, step: int, stop_ids: set[int], tokenizer: Any) -> StepEvent | None:
+    """Advance ``row`` by token ``tok`` chosen at decoding ``step``; the event to send."""
+    p = row.req.params
+    reason = None
+    if tok in stop_ids:
+        reason = "stop"
+    else:
+        row.tokens.append(tok)
+        row.text = tokenizer.decode(row.tokens, skip_special_tokens=True)
+        cut = first_stop(row.text, p.stop)
+        if cut is not None:
+            row.text, reason = row.text[:cut], "stop"
+        elif step == p.max_tokens - 1:
+            reason = "length"
+    if reason:
+        row.done = True
+        used = len(row.tokens) + (reason == "stop" and tok in stop_ids)
+        ev = StepEvent(row.index, row.text[row.sent :], reason, int(used))
+        row.sent = len(row.text)
+        return ev
+    safe = len(row.text) - row.hold
+    if row.text.endswith("\ufffd"):
+        safe = min(safe, len(row.text) - 1)
+    if safe > row.sent:
+        ev = StepEvent(row.index, row.text[row.sent : safe])
+        row.sent = safe
+        return ev
+    return None
+
+
+def pick(logits: Any, params: SamplingParams, gen: Any) -> Any:
+    """Next tokens for ``logits`` (k, V) float32: argmax at temperature 0, else
+    nucleus sampling with ``gen``."""
+    import torch
+
+    if params.temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sp, si = probs.sort(dim=-1, descending=True)
+        keep = sp.cumsum(dim=-1) - sp < params.top_p
+        probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
+    return torch.multinomial(probs, 1, generator=gen).view(-1)
+
+
+def decode_batch(
+    model: Any,
+    tokenizer: Any,
+    stop_ids: set[int],
+    cache_kw: str,
+    device: str,
+    requests: list[Request],
+) -> None:
+    """Decode every request of ``requests`` (same adapter, already selected) together.
+
+    Prompts are left-padded; with equal prompt lengths no mask is passed, so a lone
+    request runs exactly as an unbatched one.
+    """
+    import torch
+
+    rows: list[_Row] = []
+    spans: list[tuple[Request, list[int]]] = []
+    for r in requests:
+        r.generator = torch.Generator(device=device)
+        r.generator.manual_seed(r.params.seed if r.params.seed is not None else torch.seed())
+        hold = max((len(s) for s in r.params.stop), default=1) - 1
+        spans.append((r, list(range(len(rows), len(rows) + r.params.n))))
+        rows.extend(_Row(r, i, hold) for i in range(r.params.n))
+    lengths = [len(row.req.prompt_ids) for row in rows]
+    width, n = max(lengths), len(rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.full((n, width), pad, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, width - lengths[b] :] = torch.tensor(row.req.prompt_ids, dtype=torch.long)
+        mask[b, width - lengths[b] :] = 1
+    padded = min(lengths) != width
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
+    last_pos = pos[:, -1:]
+    kw: dict[str, Any] = {"attention_mask": mask, "position_ids": pos} if padded else {}
+    past = None
+    steps = max(r.params.max_tokens for r in requests)
+    with torch.inference_mode():
+        for step in range(steps):
+            if past is not None:
+                kw[cache_kw] = past
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **kw)
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            nxt = torch.empty(n, dtype=torch.long, device=logits.device)
+            for r, idx in spans:
+                nxt[idx] = pick(logits[idx], r.params, r.generator)
+            chosen = nxt.tolist()
+            for b, row in enumerate(rows):
+                if row.done:
+                    continue
+                if row.req.cancelled:
+                    row.done = True
+                    continue
+                ev = _feed(row, chosen[b], step, stop_ids, tokenizer)
+                if ev is not None:
+                    row.req.out.put(ev)
+            if all(row.done for row in rows):
+                return
+            ids = nxt.view(n, 1)
+            if padded:
+                mask = torch.cat([mask, mask.new_ones((n, 1))], dim=1)
+                last_pos = last_pos + 1
+                kw.update(attention_mask=mask, position_ids=last_pos)

@@ -1,0 +1,61 @@
+"""Concurrent requests share decoding passes without changing any answer."""
+
+from __future__ import annotations
+
+import threading
+
+from akka_optimize.serving.engine import SamplingParams, TransformersEngine
+
+PROMPTS = [
+    "Hi",
+    "What is two plus two? Answer in one short sentence please.",
+    "Name a colour.",
+    "Write the numbers from one to ten, separated by commas, and then stop.",
+]
+
+
+def _ids(engine: TransformersEngine, text: str) -> list[int]:
+    msgs = [{"role": "user", "content": text}]
+    return engine.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)[
+        "input_ids"
+    ]
+
+
+def _answer(engine: TransformersEngine, ids: list[int], params: SamplingParams) -> list[str]:
+    texts = [""] * params.n
+    for ev in engine.stream(ids, None, params):
+        texts[ev.index] += ev.delta
+    return texts
+
+
+def test_batched_answers_equal_answers_alone(tiny_model_dir) -> None:
+    engine = TransformersEngine(tiny_model_dir, batch_window_s=0.3)
+    greedy = SamplingParams(max_tokens=12, temperature=0.0)
+    seeded = SamplingParams(max_tokens=12, temperature=0.9, seed=5, n=2)
+    prompts = [_ids(engine, p) for p in PROMPTS]  # different lengths: left padding
+    assert len({len(p) for p in prompts}) > 1
+    alone = [_answer(engine, p, greedy) for p in prompts] + [_answer(engine, prompts[1], seeded)]
+
+    together: dict[int, list[str]] = {}
+    jobs = [(i, p, greedy) for i, p in enumerate(prompts)] + [(len(prompts), prompts[1], seeded)]
+
+    def go(i: int, p: list[int], params: SamplingParams) -> None:
+        together[i] = _answer(engine, p, params)
+
+    threads = [threading.Thread(target=go, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [together[i] for i in range(len(jobs))] == alone
+    assert all(a[0] for a in alone)  # every answer produced text
+
+
+def test_an_abandoned_stream_does_not_block_the_next_request(tiny_model_dir) -> None:
+    engine = TransformersEngine(tiny_model_dir, batch_window_s=0.0)
+    ids = _ids(engine, "Hello there")
+    it = engine.stream(ids, None, SamplingParams(max_tokens=50, temperature=0.0))
+    next(it)
+    it.close()
+    out = _answer(engine, ids, SamplingParams(max_tokens=5, temperature=0.0))
+    assert out[0]
