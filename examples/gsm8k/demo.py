@@ -251,9 +251,20 @@ def main() -> None:
         )
         base = next(m for m in served if m != adapter)
         print(f"\nanswering {len(test)} held-out questions with {base} and {adapter}", flush=True)
-        before = ask_all(client, base, test)
-        after = ask_all(client, adapter, test)
-        report(t0, run_id, model, started, metrics, before, after)
+        before, speed_before = ask_all(client, base, test)
+        print(f"base model: {speed_before:.0f} tokens/s generated", flush=True)
+        after, speed_after = ask_all(client, adapter, test)
+        print(f"adapter:    {speed_after:.0f} tokens/s generated", flush=True)
+        report(
+            t0,
+            run_id,
+            model,
+            started,
+            metrics,
+            before,
+            after,
+            {"base": speed_before, "adapter": speed_after},
+        )
     finally:
         for p in (proxy, server):
             if p is not None and p.poll() is None:
@@ -272,6 +283,7 @@ def report(
     metrics: dict,
     before: list[dict],
     after: list[dict],
+    serving: dict[str, float],
 ) -> None:
     val = metrics["validation"]
     share = lambda xs, k: sum(x[k] for x in xs) / max(len(xs), 1)  # noqa: E731
@@ -286,6 +298,7 @@ def report(
         "accuracyBefore": share(before, "correct"),
         "accuracyAfter": share(after, "correct"),
         "tokensPerSecond": run["results"].get("tokensPerSecond"),
+        "servingTokensPerSecond": serving,
         "updates": run["results"].get("step"),
         "wallSeconds": round(time.monotonic() - t0, 1),
         "answers": {"before": before, "after": after},
@@ -304,6 +317,9 @@ def report(
     )
     print(f"exact-answer accuracy       {rep['accuracyBefore']:.0%} -> {rep['accuracyAfter']:.0%}")
     print(f"training tokens/s           {rep['tokensPerSecond']}")
+    print(
+        f"serving tokens/s            base {serving['base']:.0f}, adapter {serving['adapter']:.0f}"
+    )
     print(f"wall time                   {rep['wallSeconds']:.0f}s")
     print(f"report: {OUT / 'report.json'}  plot: {OUT / 'loss.png'}")
 
