@@ -22,6 +22,7 @@ Llama-3.2-1B-shaped model built from a config (random weights, bf16).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -138,6 +139,9 @@ def _baseline(model_dir, cfg, batches, device):
         [p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate
     )
     mb, pad = cfg.micro_batch, 2
+    # CPU mixed precision as a plain loop writes it: fp32 weights, bf16 autocast.
+    mixed = device == "cpu" and cfg.precision == "bf16"
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if mixed else contextlib.nullcontext()
 
     def step(rows):
         losses = []
@@ -154,9 +158,12 @@ def _baseline(model_dir, cfg, batches, device):
                 labels[k, :n] = torch.tensor(
                     [t if w else -100 for t, w in zip(r.input_ids, r.weights, strict=True)]
                 )
-            out = model(
-                input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)
-            )
+            with autocast:
+                out = model(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    labels=labels.to(device),
+                )
             (out.loss / cfg.gradient_accumulation).backward()
             losses.append(float(out.loss.detach()))
         torch.nn.utils.clip_grad_norm_(
@@ -222,6 +229,15 @@ def _compare(label, model_dir, cfg, rows, device) -> list[dict]:
     ]
 
 
+def _cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def _llama_1b_dir(dest: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -259,7 +275,19 @@ def run(quick: bool) -> list[dict]:
     cpu_cfg = EngineConfig(
         device="cpu", precision="fp32", micro_batch=mb, lora_rank=16, lora_alpha=32
     )
-    results += _compare("smollm2_135m.cpu", smol, cpu_cfg, _rows(smol, n), "cpu")
+    cpu_rows = _rows(smol, n)
+    results += _compare("smollm2_135m.cpu", smol, cpu_cfg, cpu_rows, "cpu")
+    if _cpu_has_bf16():
+        # Mixed precision (bf16 compute over fp32 weights), both loops under autocast.
+        mixed_cfg = EngineConfig(
+            device="cpu",
+            precision="bf16",
+            weight_precision="fp32",
+            micro_batch=mb,
+            lora_rank=16,
+            lora_alpha=32,
+        )
+        results += _compare("smollm2_135m.cpu_bf16_mixed", smol, mixed_cfg, cpu_rows, "cpu")
     if cuda:
         rows = _rows(smol, 96 if quick else 320)
         gcfg = EngineConfig(
