@@ -47,7 +47,7 @@ def test_two_concurrent_selects_of_the_default_convert_once(selected) -> None:
     assert view["state"] == "READY" and view["cached"] is True
     assert view["model"] == "huggingfacetb/smollm2-135m-instruct:v1"
     assert "READY as huggingfacetb/smollm2-135m-instruct:v1; weights cached in" in out_text
-    assert "converting SmolLM2-135M-Instruct.Q4_1.gguf" in out_text  # progress was shown
+    assert "converting SmolLM2-135M-Instruct.Q4_1.gguf" in err_text  # progress, on stderr
     listing = json.loads(
         svc.cli("training", "base-models", "list", "-o", "json", check=True).stdout
     )["baseModels"]
