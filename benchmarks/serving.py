@@ -67,6 +67,31 @@ def _measure(
     return rates[len(rates) // 2], firsts[len(firsts) // 2]
 
 
+def _concurrent(engine: Any, prompt: list[int], tokens: int, users: int) -> tuple[float, float]:
+    """Generated tokens/s for ``users`` requests sent at once, and for the same requests
+    one after another (the batching ratio)."""
+    import threading
+
+    from akka_optimize.serving.engine import SamplingParams
+
+    params = SamplingParams(max_tokens=tokens, temperature=0.0)
+
+    def one() -> int:
+        return sum(ev.n_tokens for ev in engine.stream(prompt, None, params) if ev.finish_reason)
+
+    t0 = time.perf_counter()
+    made = sum(one() for _ in range(users))
+    sequential = made / (time.perf_counter() - t0)
+    counts: list[int] = []
+    threads = [threading.Thread(target=lambda: counts.append(one())) for _ in range(users)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.perf_counter() - t0), sequential
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
     """Median tokens/s and first-token latency, adapter vs base, on one engine."""
     from akka_optimize.serving.engine import TransformersEngine
@@ -87,7 +112,17 @@ def run(quick: bool) -> list[dict[str, Any]]:
         _measure(engine, prompt, None, 4, 1)  # warm-up
         base_rate, base_first = _measure(engine, prompt, None, tokens, reps)
         ad_rate, ad_first = _measure(engine, prompt, "bench/adapter:v1", tokens, reps)
+        users = 8
+        together, alone = _concurrent(engine, prompt, tokens // 2, users)
     return [
+        {
+            "name": f"serving_batched_{users}_requests_tokens_per_s",
+            "value": round(together, 1),
+            "unit": "tokens/s",
+            "baseline": round(alone, 1),
+            "ratio": round(together / alone, 3),
+            "detail": f"{users} requests sent at once vs one after another (base model)",
+        },
         {
             "name": "serving_adapter_tokens_per_s",
             "value": round(ad_rate, 1),

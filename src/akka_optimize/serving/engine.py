@@ -127,7 +127,7 @@ class TransformersEngine:
         max_adapters: int = 8,
         device: str | None = None,
         progress: Any = None,
-        batch_window_s: float = 0.05,
+        batch_window_s: float = 0.02,
         max_batch_rows: int = 32,
     ) -> None:
         import torch
