@@ -125,8 +125,22 @@ def get(
     wide = settings or output == "wide"
     run = Client().get(f"/v1/training/runs/{run_id}", params={"settings": wide})
     if checks:
-        run.setdefault("checks", run["results"].get("checks") or [])
+        run["checks"] = run["results"].get("checks") or []
     emit(run, output, lambda d, w: print_run(d, wide))
+    if checks and output != "json":
+        if run["checks"]:
+            print_table(
+                run["checks"],
+                [("CHECK", "name"), ("VALUE", "value"), ("BOUND", "bound"), ("PASSED", "passed")],
+            )
+        else:
+            console.print(
+                "Checks: none ran. Checks before the first update (output head, packing "
+                "isolation, loss with and without packing, comparison with plain Transformers) "
+                "run on supervised runs on more than one device (seeds/001).",
+                highlight=False,
+                markup=False,
+            )
 
 
 @app.command("list")
