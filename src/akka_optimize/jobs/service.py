@@ -43,6 +43,13 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
     A repeated ``submissionId`` in the same project returns the existing run.
     """
     f = job_fields(resolved)
+    if f["method"] != "sft":
+        raise InvalidRequest(
+            f"config.method {f['method']!r}: this release trains supervised (sft) runs only; "
+            "a reinforcement plan passes a dry run but cannot start yet.",
+            field="config.method",
+            code="method_not_available",
+        )
     if f["submission_id"]:
         existing = session.scalar(
             select(Run).where(Run.project == f["project"], Run.submission_id == f["submission_id"])
