@@ -162,3 +162,27 @@ def test_a_reinforcement_plan_is_refused_at_start_not_trained_as_sft(
     err = r.json()["error"]
     assert err["field"] == "config.method" and "supervised (sft) runs only" in err["message"]
     assert service.api("GET", "/v1/training/runs").json()["runs"] == []
+
+
+def test_plan_fields_this_release_cannot_train_are_refused_at_start(
+    service: LiveService, tmp_path
+) -> None:
+    from jobs_helpers import gsm8k_rows
+
+    service.cli("training", "projects", "create", "demo", check=True)
+    data = gsm8k_rows(tmp_path / "train.jsonl", 4)
+    service.cli("registry", "datasets", "register", "demo/train", "-f", str(data), check=True)
+    base = {
+        "kind": "run",
+        "project": "demo",
+        "baseModel": "akka-optimize/tiny-smollm2",
+        "config": {"dataset": "demo/train", "method": "sft"},
+    }
+    for extra, field in (
+        ({"smoke": True}, "smoke"),
+        ({"execution": {"gpus": 2, "deviceProfile": "H100"}}, "execution.gpus"),
+    ):
+        r = service.api("POST", "/v1/training/runs", json={**base, **extra})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["field"] == field, r.text
+    assert service.api("GET", "/v1/training/runs").json()["runs"] == []

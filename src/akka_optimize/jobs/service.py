@@ -50,6 +50,7 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
             field="config.method",
             code="method_not_available",
         )
+    _refuse_unsupported(f["resolved"], f)
     if f["submission_id"]:
         existing = session.scalar(
             select(Run).where(Run.project == f["project"], Run.submission_id == f["submission_id"])
@@ -78,6 +79,38 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
     session.flush()
     wake(ctx)
     return run_view(session, run)
+
+
+def _refuse_unsupported(plan: dict[str, Any], f: dict[str, Any]) -> None:
+    """Refuse (400, naming the field) what the plan accepts but this release cannot train,
+    rather than start a run that silently ignores it."""
+    unsupported = [
+        (
+            "warmStartModelId",
+            plan.get("warmStartModelId"),
+            "starting from a trained model (warm start) is not available yet",
+        ),
+        (
+            "branchFrom",
+            plan.get("branchFrom"),
+            "branching from another run's snapshot is not available yet",
+        ),
+        ("smoke", plan.get("smoke"), "smoke runs are not available yet"),
+    ]
+    for field, value, why in unsupported:
+        if value:
+            raise InvalidRequest(
+                f"{field}: {why}; remove it to train from the base model.",
+                field=field,
+                code="not_available",
+            )
+    if f["device_kind"] == "cuda" and f["gpus"] > 1:
+        raise InvalidRequest(
+            f"execution.gpus {f['gpus']}: the local executor trains on one device; "
+            "set execution.gpus to 1.",
+            field="execution.gpus",
+            code="not_available",
+        )
 
 
 def get_run(session: Session, run_id: str) -> Run:
