@@ -183,3 +183,39 @@ def test_503_carries_retry_after(tmp_path, path) -> None:
         assert r.json()["error"]["code"] == "unavailable"
     finally:
         svc.stop()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["registry", "models", "versions"],
+        ["training", "runs", "get"],
+        ["training", "projects", "create"],
+        ["registry", "datasets", "register", "a/b"],
+    ],
+)
+def test_a_missing_argument_is_a_usage_error_without_traceback(tmp_path, args) -> None:
+    env = base_env(tmp_path, tmp_path / "c")
+    out = subprocess.run(
+        [str(BIN / "akka-optimize"), *args], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 2, out.stderr
+    assert "Missing" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_every_help_example_names_the_command_as_run(tmp_path) -> None:
+    env = base_env(tmp_path, tmp_path / "c")
+    for cmd, prefix in (
+        ([str(BIN / "akka-optimize")], "akka-optimize"),
+        ([str(BIN / "akka"), "optimize"], "akka optimize"),
+    ):
+        for sub in (
+            ["training", "runs", "get"],
+            ["training", "runs", "list"],
+            ["training", "endpoints", "create"],
+            ["registry", "datasets", "register"],
+        ):
+            out = subprocess.run(cmd + sub + ["--help"], env=env, capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            assert "{prog}" not in out.stdout
+            assert f"Example: {prefix} {' '.join(sub[:2])}" in " ".join(out.stdout.split())

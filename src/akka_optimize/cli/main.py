@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 
 from . import (
@@ -59,33 +58,41 @@ akka.add_typer(app, name="optimize")
 akka.add_typer(registry.app, name="registry")
 
 
-def _substitute(cmd: click.Command, prog_name: str) -> None:
+def _substitute(cmd: object, prog_name: str) -> None:
     for attr in ("help", "epilog", "short_help"):
         v = getattr(cmd, attr, None)
         if isinstance(v, str) and "{prog}" in v:
             setattr(cmd, attr, v.replace("{prog}", prog_name))
-    if isinstance(cmd, click.Group):
-        for sub in cmd.commands.values():
-            _substitute(sub, prog_name)
+    for sub in (getattr(cmd, "commands", None) or {}).values():
+        _substitute(sub, prog_name)
+
+
+def _click_exit(exc: Exception) -> None:
+    """Exit as click would for its own exceptions (usage errors: 2, no traceback); re-raise
+    anything else. Matched by class name because typer vendors a copy of click."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    if "Exit" in names:
+        sys.exit(getattr(exc, "exit_code", 0))
+    if "Abort" in names:
+        print("Aborted.", file=sys.stderr)
+        sys.exit(1)
+    if "ClickException" in names:
+        exc.show()  # type: ignore[attr-defined]
+        sys.exit(2 if "UsageError" in names else 1)
+    raise exc
 
 
 def _run(tree: typer.Typer, root: str, prog_name: str) -> None:
     set_prog(prog_name)
     cmd = typer.main.get_command(tree)
-    _substitute(cmd, prog_name if root == "akka-optimize" else root)
+    _substitute(cmd, prog_name)
     try:
         rv = cmd.main(args=sys.argv[1:], prog_name=root, standalone_mode=False)
     except CliError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        print("Aborted.", file=sys.stderr)
-        sys.exit(1)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(2 if isinstance(exc, click.UsageError) else 1)
+    except Exception as exc:  # click's exceptions (typer vendors its own click)
+        _click_exit(exc)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
