@@ -7,19 +7,7 @@ export AKKA_OPTIMIZE_HOME="${AKKA_OPTIMIZE_HOME:-$PWD/demo-output/home}"
 mkdir -p demo-output
 
 # 1. Data: GSM8K rows as conversations (question -> worked answer ending "#### N").
-python - <<'PY'
-import json, re
-sys_msg = ("Solve the math word problem step by step. Finish with the final answer on its own "
-           "line, written as '#### <number>'.")
-rows = [json.loads(l) for l in open("data/gsm8k/train.jsonl")]
-def conv(x):
-    answer = re.sub(r"<<[^>]*>>", "", x["answer"]).strip()
-    return {"messages": [{"role": "system", "content": sys_msg},
-                         {"role": "user", "content": x["question"].strip()},
-                         {"role": "assistant", "content": answer}]}
-open("demo-output/gsm8k-train.jsonl", "w").writelines(json.dumps(conv(x)) + "\n" for x in rows[:200])
-open("demo-output/gsm8k-val.jsonl", "w").writelines(json.dumps(conv(x)) + "\n" for x in rows[-40:])
-PY
+python examples/gsm8k/make_data.py
 
 # 2. The service (state, blobs and weights under $AKKA_OPTIMIZE_HOME).
 akka-optimize server start --port 9001 > demo-output/server.log 2>&1 &
