@@ -219,3 +219,22 @@ def test_every_help_example_names_the_command_as_run(tmp_path) -> None:
             assert out.returncode == 0, out.stderr
             assert "{prog}" not in out.stdout
             assert f"Example: {prefix} {' '.join(sub[:2])}" in " ".join(out.stdout.split())
+
+
+def test_a_worker_token_reaches_only_its_own_runs_events(service: LiveService) -> None:
+    worker = service.create_token(project="worker:abc123")
+    headers = {"Authorization": f"Bearer {worker}"}
+    r = httpx.get(service.url + "/v1/training/runs", headers=headers)
+    assert r.status_code == 403 and "run abc123" in r.json()["error"]["message"]
+    other = httpx.post(
+        service.url + "/v1/training/runs/zzz/attempts/1/events",
+        headers=headers,
+        json={"type": "phase"},
+    )
+    assert other.status_code == 403
+    own = httpx.post(
+        service.url + "/v1/training/runs/abc123/attempts/1/events",
+        headers=headers,
+        json={"type": "phase"},
+    )
+    assert own.status_code == 404  # past auth: the route says the attempt does not exist

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
-from ..errors import Unavailable
+from ..errors import Forbidden, Unavailable
 from .auth import Principal, authenticate
 from .context import ServiceContext
 
@@ -21,8 +21,23 @@ def get_ctx(request: Request) -> ServiceContext:
 def get_principal(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> Principal:
-    """The authenticated caller (raises 401/503 as :func:`authenticate` does)."""
-    return authenticate(get_ctx(request), authorization)
+    """The authenticated caller (raises 401/503 as :func:`authenticate` does).
+
+    A worker's attempt token (scoped ``worker:RUN``) reaches only its own run's
+    events route; anywhere else it is refused with 403.
+    """
+    principal = authenticate(get_ctx(request), authorization)
+    if principal.kind == "worker":
+        run = (principal.project or "").removeprefix("worker:")
+        prefix = f"/v1/training/runs/{run}/attempts/"
+        path = request.url.path
+        if not (run and path.startswith(prefix) and path.endswith("/events")):
+            raise Forbidden(
+                f"This token belongs to a worker of run {run} and may only report that run's "
+                "events.",
+                field="authorization",
+            )
+    return principal
 
 
 def require_started(ctx: Annotated[ServiceContext, Depends(get_ctx)]) -> ServiceContext:
