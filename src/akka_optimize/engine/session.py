@@ -29,6 +29,8 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from ..data.types import Pass
+from .attention import SEGMENTS_KWARG, supports_packed
+from .attention import register as register_packed_attention
 from .config import EngineConfig
 from .errors import EngineError, EngineOutOfMemory
 from .head import body_and_head, chunked_loss
@@ -134,6 +136,10 @@ class TrainingSession:
         base = AutoModelForCausalLM.from_pretrained(
             self.model_dir, dtype=self.weight_dtype, attn_implementation=cfg.attn_implementation
         ).to(self.device)
+        # sdpa over a packed pass: attend per conversation, not through a T×T mask.
+        self._packed_attention = cfg.attn_implementation == "sdpa" and supports_packed(base.config)
+        if self._packed_attention:
+            base.set_attn_implementation(register_packed_attention())
         linear_names = {
             n.rsplit(".", 1)[-1] for n, m in base.named_modules() if isinstance(m, torch.nn.Linear)
         }
@@ -223,11 +229,13 @@ class TrainingSession:
         backward: bool,
     ) -> tuple[float, int, Tensor]:
         dev = self.device
+        segments = {SEGMENTS_KWARG: list(p.cu_seqlens)} if self._packed_attention else {}
         hidden = self._body(
             input_ids=ids_T[None].to(dev),
             position_ids=torch.tensor(p.position_ids, dtype=torch.long)[None].to(dev),
             attention_mask=None,
             use_cache=False,
+            **segments,
         ).last_hidden_state[0]
         idx_dev = idx_S.to(dev)
         loss, lp_S = chunked_loss(

@@ -1,0 +1,148 @@
+"""Attention over packed conversations, one conversation at a time.
+
+A pass packs several whole conversations into one sequence (``data.types.Pass``).
+Left to itself, transformers isolates them with a dense ``T × T`` block-diagonal mask
+(DESIGN.md "Verified facts"): attention then costs ``T²`` per layer although only
+``Σ Lᵢ²`` scores are ever used, and the masked kernel is slower than the causal one.
+With four GSM8K conversations per pass that was a third of a CPU update's time.
+
+This module registers the attention implementation ``akka_packed``. When the engine
+passes the pass's sequence boundaries (``akka_segments``: the ``cu_seqlens`` list
+``[0, L1, L1+L2, …, T]``), each conversation attends to itself with
+``scaled_dot_product_attention(is_causal=True)``; otherwise (generation with a KV
+cache, sliding-window layers, soft-capped or sink attention, a batch of several rows)
+it is exactly transformers' ``sdpa`` with transformers' own mask. The result equals
+masked attention up to float rounding (tests/engine/test_attention.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+PACKED_ATTENTION = "akka_packed"
+"""The ``attn_implementation`` name this module registers."""
+SEGMENTS_KWARG = "akka_segments"
+"""The forward keyword that carries a pass's ``cu_seqlens`` (a list of ints)."""
+LOOP_SEGMENTS = 8
+"""Up to this many conversations run one ``sdpa`` call each; more are padded into one
+batched call (fewer kernel launches on a GPU, same result)."""
+
+_registered = False
+
+
+def register() -> str:
+    """Register ``akka_packed`` with transformers (idempotent) and return its name."""
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+        AttentionInterface.register(PACKED_ATTENTION, packed_attention_forward)
+        # Same masks as sdpa, so every path that does not pass segments is plain sdpa.
+        ALL_MASK_ATTENTION_FUNCTIONS.register(PACKED_ATTENTION, sdpa_mask)
+        _registered = True
+    return PACKED_ATTENTION
+
+
+def supports_packed(config: Any) -> bool:
+    """Whether a model's attention can run per conversation with plain causal sdpa.
+
+    Soft-capped attention logits (Gemma 2) and learned attention sinks need the
+    model's own kernels, so those models keep transformers' masked path.
+    """
+    text = getattr(config, "get_text_config", lambda: config)()
+    return not getattr(text, "attn_logit_softcapping", None)
+
+
+def packed_attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """transformers attention interface: query [B, Hq, T, D], key/value [B, Hkv, T, D].
+
+    Returns:
+        (attention output [B, T, Hq, D] in the query's dtype, ``None``).
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    segments = kwargs.pop(SEGMENTS_KWARG, None)
+    plain = (
+        segments is None
+        or query.shape[0] != 1
+        or query.shape[2] != key.shape[2]
+        or kwargs.get("sliding_window")
+        or kwargs.get("softcap") is not None
+        or kwargs.get("s_aux") is not None
+        or not getattr(module, "is_causal", True)
+    )
+    if plain:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    if len(segments) - 1 <= LOOP_SEGMENTS:
+        outs = [
+            sdpa_attention_forward(
+                module,
+                query[:, :, a:b],
+                key[:, :, a:b],
+                value[:, :, a:b],
+                None,
+                dropout=dropout,
+                scaling=scaling,
+                **kwargs,
+            )[0]
+            for a, b in zip(segments[:-1], segments[1:], strict=True)
+        ]
+        return torch.cat(outs, dim=1), None
+    return _padded(module, query, key, value, segments, dropout, scaling, kwargs), None
+
+
+def _padded(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    segments: list[int],
+    dropout: float,
+    scaling: float | None,
+    kwargs: dict[str, Any],
+) -> Tensor:
+    """Conversations right-padded into a batch [n, H, Lmax, D], causal + key-padding mask."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    dev = query.device
+    lengths = [b - a for a, b in zip(segments[:-1], segments[1:], strict=True)]
+    lmax = max(lengths)
+    starts = torch.tensor(segments[:-1], device=dev)
+    lens = torch.tensor(lengths, device=dev)
+    offs = torch.arange(lmax, device=dev)
+    valid = offs[None, :] < lens[:, None]  # [n, Lmax]
+    # Padding slots read token 0 of their own conversation; the mask hides them as keys
+    # and their query rows are dropped below.
+    src = torch.where(valid, starts[:, None] + offs[None, :], starts[:, None])
+
+    def batch(x: Tensor) -> Tensor:  # [1, H, T, D] -> [n, H, Lmax, D]
+        return x[0][:, src].transpose(0, 1)
+
+    causal = torch.ones(lmax, lmax, dtype=torch.bool, device=dev).tril()
+    mask = causal[None] & valid[:, None, :]  # [n, Lmax(q), Lmax(k)]
+    out = sdpa_attention_forward(
+        module,
+        batch(query),
+        batch(key),
+        batch(value),
+        mask[:, None],
+        dropout=dropout,
+        scaling=scaling,
+        **kwargs,
+    )[0]  # [n, Lmax, H, D]
+    return out[valid][None]  # [1, T, H, D] in pass order
