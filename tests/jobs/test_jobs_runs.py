@@ -54,6 +54,11 @@ def test_run_trains_registers_v1_then_v2(service: LiveService, tmp_path) -> None
     assert got["v1"]["baseModel"].startswith("akka-optimize/tiny-smollm2:v1@sha256:")
     assert got["v1"]["metadata"]["configHash"] == first["configHash"]
     assert got["v1"]["metadata"]["dataset"].startswith("demo/train:v1@sha256:")
+    # The same plan trains the same adapter: only the provenance file tells them apart.
+    files = {v: {k: f["digest"] for k, f in got[v]["files"].items()} for v in got}
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        assert files["v1"][name] == files["v2"][name], name
+    assert files["v1"]["akka-optimize.json"] != files["v2"]["akka-optimize.json"]
 
 
 def test_sigkilled_worker_fails_with_a_sentence_and_resume_matches(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -104,6 +106,39 @@ def _record_save(ctx: Any, s: Session, run: Run, ev: dict[str, Any]) -> None:
         run.results = {**(run.results or {}), "epochModels": epochs}
 
 
+PROVENANCE_FILE = "akka-optimize.json"
+"""Written into every adapter a run registers: the run, base model, data and step."""
+
+
+def describe_adapter(adapter_dir: Path, run: Run, snap: Snapshot) -> None:
+    """Make a run's adapter folder self-describing and independent of worker paths.
+
+    PEFT records the folder the base model was loaded from (a worker's local path) as
+    ``base_model_name_or_path`` and writes ``target_modules`` in set order (which
+    changes with each process's hash seed); they become the run's base-model reference
+    and a sorted list, so two runs that train the same weights store byte-identical
+    ``adapter_config.json`` and ``adapter_model.safetensors``. :data:`PROVENANCE_FILE` names the run, so each run
+    still registers its own version (a version's digest covers all its files).
+    """
+    cfg_path = adapter_dir / "adapter_config.json"
+    if cfg_path.exists():
+        cfg = json.loads(cfg_path.read_text())
+        cfg["base_model_name_or_path"] = run.base_model
+        if isinstance(cfg.get("target_modules"), list):
+            cfg["target_modules"] = sorted(cfg["target_modules"])
+        cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    provenance = {
+        "run": run.id,
+        "baseModel": run.base_model,
+        "dataset": run.dataset,
+        "validationDataset": run.validation_dataset,
+        "configHash": run.config_hash,
+        "step": snap.step,
+        "epoch": snap.epoch,
+    }
+    (adapter_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
+
+
 def register(ctx: Any, s: Session, run: Run, snap: Snapshot, extra: dict[str, Any]) -> str:
     """Register the adapter of ``snap`` as a version of the run's model; returns its pinned ref."""
     from ..registry import register_adapter
@@ -111,6 +146,7 @@ def register(ctx: Any, s: Session, run: Run, snap: Snapshot, extra: dict[str, An
 
     adapter_dir = materialize_adapter(ctx.store, snap.adapter_key)
     try:
+        describe_adapter(adapter_dir, run, snap)
         hp = ((run.resolved or {}).get("config") or {}).get("hyperparams") or {}
         meta = {
             "run": run.id,
