@@ -49,6 +49,12 @@ class ServingLimits(_Strict):
     maxAdaptersLoaded: int = Field(8, ge=1)
     maxContextTokens: int = Field(8192, ge=1)
     idleSeconds: int = Field(900, ge=1, description="Idle time before an endpoint stops.")
+    mergeAdapters: bool = Field(
+        True,
+        description="transformers engine: fold the adapter being served into the base weights "
+        "(an adapter then decodes as fast as the base model; costs a copy of the adapted "
+        "modules' weights and one merge per switch between models).",
+    )
     reservedDevices: int = Field(0, ge=0)
     deviceProfile: str | None = None
 

@@ -148,6 +148,10 @@ def info(output: OutputOpt = "text") -> None:
                 ("Reserved devices", f"{d['reservedDevices']} ({d['deviceType']})"),
                 ("Longest context", f"{d['maxContextTokens']} tokens"),
                 ("Idle time before stopping", f"{d['idleSeconds']}s"),
+                (
+                    "Adapters merged while served",
+                    "yes" if d.get("mergeAdapters") else "no",
+                ),
             ]
         )
         console.print("Parsers per architecture:", highlight=False)

@@ -138,7 +138,7 @@ def decode_batch(
             if past is not None:
                 kw[cache_kw] = past
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **kw)
-            past = out.past_key_values
+            past = out.cache if cache_kw == "cache" else out.past_key_values
             logits = out.logits[:, -1, :].float()
             nxt = torch.empty(n, dtype=torch.long, device=logits.device)
             for r, idx in spans:

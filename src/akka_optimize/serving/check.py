@@ -6,7 +6,12 @@ sampling with that adapter (:func:`akka_optimize.engine.sampling.generate` at
 temperature 0 over plain transformers + PEFT, in a separate process — the service
 runs no model), and from the base model. Findings:
 
-- ``served_differs_from_trainer``: a served answer is not the trainer's answer;
+- ``served_differs_from_trainer``: a served answer is not the trainer's answer, and
+  is not a greedy answer of the trainer's model up to float rounding either: fed
+  through the trainer's model, some served token's log-probability falls more than
+  :data:`TIE_NATS` below that position's best. (An endpoint that merges the adapter
+  into the weights, or computes in bf16, rounds differently from the trainer and may
+  break a near-tie the other way; that is not a different adapter.)
 - ``adapter_changes_nothing``: with the adapter, every answer equals the base
   model's.
 
@@ -30,6 +35,9 @@ CHECK_PROMPTS = (
 )
 #: Greedy tokens generated per prompt.
 CHECK_MAX_TOKENS = 16
+#: How far (nats) below the trainer's best token a served token may be and still count
+#: as the same greedy choice broken by rounding.
+TIE_NATS = 0.05
 
 
 def _messages(prompt: str, instructions: str | None) -> list[dict[str, str]]:
@@ -46,12 +54,18 @@ def trainer_greedy(
     instructions: str | None = None,
     prompts: tuple[str, ...] = CHECK_PROMPTS,
     max_tokens: int = CHECK_MAX_TOKENS,
-) -> dict[str, list[str]]:
+    served: list[str] | None = None,
+) -> dict[str, Any]:
     """Greedy answers from the trainer's sampling (plain transformers + PEFT).
 
+    Args:
+        served: the endpoint's answers to ``prompts``; for each one that differs from
+            the trainer's, its largest shortfall is measured (see :func:`shortfall`).
+
     Returns:
-        ``{"adapter": [...], "base": [...]}``, one answer per prompt (``adapter``
-        empty when ``adapter_dir`` is None).
+        ``{"adapter": [...], "base": [...], "shortfall": [...]}``, one entry per prompt
+        (``adapter`` empty when ``adapter_dir`` is None; ``shortfall`` holds a float in
+        nats for a served answer that differs, else None).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -78,32 +92,83 @@ def trainer_greedy(
             out.append(tok.decode([t for t in new if t not in stops], skip_special_tokens=True))
         return out
 
-    result = {"base": run(model), "adapter": []}
+    result: dict[str, Any] = {"base": run(model), "adapter": [], "shortfall": []}
     if adapter_dir is not None:
         from peft import PeftModel
 
-        result["adapter"] = run(PeftModel.from_pretrained(model, str(adapter_dir)).eval())
+        adapted = PeftModel.from_pretrained(model, str(adapter_dir)).eval()
+        result["adapter"] = run(adapted)
+        for p, mine, theirs in zip(prompts, result["adapter"], served or [], strict=False):
+            prompt = tok.apply_chat_template(
+                _messages(p, instructions),
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+            )["input_ids"]
+            result["shortfall"].append(
+                None if mine == theirs else shortfall(adapted, tok, list(prompt), theirs)
+            )
     return result
 
 
-def compare(served: list[str], trainer: list[str], base: list[str]) -> dict[str, Any]:
+def shortfall(model: Any, tokenizer: Any, prompt_ids: list[int], answer: str) -> float:
+    """The largest gap (nats) between the model's best next token and ``answer``'s token,
+    over the tokens of ``answer`` fed after ``prompt_ids``; 0.0 when every token of
+    ``answer`` is the model's greedy choice. float32 log-probabilities.
+    """
+    import torch
+
+    ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+    if not ids:
+        return 0.0
+    full = torch.tensor([prompt_ids + ids])
+    with torch.no_grad():
+        logits = model(input_ids=full).logits[0, len(prompt_ids) - 1 : -1].float()
+    lp = torch.log_softmax(logits, dim=-1)
+    chosen = lp.gather(1, torch.tensor(ids)[:, None]).squeeze(1)
+    return float((lp.max(dim=-1).values - chosen).max())
+
+
+def compare(
+    served: list[str],
+    trainer: list[str],
+    base: list[str],
+    shortfalls: list[float | None] | None = None,
+) -> dict[str, Any]:
     """The endpoint's ``checks`` entry for one adapter.
+
+    Args:
+        shortfalls: per prompt, :func:`shortfall` of a served answer that differs from
+            the trainer's (None or missing: not measured, so any difference counts).
 
     Returns:
         ``{"state": "passed"|"failed", "findings": [sentences], "prompts": [{"prompt",
-        "served", "trainer", "base"}]}``.
+        "served", "trainer", "base", "shortfall"}]}``.
     """
     findings = []
+    gaps = list(shortfalls or [])
     rows = [
-        {"prompt": p, "served": s, "trainer": t, "base": b}
-        for p, s, t, b in zip(CHECK_PROMPTS, served, trainer, base, strict=False)
+        {
+            "prompt": p,
+            "served": s,
+            "trainer": t,
+            "base": b,
+            "shortfall": gaps[i] if i < len(gaps) else None,
+        }
+        for i, (p, s, t, b) in enumerate(zip(CHECK_PROMPTS, served, trainer, base, strict=False))
     ]
-    differs = [r["prompt"] for r in rows if r["served"] != r["trainer"]]
+    differs = [
+        r["prompt"]
+        for r in rows
+        if r["served"] != r["trainer"] and (r["shortfall"] is None or r["shortfall"] > TIE_NATS)
+    ]
     if differs:
+        worst = max((r["shortfall"] or 0.0) for r in rows if r["prompt"] in differs)
+        why = f" (a served token {worst:.3g} nats below the trainer's best)" if worst else ""
         findings.append(
             f"served_differs_from_trainer: the endpoint's greedy answer differs from the "
             f"trainer's own sampling with this adapter for {len(differs)} of {len(rows)} "
-            f"prompts ({differs[0]!r}, …); the served adapter may not be the trained one."
+            f"prompts ({differs[0]!r}, …){why}; the served adapter may not be the trained one."
         )
     if rows and all(r["trainer"] == r["base"] for r in rows):
         findings.append(
@@ -114,7 +179,8 @@ def compare(served: list[str], trainer: list[str], base: list[str]) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``--spec FILE`` with ``{"baseDir", "adapterDir", "instructions"}``; prints JSON."""
+    """``--spec FILE`` with ``{"baseDir", "adapterDir", "instructions", "served"}``;
+    prints JSON."""
     ap = argparse.ArgumentParser(prog="python -m akka_optimize.serving.check")
     ap.add_argument("--spec", required=True, type=Path)
     args = ap.parse_args(argv)
@@ -123,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(spec["baseDir"]),
         Path(spec["adapterDir"]) if spec.get("adapterDir") else None,
         instructions=spec.get("instructions"),
+        served=spec.get("served"),
     )
     sys.stdout.write(json.dumps(res) + "\n")
     return 0

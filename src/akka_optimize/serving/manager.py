@@ -161,6 +161,7 @@ class EndpointManager:
                 "maxContext": self.limits.maxContextTokens,
                 "maxAdapters": self.limits.maxAdaptersLoaded,
                 "maxRank": self.limits.maxLoraRank,
+                "mergeAdapters": self.limits.mergeAdapters,
             }
             folder = self.settings.home / "serving" / "workers" / base.replace("/", "_")[:80]
             w = start_worker(spec, folder)
@@ -252,6 +253,7 @@ class EndpointManager:
                     "baseDir": str(base_dir),
                     "adapterDir": adapter["path"],
                     "instructions": adapter.get("instructions"),
+                    "served": served,
                 }
             )
         )
@@ -264,7 +266,7 @@ class EndpointManager:
         if out.returncode != 0:
             raise RuntimeError(out.stderr.strip()[-500:])
         trainer = json.loads(out.stdout.strip().splitlines()[-1])
-        return compare(served, trainer["adapter"], trainer["base"])
+        return compare(served, trainer["adapter"], trainer["base"], trainer.get("shortfall"))
 
     # stopping ------------------------------------------------------------------
     def _idle_loop(self) -> None:

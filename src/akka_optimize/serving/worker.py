@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
     The spec is JSON: ``{"base": {"name", "dir", "instructions"}, "adapters":
     [{"name", "path", "instructions"}], "engine", "maxContext", "maxAdapters",
-    "maxRank", "host", "port"}`` (port 0 picks a free one).
+    "maxRank", "mergeAdapters", "host", "port"}`` (port 0 picks a free one).
     """
     ap = argparse.ArgumentParser(prog="python -m akka_optimize.serving.worker")
     ap.add_argument("--spec", required=True, type=Path)
@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             max_context=int(spec.get("maxContext", 8192)),
             max_adapters=int(spec.get("maxAdapters", 8)),
             max_rank=int(spec.get("maxRank", 64)),
+            merge_adapters=bool(spec.get("mergeAdapters", True)),
             progress=say,
         )
         state = WorkerState(

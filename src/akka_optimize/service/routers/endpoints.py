@@ -238,6 +238,7 @@ def endpoints_info(ctx: CtxDep) -> dict[str, Any]:
         "deviceType": prof.name if prof else ("cpu" if lim.reservedDevices == 0 else "cuda"),
         "maxContextTokens": lim.maxContextTokens,
         "idleSeconds": lim.idleSeconds,
+        "mergeAdapters": lim.mergeAdapters and lim.engine == "transformers",
         "parsers": parsers_table(),
     }
 
