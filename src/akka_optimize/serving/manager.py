@@ -6,7 +6,8 @@ One worker process per resident base model: every endpoint over that base model
 attached to it (issue 8). Starts run one at a time in a queue; an endpoint's
 ``activity`` says its queue position or what the model is doing. A worker whose
 endpoints have had no request for ``serving.idleSeconds`` stops; the endpoints
-become ``STOPPED`` and the next request starts the worker again.
+become ``STOPPED`` and the next request starts the worker again. A worker answering a
+request (or running a post-deploy check) is never idle, however long the answer takes.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class EndpointManager:
         self.start_lock = threading.Lock()
         self.stopping = threading.Event()
         self.last_used: dict[str, float] = {}
+        self.in_flight: dict[str, int] = {}
         threading.Thread(target=self._idle_loop, daemon=True, name="endpoints-idle").start()
 
     # state ---------------------------------------------------------------------
@@ -91,6 +93,29 @@ class EndpointManager:
             if ep is not None:
                 ep.last_request_at = utcnow()
                 self.last_used[ep.base_model] = time.monotonic()
+
+    def begin(self, endpoint_id: str) -> str | None:
+        """A request to ``endpoint_id`` starts; its worker will not stop as idle until
+        :meth:`end`. Returns the base model to pass to :meth:`end`."""
+        with self.db.session() as s:
+            ep = s.get(Endpoint, endpoint_id)
+            base = ep.base_model if ep else None
+        if base is not None:
+            with self.lock:
+                self.in_flight[base] = self.in_flight.get(base, 0) + 1
+        self.touch(endpoint_id)
+        return base
+
+    def end(self, endpoint_id: str, base: str | None) -> None:
+        """The request :meth:`begin` counted has ended (answered, failed or cut off)."""
+        if base is not None:
+            with self.lock:
+                left = self.in_flight.get(base, 0) - 1
+                if left > 0:
+                    self.in_flight[base] = left
+                else:
+                    self.in_flight.pop(base, None)
+        self.touch(endpoint_id)
 
     # starting ------------------------------------------------------------------
     def _start(self, endpoint_id: str) -> None:
@@ -204,6 +229,7 @@ class EndpointManager:
             if row is None or row.checks is not None:
                 return
             row.checks = {"state": "RUNNING", "findings": [], "prompts": []}
+        base = self.begin(endpoint_id)
         try:
             result = self._run_check(endpoint_id, adapter, base_dir)
         except Exception as exc:  # the check's own failure is reported, not raised
@@ -212,6 +238,8 @@ class EndpointManager:
                 "findings": [f"The post-deploy check failed: {exc}"],
                 "prompts": [],
             }
+        finally:
+            self.end(endpoint_id, base)
         with self.db.session() as s:
             row = s.scalars(
                 select(EndpointModel).where(
@@ -273,6 +301,10 @@ class EndpointManager:
         while not self.stopping.wait(0.5):
             idle = float(self.limits.idleSeconds)
             for base in list(self.workers):
+                with self.lock:
+                    busy = self.in_flight.get(base, 0) > 0
+                if busy:
+                    continue
                 if time.monotonic() - self.last_used.get(base, time.monotonic()) > idle:
                     self.stop_base(
                         base,

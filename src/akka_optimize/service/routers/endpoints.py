@@ -62,13 +62,17 @@ def manager(ctx: ServiceContext) -> EndpointManager:
 
 
 def on_startup(ctx: ServiceContext) -> None:
-    """Endpoints a previous process served are ``STOPPED``; their next request starts them."""
+    """Endpoints a previous process served are ``STOPPED``; their next request starts them.
+    A post-deploy check the restart interrupted runs again when the endpoint next starts."""
     manager(ctx)
     with ctx.db.session() as s:
         for ep in s.scalars(
             select(Endpoint).where(Endpoint.state.in_(("QUEUED", "STARTING", "READY")))
         ):
             ep.state, ep.activity = "STOPPED", "the service restarted; the next request starts it"
+        for row in s.scalars(select(EndpointModel).where(EndpointModel.checks.is_not(None))):
+            if (row.checks or {}).get("state") == "RUNNING":
+                row.checks = None
 
 
 def on_shutdown(ctx: ServiceContext) -> None:
@@ -344,12 +348,18 @@ async def openai_chat(endpoint_id: str, request: Request, ctx: CtxDep) -> Any:
                 "model_not_found",
                 "model",
             )
-    manager(ctx).touch(endpoint_id)
+    m = manager(ctx)
+    base = m.begin(endpoint_id)  # the worker is busy, not idle, until the answer ends
     client = httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10))
-    req = client.build_request(
-        "POST", w.url + "/v1/chat/completions", json=body, headers=w.headers()
-    )
-    resp = await client.send(req, stream=True)
+    try:
+        req = client.build_request(
+            "POST", w.url + "/v1/chat/completions", json=body, headers=w.headers()
+        )
+        resp = await client.send(req, stream=True)
+    except BaseException:
+        await client.aclose()
+        m.end(endpoint_id, base)
+        raise
     if resp.headers.get("content-type", "").startswith("text/event-stream"):
 
         async def relay() -> Any:
@@ -359,13 +369,15 @@ async def openai_chat(endpoint_id: str, request: Request, ctx: CtxDep) -> Any:
             finally:
                 await resp.aclose()
                 await client.aclose()
-                manager(ctx).touch(endpoint_id)
+                m.end(endpoint_id, base)
 
         return StreamingResponse(relay(), media_type="text/event-stream")
-    content = await resp.aread()
-    await resp.aclose()
-    await client.aclose()
-    manager(ctx).touch(endpoint_id)
+    try:
+        content = await resp.aread()
+    finally:
+        await resp.aclose()
+        await client.aclose()
+        m.end(endpoint_id, base)
     return Response(
         content,
         status_code=resp.status_code,
