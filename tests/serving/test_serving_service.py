@@ -11,7 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from serving_assets import make_random_adapter
+from serving_assets import FINAL_ANSWER, INSTRUCTIONS, TOOLS, make_random_adapter
 
 from akka_optimize.serving.check import CHECK_PROMPTS, trainer_greedy
 from helpers import BIN, free_port
@@ -160,6 +160,74 @@ def test_info_shows_what_an_endpoint_can_serve(service):
         "Reserved devices",
         "Longest context",
         "Idle time before stopping",
+        "Adapters merged while served",
         "LlamaForCausalLM: tool calls hermes",
     ):
         assert label in out
+
+
+def test_tool_call_round_trip_through_the_proxy(ready_service, lora_dirs):
+    svc = ready_service
+    _upload(svc, lora_dirs["tools"], "tools")
+    out = svc.cli(
+        "training",
+        "endpoints",
+        "create",
+        "--model",
+        "proj/tools",
+        "--wait",
+        "-o",
+        "json",
+        check=True,
+    )
+    ep = json.loads(out.stdout[out.stdout.index("{") :])
+    port = free_port()
+    proxy = subprocess.Popen(
+        [
+            str(BIN / "akka-optimize"),
+            "training",
+            "endpoints",
+            "proxy",
+            ep["id"],
+            "--port",
+            str(port),
+        ],
+        env=svc.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0
+        )
+        for _ in range(300):
+            try:
+                client.models.list()
+                break
+            except openai.APIConnectionError:
+                assert proxy.poll() is None, proxy.stdout.read().decode()
+                time.sleep(0.2)
+        system = {"role": "system", "content": INSTRUCTIONS}
+        q = {"role": "user", "content": "Weather in Paris?"}
+        r = client.chat.completions.create(
+            model="proj/tools:v1", messages=[system, q], tools=TOOLS, temperature=0, max_tokens=40
+        )
+        msg = r.choices[0].message
+        assert r.choices[0].finish_reason == "tool_calls"
+        (call,) = msg.tool_calls
+        assert call.function.name == "get_weather"
+        assert json.loads(call.function.arguments) == {"city": "Paris"}
+        follow = [
+            system,
+            q,
+            msg.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": '{"sky": "sunny"}'},
+        ]
+        r2 = client.chat.completions.create(
+            model="proj/tools:v1", messages=follow, tools=TOOLS, temperature=0, max_tokens=40
+        )
+        assert r2.choices[0].message.content.startswith(FINAL_ANSWER)
+        assert not r2.choices[0].message.tool_calls
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=10)
