@@ -3,12 +3,11 @@ leaves a post-deploy check RUNNING (issue 8 "Limits", "Post-deploy check")."""
 
 from __future__ import annotations
 
-import json
 import time
 from importlib import resources
 
 from serving_assets import make_random_adapter
-from test_serving_service import TINY, _upload
+from test_serving_service import TINY, _upload, create_endpoint
 
 from helpers import LiveService, free_port
 
@@ -61,18 +60,7 @@ def _create(svc: LiveService, tmp_path, tiny_model_dir) -> tuple[str, str]:
     svc.api("POST", "/v1/training/projects", json={"name": "proj"}).raise_for_status()
     svc.cli("training", "base-models", "select", TINY, "--wait", check=True)
     _upload(svc, make_random_adapter(tiny_model_dir, tmp_path / "ad", seed=5), "idle")
-    out = svc.cli(
-        "training",
-        "endpoints",
-        "create",
-        "--model",
-        "proj/idle",
-        "--wait",
-        "-o",
-        "json",
-        check=True,
-    )
-    ep = json.loads(out.stdout[out.stdout.index("{") :])
+    ep = create_endpoint(svc, "proj/idle")
     assert ep["state"] == "READY"
     return ep["id"], ep["models"][0]["model"]
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
 import tarfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import openai
@@ -38,6 +40,45 @@ def _upload(service, folder: Path, name: str) -> dict:
     return r.json()
 
 
+def create_endpoint(service, model: str) -> dict:
+    """``endpoints create --model MODEL --wait -o json`` through the real CLI."""
+    out = service.cli(
+        "training", "endpoints", "create", "--model", model, "--wait", "-o", "json", check=True
+    )
+    return json.loads(out.stdout[out.stdout.index("{") :])
+
+
+@contextlib.contextmanager
+def proxied_client(service, endpoint_id: str) -> Iterator[tuple[openai.OpenAI, list[str]]]:
+    """``endpoints proxy`` on a free port and an ``openai`` client pointed at it (with the
+    ids ``/v1/models`` listed once the proxy answered)."""
+    port = free_port()
+    proxy = subprocess.Popen(
+        [str(BIN / "akka-optimize"), "training", "endpoints", "proxy", endpoint_id]
+        + ["--port", str(port)],
+        env=service.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0
+        )
+        for _ in range(300):
+            try:
+                models = [m.id for m in client.models.list().data]
+                break
+            except openai.APIConnectionError:
+                assert proxy.poll() is None, proxy.stdout.read().decode()
+                time.sleep(0.2)
+        else:
+            raise AssertionError("the proxy never answered")
+        yield client, models
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=10)
+
+
 @pytest.fixture
 def ready_service(service):
     service.api("POST", "/v1/training/projects", json={"name": "proj"}).raise_for_status()
@@ -50,49 +91,12 @@ def test_endpoint_over_an_adapter_serves_it_through_the_proxy(
 ):
     svc = ready_service
     _upload(svc, lora_dirs["alpha"], "alpha")
-    out = svc.cli(
-        "training",
-        "endpoints",
-        "create",
-        "--model",
-        "proj/alpha",
-        "--wait",
-        "-o",
-        "json",
-        check=True,
-    )
-    ep = json.loads(out.stdout[out.stdout.index("{") :])
+    ep = create_endpoint(svc, "proj/alpha")
     assert ep["state"] == "READY" and ep["projectName"] == "proj"
     name = ep["models"][0]["model"]
     assert name == "proj/alpha:v1"
 
-    port = free_port()
-    proxy = subprocess.Popen(
-        [
-            str(BIN / "akka-optimize"),
-            "training",
-            "endpoints",
-            "proxy",
-            ep["id"][:8],
-            "--port",
-            str(port),
-        ],
-        env=svc.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        client = openai.OpenAI(
-            base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0
-        )
-        models = None
-        for _ in range(300):
-            try:
-                models = [m.id for m in client.models.list().data]
-                break
-            except openai.APIConnectionError:
-                assert proxy.poll() is None, proxy.stdout.read().decode()
-                time.sleep(0.2)
+    with proxied_client(svc, ep["id"][:8]) as (client, models):
         assert models == ["akka-optimize/tiny-smollm2:v1", "proj/alpha:v1"]
         served = [
             client.chat.completions.create(
@@ -119,9 +123,6 @@ def test_endpoint_over_an_adapter_serves_it_through_the_proxy(
             client.chat.completions.create(
                 model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=-1
             )
-    finally:
-        proxy.terminate()
-        proxy.wait(timeout=10)
 
     for _ in range(600):
         got = svc.api("GET", f"/v1/training/endpoints/{ep['id'][:6]}").json()
@@ -169,44 +170,8 @@ def test_info_shows_what_an_endpoint_can_serve(service):
 def test_tool_call_round_trip_through_the_proxy(ready_service, lora_dirs):
     svc = ready_service
     _upload(svc, lora_dirs["tools"], "tools")
-    out = svc.cli(
-        "training",
-        "endpoints",
-        "create",
-        "--model",
-        "proj/tools",
-        "--wait",
-        "-o",
-        "json",
-        check=True,
-    )
-    ep = json.loads(out.stdout[out.stdout.index("{") :])
-    port = free_port()
-    proxy = subprocess.Popen(
-        [
-            str(BIN / "akka-optimize"),
-            "training",
-            "endpoints",
-            "proxy",
-            ep["id"],
-            "--port",
-            str(port),
-        ],
-        env=svc.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        client = openai.OpenAI(
-            base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0
-        )
-        for _ in range(300):
-            try:
-                client.models.list()
-                break
-            except openai.APIConnectionError:
-                assert proxy.poll() is None, proxy.stdout.read().decode()
-                time.sleep(0.2)
+    ep = create_endpoint(svc, "proj/tools")
+    with proxied_client(svc, ep["id"]) as (client, _models):
         system = {"role": "system", "content": INSTRUCTIONS}
         q = {"role": "user", "content": "Weather in Paris?"}
         r = client.chat.completions.create(
@@ -228,6 +193,3 @@ def test_tool_call_round_trip_through_the_proxy(ready_service, lora_dirs):
         )
         assert r2.choices[0].message.content.startswith(FINAL_ANSWER)
         assert not r2.choices[0].message.tool_calls
-    finally:
-        proxy.terminate()
-        proxy.wait(timeout=10)
