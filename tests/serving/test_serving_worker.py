@@ -253,3 +253,24 @@ def test_openai_client_raises_bad_request_for_an_unknown_model(client):
 def test_the_worker_refuses_requests_without_its_token(worker):
     r = httpx.get(worker.url + "/v1/models")
     assert r.status_code == 401
+
+
+def test_a_dead_workers_sentence_leaves_out_progress_bars_and_warnings():
+    import signal
+
+    from akka_optimize.serving.process import exit_sentence, meaningful_lines
+
+    log = (
+        "Loading weights:   0%|          | 0/20 [00:00<?, ?it/s]\r"
+        "Loading weights: 100%|██████████| 20/20 [00:00<00:00, 28856.58it/s]\n"
+        "/x/modeling_utils.py:3312: FutureWarning: `is_gradient_checkpointing` is deprecated\n"
+        "  warnings.warn(\n"
+        "\n"
+        "RuntimeError: CUDA error: device-side assert triggered\n"
+    )
+    assert meaningful_lines(log) == ["RuntimeError: CUDA error: device-side assert triggered"]
+    assert exit_sentence(-signal.SIGKILL, "") == (
+        "the worker was killed (SIGKILL; the machine may have run out of memory)"
+    )
+    assert exit_sentence(-signal.SIGTERM, "") == "the worker was stopped by SIGTERM"
+    assert exit_sentence(1, "ValueError: bad") == "the worker exited with status 1: ValueError: bad"

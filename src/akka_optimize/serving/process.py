@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -47,21 +48,22 @@ class WorkerProcess:
         except (OSError, ValueError):
             st = {"phase": "loading", "message": "starting the worker process"}
         if self.proc.poll() is not None and st.get("phase") != "failed":
-            tail = self.log_tail()
             st = {
                 "phase": "failed",
-                "message": f"the worker exited ({self.proc.returncode}): {tail}",
+                "message": exit_sentence(self.proc.returncode, self.log_tail()),
             }
         if st.get("port"):
             self.port = int(st["port"])
         return st
 
-    def log_tail(self, chars: int = 1500) -> str:
-        """The end of the worker's log."""
+    def log_tail(self, lines: int = 3) -> str:
+        """The last ``lines`` lines of the worker's log that say something: progress bars
+        and Python warnings are left out (the whole log stays in ``worker.log``)."""
         try:
-            return (self.folder / "worker.log").read_text()[-chars:].strip()
+            text = (self.folder / "worker.log").read_text(errors="replace")
         except OSError:
             return ""
+        return "\n".join(meaningful_lines(text)[-lines:])
 
     def wait_ready(self, timeout: float = 300.0) -> dict[str, Any]:
         """Block until the worker answers ``/health`` or fails.
@@ -100,6 +102,30 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+
+
+_NOISE = re.compile(r"it/s\]|s/it\]|^\s*warnings\.warn\(|Warning: |^\s*$")
+
+
+def meaningful_lines(log: str) -> list[str]:
+    """The lines of a worker log minus progress bars (``\\r``-updated) and warnings."""
+    out = []
+    for raw in log.splitlines():
+        line = raw.rsplit("\r", 1)[-1].rstrip()
+        if not _NOISE.search(line):
+            out.append(line)
+    return out
+
+
+def exit_sentence(returncode: int, tail: str) -> str:
+    """Why a worker process ended, for the endpoint's ``error``."""
+    if returncode == -signal.SIGKILL:
+        why = "the worker was killed (SIGKILL; the machine may have run out of memory)"
+    elif returncode < 0:
+        why = f"the worker was stopped by {signal.Signals(-returncode).name}"
+    else:
+        why = f"the worker exited with status {returncode}"
+    return f"{why}: {tail}" if tail else why
 
 
 def start_worker(
