@@ -20,6 +20,7 @@ import random
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -159,7 +160,10 @@ class TrainingSession:
             bias="none",
             task_type="CAUSAL_LM",
         )
-        self.model = get_peft_model(base, lora)
+        with warnings.catch_warnings():
+            # transformers 5 deprecates the attribute PEFT still reads; nothing to act on.
+            warnings.filterwarnings("ignore", ".*is_gradient_checkpointing.*", FutureWarning)
+            self.model = get_peft_model(base, lora)
         if cfg.gradient_checkpointing:
             self.model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
