@@ -95,9 +95,11 @@ def env() -> dict[str, str]:
     return e
 
 
-def cli(*args: str, capture: bool = False) -> str:
-    """Run ``akka-optimize ARGS`` and echo it the way a user would type it."""
-    print(f"\n$ akka-optimize {' '.join(args)}", flush=True)
+def cli(*args: str, capture: bool = False, quiet: bool = False) -> str:
+    """Run ``akka-optimize ARGS`` and echo it the way a user would type it (``quiet``: a
+    poll, neither echoed nor printed)."""
+    if not quiet:
+        print(f"\n$ akka-optimize {' '.join(args)}", flush=True)
     p = subprocess.run(
         [str(BIN / "akka-optimize"), *args],
         env=env(),
@@ -107,7 +109,8 @@ def cli(*args: str, capture: bool = False) -> str:
     if p.returncode != 0:
         raise SystemExit(f"demo: `akka-optimize {' '.join(args)}` exited {p.returncode}")
     if capture:
-        print(p.stdout, end="", flush=True)
+        if not quiet:
+            print(p.stdout, end="", flush=True)
         return p.stdout
     return ""
 
@@ -130,6 +133,22 @@ def wait_http(url: str, timeout: float = 120) -> None:
             pass
         time.sleep(0.3)
     raise SystemExit(f"demo: {url} did not answer within {timeout:.0f}s")
+
+
+def wait_check(endpoint_id: str, timeout: float = 600) -> dict:
+    """The post-deploy check of the endpoint's adapter once it has finished (it loads the
+    trainer's model beside the endpoint, so serving is measured after it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ep = json.loads(
+            cli("training", "endpoints", "get", endpoint_id, "-o", "json", capture=True)
+        )
+        checks = [c for c in (ep.get("checks") or {}).values() if c]
+        if checks and all(c["state"] != "RUNNING" for c in checks):
+            return checks[0]
+        if time.monotonic() > deadline:
+            return {"state": "still running", "findings": []}
+        time.sleep(2)
 
 
 def ask_all(client, model: str, questions: list[dict]) -> tuple[list[dict], float]:
@@ -258,6 +277,8 @@ def main() -> None:
             if m.lower() == model.split("@")[0].lower() or m.lower() in model.lower()
         )
         base = next(m for m in served if m != adapter)
+        check = wait_check(ep["id"])
+        print(f"post-deploy check: {check['state']}", *check.get("findings", []), sep="\n  ")
         print(f"\nanswering {len(test)} held-out questions with {base} and {adapter}", flush=True)
         before, speed_before = ask_all(client, base, test)
         print(f"base model: {speed_before:.0f} tokens/s generated", flush=True)
@@ -272,6 +293,7 @@ def main() -> None:
             before,
             after,
             {"base": speed_before, "adapter": speed_after},
+            check,
         )
     finally:
         for p in (proxy, server):
@@ -292,6 +314,7 @@ def report(
     before: list[dict],
     after: list[dict],
     serving: dict[str, float],
+    check: dict,
 ) -> None:
     val = metrics["validation"]
     share = lambda xs, k: sum(x[k] for x in xs) / max(len(xs), 1)  # noqa: E731
@@ -307,6 +330,7 @@ def report(
         "accuracyAfter": share(after, "correct"),
         "tokensPerSecond": run["results"].get("tokensPerSecond"),
         "servingTokensPerSecond": serving,
+        "postDeployCheck": check,
         "updates": run["results"].get("step"),
         "wallSeconds": round(time.monotonic() - t0, 1),
         "answers": {"before": before, "after": after},
@@ -328,6 +352,7 @@ def report(
     print(
         f"serving tokens/s            base {serving['base']:.0f}, adapter {serving['adapter']:.0f}"
     )
+    print(f"post-deploy check           {check['state']}")
     print(f"wall time                   {rep['wallSeconds']:.0f}s")
     print(f"report: {OUT / 'report.json'}  plot: {OUT / 'loss.png'}")
 
