@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from akka_optimize.serving.engine import SamplingParams, TransformersEngine
 
 PROMPTS = [
@@ -28,16 +30,22 @@ def _answer(engine: TransformersEngine, ids: list[int], params: SamplingParams) 
     return texts
 
 
-def test_batched_answers_equal_answers_alone(tiny_model_dir) -> None:
+@pytest.mark.parametrize("uneven", [False, True], ids=["same-length", "answers-end-apart"])
+def test_batched_answers_equal_answers_alone(tiny_model_dir, uneven) -> None:
+    """With ``uneven``, answers end at different steps, so finished ones leave the batch
+    (and the KV cache) while the others go on."""
     engine = TransformersEngine(tiny_model_dir, batch_window_s=0.3)
-    greedy = SamplingParams(max_tokens=12, temperature=0.0)
+    lengths = [3, 17, 8, 12] if uneven else [12] * 4
+    greedy = [SamplingParams(max_tokens=k, temperature=0.0) for k in lengths]
     seeded = SamplingParams(max_tokens=12, temperature=0.9, seed=5, n=2)
     prompts = [_ids(engine, p) for p in PROMPTS]  # different lengths: left padding
     assert len({len(p) for p in prompts}) > 1
-    alone = [_answer(engine, p, greedy) for p in prompts] + [_answer(engine, prompts[1], seeded)]
+    alone = [_answer(engine, p, g) for p, g in zip(prompts, greedy, strict=True)]
+    alone.append(_answer(engine, prompts[1], seeded))
 
     together: dict[int, list[str]] = {}
-    jobs = [(i, p, greedy) for i, p in enumerate(prompts)] + [(len(prompts), prompts[1], seeded)]
+    jobs = [(i, p, greedy[i]) for i, p in enumerate(prompts)]
+    jobs.append((len(prompts), prompts[1], seeded))
 
     def go(i: int, p: list[int], params: SamplingParams) -> None:
         together[i] = _answer(engine, p, params)

@@ -106,7 +106,9 @@ def decode_batch(
     """Decode every request of ``requests`` (same adapter, already selected) together.
 
     Prompts are left-padded; with equal prompt lengths no mask is passed, so a lone
-    request runs exactly as an unbatched one.
+    request runs exactly as an unbatched one. An answer that ends leaves the batch (its
+    rows of the KV cache are dropped), so short answers do not keep paying for the
+    longest one.
     """
     import torch
 
@@ -155,6 +157,17 @@ def decode_batch(
                     row.req.out.put(ev)
             if all(row.done for row in rows):
                 return
+            keep = [b for b, row in enumerate(rows) if not row.done]
+            if len(keep) < n:  # finished answers leave the batch (and the KV cache)
+                sel = torch.tensor(keep, device=nxt.device)
+                past.batch_select_indices(sel)
+                nxt, rows, n = nxt[sel], [rows[b] for b in keep], len(keep)
+                if padded:
+                    mask, last_pos = mask[sel], last_pos[sel]
+                spans = [
+                    (r, [b for b, row in enumerate(rows) if row.req is r]) for r, _ in spans
+                ]
+                spans = [(r, idx) for r, idx in spans if idx]
             ids = nxt.view(n, 1)
             if padded:
                 mask = torch.cat([mask, mask.new_ones((n, 1))], dim=1)
