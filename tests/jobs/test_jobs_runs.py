@@ -191,3 +191,40 @@ def test_plan_fields_this_release_cannot_train_are_refused_at_start(
         assert r.status_code == 400, r.text
         assert r.json()["error"]["field"] == field, r.text
     assert service.api("GET", "/v1/training/runs").json()["runs"] == []
+
+
+def test_epoch_adapters_are_registered_and_kept_apart_from_keep_adapters(
+    service: LiveService, tmp_path
+) -> None:
+    """F104: one registered version per epoch, tagged with epoch and step; the saves that
+    ended an epoch don't count toward ``keepAdapters``, older other adapters are deleted."""
+    setup_project(service, tmp_path, rows=4)  # micro batch 2: two updates per epoch
+    plan = write_plan(
+        tmp_path / "plan.json",
+        epochs=3,
+        execution={"saveEverySteps": 1, "saveEachEpoch": True, "keepAdapters": 1},
+    )
+    run = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    assert run["state"] == "SUCCEEDED", run
+    epoch_models = run["results"]["epochModels"]
+    assert sorted(epoch_models) == ["1", "2", "3"]
+    assert run["results"]["model"] == epoch_models["3"]  # the final save ended epoch 3
+
+    versions = service.api("GET", "/v1/registry/models/demo/tiny-smollm2/versions").json()
+    tags = {
+        v["version"]: (v["metadata"]["epoch"], v["metadata"]["step"]) for v in versions["items"]
+    }
+    assert tags == {"v1": (1, 2), "v2": (2, 4), "v3": (3, 6)}
+
+    snaps = run_json(service, "training", "runs", "snapshots", run["id"])["snapshots"]
+    assert [s["step"] for s in snaps] == [1, 2, 3, 4, 5, 6]
+    assert [s["step"] for s in snaps if s["epochEnd"]] == [2, 4, 6]
+    # keepAdapters 1 keeps the newest adapter that did not end an epoch (step 5).
+    assert [s["step"] for s in snaps if s["hasAdapter"]] == [2, 4, 5, 6]
+    assert [s["model"] is not None for s in snaps] == [False, True, False, True, False, True]
+    saves = [p for p in service.home.rglob("saves") if p.parent.name == run["id"]]
+    assert len(saves) == 1
+    stored = sorted(p.parent.name for p in saves[0].glob("step-*/adapter"))
+    assert stored == ["step-2", "step-4", "step-5", "step-6"]
+    text = service.cli("training", "runs", "snapshots", run["id"], check=True).stdout
+    assert "ADAPTER" in text

@@ -246,6 +246,7 @@ def _print_snapshots(d: dict, wide: bool) -> None:
             "size": s["bytes"]["total"],
             "end": "yes" if s["epochEnd"] else "",
             "resumable": "yes" if s["recoverable"] else "",
+            "adapter": "yes" if s.get("hasAdapter") else "",
         }
         for s in d["snapshots"]
     ]
@@ -256,6 +257,7 @@ def _print_snapshots(d: dict, wide: bool) -> None:
             ("EPOCH", "epoch"),
             ("EPOCH END", "end"),
             ("RESUMABLE", "resumable"),
+            ("ADAPTER", "adapter"),
             ("BYTES", "size"),
             ("MODEL", "model"),
         ],
@@ -287,6 +289,7 @@ def snapshot_get(run_id: str, snapshot: str, output: OutputOpt = "text") -> None
                 ("Snapshot", s["name"]),
                 ("Epoch", s["epoch"]),
                 ("Resumable", s["recoverable"]),
+                ("Adapter stored", s.get("hasAdapter")),
                 ("State bytes", s["bytes"]["state"]),
                 ("Adapter bytes", s["bytes"]["adapter"]),
                 ("Model", s["model"]),

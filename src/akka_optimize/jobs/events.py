@@ -104,6 +104,31 @@ def _record_save(ctx: Any, s: Session, run: Run, ev: dict[str, Any]) -> None:
         epochs = dict((run.results or {}).get("epochModels") or {})
         epochs[str(snap.epoch)] = version
         run.results = {**(run.results or {}), "epochModels": epochs}
+    _prune_adapters(ctx, s, run, save_each_epoch)
+
+
+def _prune_adapters(ctx: Any, s: Session, run: Run, save_each_epoch: bool) -> None:
+    """Delete the stored adapters beyond ``execution.keepAdapters`` (newest kept).
+
+    seeds/001 "Keep an adapter for each epoch": with ``saveEachEpoch`` the saves that
+    ended an epoch are retained without counting toward the limit, and so is any save
+    registered as a model version. The newest adapter is always among those kept, so the
+    run's final model can still be registered.
+    """
+    execution = (run.resolved or {}).get("execution") or {}
+    keep = int(execution.get("keepAdapters") or 3)
+    counted = [
+        snap
+        for snap in s.scalars(
+            select(Snapshot)
+            .where(Snapshot.run_id == run.id, Snapshot.adapter_key.is_not(None))
+            .order_by(Snapshot.step.desc())
+        ).all()
+        if not (snap.epoch_end and save_each_epoch) and not snap.model_version
+    ]
+    for old in counted[keep:]:
+        ctx.store.delete(old.adapter_key)
+        old.adapter_key = None
 
 
 PROVENANCE_FILE = "akka-optimize.json"

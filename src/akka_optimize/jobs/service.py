@@ -215,7 +215,8 @@ def metrics(session: Session, run: Run) -> dict[str, Any]:
 
 
 def snapshots(session: Session, run: Run) -> list[dict[str, Any]]:
-    """Saves of a run, oldest first, with sizes and whether each is still resumable."""
+    """Saves of a run, oldest first, with sizes, whether each is still resumable and
+    whether its adapter is still stored (``execution.keepAdapters``)."""
     rows = session.scalars(
         select(Snapshot).where(Snapshot.run_id == run.id).order_by(Snapshot.step)
     ).all()
@@ -227,6 +228,7 @@ def snapshots(session: Session, run: Run) -> list[dict[str, Any]]:
             "epoch": s.epoch,
             "epochEnd": s.epoch_end,
             "recoverable": s.recoverable,
+            "hasAdapter": s.adapter_key is not None,
             "model": s.model_version,
             "bytes": {
                 "state": s.state_bytes,

@@ -164,9 +164,7 @@ def decode_batch(
                 nxt, rows, n = nxt[sel], [rows[b] for b in keep], len(keep)
                 if padded:
                     mask, last_pos = mask[sel], last_pos[sel]
-                spans = [
-                    (r, [b for b, row in enumerate(rows) if row.req is r]) for r, _ in spans
-                ]
+                spans = [(r, [b for b, row in enumerate(rows) if row.req is r]) for r, _ in spans]
                 spans = [(r, idx) for r, idx in spans if idx]
             ids = nxt.view(n, 1)
             if padded:
