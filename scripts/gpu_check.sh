@@ -3,14 +3,15 @@
 # GPU variants of the engine and serving benchmarks (make bench's CUDA rows).
 #
 # On the CPU machine, once:   bash scripts/gpu_check.sh --prepare
-#   downloads the wheels the GPU image lacks (pydantic for Python 3.12) into
-#   .gpu-wheels/ (git-ignored) and builds the tiny test model's cache.
+#   downloads the wheels the GPU image lacks or holds too old (pydantic; transformers and
+#   peft at this machine's versions) for Python 3.12 into .gpu-wheels/ (git-ignored) and
+#   builds the tiny test model's cache.
 # On the GPU machine (device `run`, carry [".gpu-wheels", ".cache/test-models/tiny-smollm2",
 #   ".cache/test-models/smollm2-tokenizer"], timeout_s 540):
 #                             bash scripts/gpu_check.sh
 #   writes tests.txt, bench.txt and bench.json to $OUT.
 #
-# The image's own torch, transformers and peft are used (pins do not apply there), and
+# The image's own torch is used, with the carried transformers and peft, and
 # SmolLM2's GGUF wheel is too large to travel, so the GPU engine bench runs
 # SmolLM2-135M- and Llama-3.2-1B-shaped models with random weights.
 set -euo pipefail
@@ -18,9 +19,13 @@ cd "$(dirname "$0")/.."
 
 if [[ "${1:-}" == "--prepare" ]]; then
   rm -rf .gpu-wheels && mkdir -p .gpu-wheels
-  .venv/bin/python -m pip download -q -d .gpu-wheels --only-binary=:all: \
+  # The image's transformers (5.17) is older than the project's floor (5.20): carry the
+  # versions this machine's tests pass with (the image's huggingface_hub and tokenizers fit).
+  pinned() { .venv/bin/python -c "import importlib.metadata as m; print('$1=='+m.version('$1'))"; }
+  .venv/bin/python -m pip download -q --no-deps -d .gpu-wheels --only-binary=:all: \
     --python-version 3.12 --platform manylinux2014_x86_64 --implementation cp \
-    "pydantic>=2.7" "pydantic-core" "annotated-types" "typing-inspection"
+    "$(pinned pydantic)" "$(pinned pydantic-core)" "$(pinned annotated-types)" \
+    "$(pinned typing-inspection)" "$(pinned transformers)" "$(pinned peft)"
   .venv/bin/python -m pytest -q -p no:cacheprovider tests/engine/test_engine_cuda.py >/dev/null || true
   du -sh .gpu-wheels .cache/test-models/tiny-smollm2 .cache/test-models/smollm2-tokenizer
   exit 0
@@ -28,9 +33,11 @@ fi
 
 OUT="${OUT:-/tmp/gpu-check}"
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$PWD/src"
 PY=python3
-$PY -m pip install -q --no-index --find-links .gpu-wheels --no-deps .gpu-wheels/*.whl
+$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .gpu-wheels/*.whl
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
+  PYTHONPATH="/tmp/site:$PWD/src:$PWD"
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   $PY -c "import torch, transformers, peft; print(torch.__version__, transformers.__version__, peft.__version__)"

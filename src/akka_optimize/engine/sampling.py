@@ -22,6 +22,21 @@ def _pick(logits_V: Tensor, temperature: float, top_p: float, gen: torch.Generat
     return int(torch.multinomial(probs_V, 1, generator=gen))
 
 
+def kv_cache(out: object) -> dict[str, object]:
+    """The keyword that hands a forward pass's KV cache to the next one.
+
+    transformers renamed ``past_key_values`` to ``cache`` (output field and forward
+    argument together, 5.2x); an older release ignores an unknown ``cache=`` and would
+    silently decode without context, so the name is read from the output itself.
+
+    Returns:
+        ``{"cache": c}`` or ``{"past_key_values": c}``.
+    """
+    if hasattr(out, "cache"):
+        return {"cache": out.cache}
+    return {"past_key_values": out.past_key_values}
+
+
 @torch.no_grad()
 def generate(
     model: nn.Module,
@@ -69,7 +84,7 @@ def generate(
             if tok in stops:
                 break
             step = torch.tensor([[tok]], dtype=torch.long, device=device)
-            out = model(input_ids=step, cache=out.cache, use_cache=True)
+            out = model(input_ids=step, use_cache=True, **kv_cache(out))
         return new
     finally:
         model.train(was_training)
