@@ -26,8 +26,8 @@ def kv_cache(out: object) -> dict[str, object]:
     """The keyword that hands a forward pass's KV cache to the next one.
 
     transformers renamed ``past_key_values`` to ``cache`` (output field and forward
-    argument together, 5.2x); an older release ignores an unknown ``cache=`` and would
-    silently decode without context, so the name is read from the output itself.
+    argument together, between 5.17 and 5.20); the name is read from the output itself,
+    so generation works on either side of the rename.
 
     Returns:
         ``{"cache": c}`` or ``{"past_key_values": c}``.
