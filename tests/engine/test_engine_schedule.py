@@ -32,7 +32,7 @@ def test_linear_and_constant():
 def test_bad_settings_are_refused_with_their_field():
     with pytest.raises(EngineError) as e:
         EngineConfig(scheduler="step")
-    assert e.value.field == "hyperparams.scheduler.kind"
+    assert e.value.field == "config.hyperparams.scheduler.kind"
     with pytest.raises(EngineError, match="microBatchPerGpu"):
         EngineConfig(micro_batch=0)
     with pytest.raises(ValueError, match="outside"):
@@ -50,3 +50,41 @@ def test_max_steps_caps_the_run_and_the_schedule(tiny_model_dir, tmp_path):
     steps = [e["step"] for e in events if e["type"] == "metrics"]
     assert steps == [1, 2, 3, 4] and res.total_steps == 4 and res.step == 4
     assert [e for e in events if e["type"] == "save"][-1]["step"] == 4
+
+
+@pytest.mark.parametrize(
+    ("micro_batch", "advice"),
+    [
+        (4, "set config.hyperparams.training.microBatchPerGpu to 2"),
+        (1, "lower config.maxSeqLength below the longest pass"),
+    ],
+)
+def test_out_of_memory_names_the_setting_to_lower(tiny_model_dir, monkeypatch, micro_batch, advice):
+    """Issue 7: an out-of-memory pass fails with a sentence naming a smaller
+    ``microBatchPerGpu`` (or ``maxSeqLength`` at one conversation per pass)."""
+    from engine_testkit import fp32_config, random_rows
+
+    from akka_optimize.data.types import pack_examples
+    from akka_optimize.engine.errors import EngineOutOfMemory
+    from akka_optimize.engine.session import TrainingSession
+
+    session = TrainingSession(tiny_model_dir, fp32_config(micro_batch=micro_batch))
+
+    def allocator_fails(*args, **kwargs):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate "
+            "memory: you tried to allocate 68719476736 bytes."
+        )
+
+    monkeypatch.setattr(session, "_body", allocator_fails)
+    rows = random_rows(micro_batch)
+    with pytest.raises(EngineOutOfMemory) as e:
+        session.forward_backward([pack_examples(rows)])
+    tokens = sum(len(r.input_ids) for r in rows)
+    assert str(e.value).startswith(
+        f"The cpu device ran out of memory at update 1 with {micro_batch} conversation(s) "
+        f"per pass ({tokens} tokens); {advice}"
+    )
+    assert e.value.field == (
+        "config.hyperparams.training.microBatchPerGpu" if micro_batch > 1 else "config.maxSeqLength"
+    )

@@ -117,34 +117,58 @@ class EngineConfig:
             EngineError: the first bad setting (``field`` is its plan path).
         """
         checks: list[tuple[bool, str, str]] = [
-            (self.lora_rank >= 1, "hyperparams.lora.rank", "must be at least 1"),
-            (self.lora_alpha > 0, "hyperparams.lora.alpha", "must be positive"),
-            (0 <= self.lora_dropout < 1, "hyperparams.lora.dropout", "must be in [0, 1)"),
-            (len(self.target_modules) > 0, "hyperparams.lora.targetModules", "must name a module"),
-            (self.learning_rate > 0, "hyperparams.optimizer.learningRate", "must be positive"),
-            (self.weight_decay >= 0, "hyperparams.optimizer.weightDecay", "must be at least 0"),
-            (self.max_grad_norm >= 0, "hyperparams.optimizer.maxGradNorm", "must be at least 0"),
+            (self.lora_rank >= 1, "config.hyperparams.lora.rank", "must be at least 1"),
+            (self.lora_alpha > 0, "config.hyperparams.lora.alpha", "must be positive"),
+            (0 <= self.lora_dropout < 1, "config.hyperparams.lora.dropout", "must be in [0, 1)"),
+            (
+                len(self.target_modules) > 0,
+                "config.hyperparams.lora.targetModules",
+                "must name a module",
+            ),
+            (
+                self.learning_rate > 0,
+                "config.hyperparams.optimizer.learningRate",
+                "must be positive",
+            ),
+            (
+                self.weight_decay >= 0,
+                "config.hyperparams.optimizer.weightDecay",
+                "must be at least 0",
+            ),
+            (
+                self.max_grad_norm >= 0,
+                "config.hyperparams.optimizer.maxGradNorm",
+                "must be at least 0",
+            ),
             (
                 self.scheduler in SCHEDULES,
-                "hyperparams.scheduler.kind",
+                "config.hyperparams.scheduler.kind",
                 f"must be one of {SCHEDULES}",
             ),
-            (0 <= self.warmup_ratio <= 1, "hyperparams.scheduler.warmupRatio", "must be in [0, 1]"),
             (
-                0 <= self.min_learning_rate_ratio <= 1,
-                "hyperparams.scheduler.minLearningRateRatio",
+                0 <= self.warmup_ratio <= 1,
+                "config.hyperparams.scheduler.warmupRatio",
                 "must be in [0, 1]",
             ),
-            (self.epochs >= 1, "hyperparams.training.epochs", "must be at least 1"),
+            (
+                0 <= self.min_learning_rate_ratio <= 1,
+                "config.hyperparams.scheduler.minLearningRateRatio",
+                "must be in [0, 1]",
+            ),
+            (self.epochs >= 1, "config.hyperparams.training.epochs", "must be at least 1"),
             (
                 self.max_steps is None or self.max_steps >= 1,
-                "hyperparams.training.maxSteps",
+                "config.hyperparams.training.maxSteps",
                 "must be at least 1",
             ),
-            (self.micro_batch >= 1, "hyperparams.training.microBatchPerGpu", "must be at least 1"),
+            (
+                self.micro_batch >= 1,
+                "config.hyperparams.training.microBatchPerGpu",
+                "must be at least 1",
+            ),
             (
                 self.gradient_accumulation >= 1,
-                "hyperparams.training.gradientAccumulation",
+                "config.hyperparams.training.gradientAccumulation",
                 "must be at least 1",
             ),
             (
@@ -152,10 +176,14 @@ class EngineConfig:
                 "config.model.precision",
                 f"must be one of {PRECISIONS}",
             ),
-            (self.head_chunk_tokens >= 1, "engineSettings.head.chunk_tokens", "must be at least 1"),
+            (
+                self.head_chunk_tokens >= 1,
+                "config.engineSettings.head.chunk_tokens",
+                "must be at least 1",
+            ),
             (
                 self.validation_frequency_steps >= 0,
-                "hyperparams.training.validationFrequencySteps",
+                "config.hyperparams.training.validationFrequencySteps",
                 "must be at least 0",
             ),
             (self.save_every_steps >= 0, "execution.saveEverySteps", "must be at least 0"),

@@ -32,18 +32,20 @@ class EngineOutOfMemory(EngineError):
         smaller = max(1, micro_batch // 2)
         if micro_batch > 1:
             hint = (
-                f"set hyperparams.training.microBatchPerGpu to {smaller} "
-                f"(raising gradientAccumulation keeps the same update) or lower data.maxSeqLength"
+                f"set config.hyperparams.training.microBatchPerGpu to {smaller} "
+                f"(raising gradientAccumulation keeps the same update) or lower config.maxSeqLength"
             )
         else:
             hint = (
-                "lower data.maxSeqLength below the longest pass "
+                "lower config.maxSeqLength below the longest pass "
                 f"({pass_tokens} tokens) or turn on config.model.gradientCheckpointing"
             )
         super().__init__(
             f"The {device} device ran out of memory at update {step} with "
             f"{micro_batch} conversation(s) per pass ({pass_tokens} tokens); {hint}.",
-            field="hyperparams.training.microBatchPerGpu",
+            field="config.hyperparams.training.microBatchPerGpu"
+            if micro_batch > 1
+            else "config.maxSeqLength",
         )
         self.step = step
         self.micro_batch = micro_batch

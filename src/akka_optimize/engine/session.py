@@ -147,9 +147,9 @@ class TrainingSession:
         missing = [t for t in cfg.target_modules if t not in linear_names]
         if missing:
             raise EngineError(
-                f"hyperparams.lora.targetModules names {missing}, which this model does not have; "
+                f"config.hyperparams.lora.targetModules names {missing}, which this model does not have; "
                 f"its linear modules are {sorted(linear_names)}.",
-                field="hyperparams.lora.targetModules",
+                field="config.hyperparams.lora.targetModules",
             )
         torch.manual_seed(cfg.seed)
         lora = LoraConfig(
@@ -370,7 +370,7 @@ class TrainingSession:
             self._reset()
             raise EngineError(
                 f"update {update} produced a non-finite loss ({loss}) or gradient norm ({grad_norm}); "
-                "lower hyperparams.optimizer.learningRate or use config.model.precision fp32."
+                "lower config.hyperparams.optimizer.learningRate or use config.model.precision fp32."
             )
         before = [p.detach().clone() for p in params]
         adapter_norm = float(_global_norm(before))
