@@ -228,3 +228,7 @@ def test_epoch_adapters_are_registered_and_kept_apart_from_keep_adapters(
     assert stored == ["step-2", "step-4", "step-5", "step-6"]
     text = service.cli("training", "runs", "snapshots", run["id"], check=True).stdout
     assert "ADAPTER" in text
+    # The worker's scratch copies (states, adapters) are gone once the attempt ends.
+    attempts = [p for p in service.home.rglob("attempt-1") if p.parent.name == run["id"]]
+    assert len(attempts) == 1 and (attempts[0] / "worker.log").exists()
+    assert not (attempts[0] / "scratch").exists()

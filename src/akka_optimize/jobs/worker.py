@@ -11,6 +11,7 @@ cancel; the worker then saves and stops at the next update boundary.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 import traceback
@@ -94,7 +95,7 @@ def failure_sentence(exc: BaseException) -> str:
         return exc.message
     if isinstance(exc, MemoryError):
         return (
-            "The run ran out of host memory; a smaller hyperparams.training.microBatchPerGpu "
+            "The run ran out of host memory; a smaller config.hyperparams.training.microBatchPerGpu "
             "or config.maxSeqLength uses less."
         )
     return f"The worker failed: {type(exc).__name__}: {exc}"
@@ -115,6 +116,10 @@ def run(spec: JobSpec) -> int:
         print(detail, file=sys.stderr, flush=True)
         events.send({"type": "failed", "reason": failure_sentence(exc), "detail": detail[-20000:]})
         return 1
+    finally:
+        # Every save was uploaded to the store as it was made and a resume downloads from
+        # there, so the attempt's local states and adapters are only copies.
+        shutil.rmtree(work, ignore_errors=True)
     events.send(outcome)
     return 0
 
