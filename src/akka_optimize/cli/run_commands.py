@@ -239,6 +239,85 @@ def metrics(run_id: str, output: OutputOpt = "text") -> None:
     emit(data, output, text)
 
 
+@app.command("compare")
+def compare(
+    run_id: str,
+    baseline_run_id: str,
+    window: Annotated[int, typer.Option(help="Updates per window.")] = 10,
+    margin: Annotated[
+        float, typer.Option(help="Largest mean loss difference a full window may show.")
+    ] = 0.02,
+    spike_factor: Annotated[
+        float,
+        typer.Option(help="A gradient norm this many times the window's median is a spike."),
+    ] = 3.0,
+    output: OutputOpt = "text",
+) -> None:
+    """Compare the training loss of two supervised runs of one configuration: the mean
+    difference per window, gradient spikes, and the first full window past the margin.
+
+    Example: {prog} training runs compare 970076e8 5c2d9a10 --window 20
+    """
+    data = Client().get(
+        f"/v1/training/runs/{run_id}/compare",
+        params={
+            "baseline": baseline_run_id,
+            "window": window,
+            "margin": margin,
+            "spikeFactor": spike_factor,
+        },
+    )
+
+    def text(d: dict, wide: bool) -> None:
+        console.print(
+            f"Run {d['run']} against baseline {d['baseline']}: {d['comparedSteps']} updates "
+            f"in common, windows of {d['window']}, margin {_fmt(d['margin'])}"
+        )
+        print_table(
+            [
+                {
+                    "steps": f"{w['first']}-{w['last']}",
+                    "run": _fmt(w["runMean"], 6),
+                    "baseline": _fmt(w["baselineMean"], 6),
+                    "diff": f"{w['meanDifference']:+.3g}",
+                    "full": "yes" if w["full"] else "",
+                }
+                for w in d["windows"]
+            ],
+            [
+                ("STEPS", "steps"),
+                ("RUN MEAN", "run"),
+                ("BASELINE MEAN", "baseline"),
+                ("DIFFERENCE", "diff"),
+                ("FULL", "full"),
+            ],
+        )
+        if d["spikes"]:
+            console.print("Gradient spikes")
+            print_table(
+                [{k: _fmt(v) for k, v in sp.items()} for sp in d["spikes"]],
+                [
+                    ("RUN", "run"),
+                    ("STEP", "step"),
+                    ("GRAD NORM", "gradNorm"),
+                    ("WINDOW MEDIAN", "median"),
+                    ("FACTOR", "factor"),
+                ],
+            )
+        else:
+            console.print("Gradient spikes: none")
+        w = d["firstWindowPastMargin"]
+        if w is None:
+            console.print(f"No full window differs by more than {_fmt(d['margin'])}.")
+        else:
+            console.print(
+                f"First full window past the margin: updates {w['first']}-{w['last']}, "
+                f"mean difference {w['meanDifference']:+.4g} (margin {_fmt(d['margin'])})."
+            )
+
+    emit(data, output, text)
+
+
 def _print_snapshots(d: dict, wide: bool) -> None:
     rows = [
         {

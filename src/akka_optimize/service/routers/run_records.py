@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Query
 
 from ...errors import NotFound
+from ...jobs import compare
 from ...jobs import service as jobs
 from ..deps import CtxDep, SessionDep
 
@@ -57,6 +58,30 @@ def run_snapshots(run_id: str, session: SessionDep) -> dict[str, Any]:
     """The run's saves with their sizes."""
     run = jobs.get_run(session, run_id)
     return {"run": run.id, "snapshots": jobs.snapshots(session, run)}
+
+
+@router.get("/runs/{run_id}/compare")
+def compare_runs(
+    run_id: str,
+    session: SessionDep,
+    baseline: Annotated[str, Query(description="The baseline run's id.")],
+    window: Annotated[int, Query(description="Updates per window.")] = compare.DEFAULT_WINDOW,
+    margin: Annotated[
+        float, Query(description="Largest mean loss difference a window may show.")
+    ] = compare.DEFAULT_MARGIN,
+    spikeFactor: Annotated[  # noqa: N803 (the API's camelCase)
+        float, Query(description="Gradient-norm multiple of the window median that spikes.")
+    ] = compare.DEFAULT_SPIKE_FACTOR,
+) -> dict[str, Any]:
+    """The run's training loss against a baseline run of the same configuration."""
+    return compare.compare_runs(
+        session,
+        jobs.get_run(session, run_id),
+        jobs.get_run(session, baseline),
+        window=window,
+        margin=margin,
+        spike_factor=spikeFactor,
+    )
 
 
 @router.get("/runs/{run_id}/snapshots/{name}")
