@@ -155,6 +155,18 @@ class BlobStore:
                 out.append(rel)
         return sorted(out)
 
+    def copy_prefix(self, src: str, dst: str) -> int:
+        """Copy every committed blob under ``src`` to the same name under ``dst``
+        (each atomically, streamed). Returns the bytes copied."""
+        total = 0
+        src = src.rstrip("/")
+        for key in self.list(src):
+            with self.open(key) as f, self.writer(dst.rstrip("/") + key[len(src) :]) as out:
+                while chunk := f.read(CHUNK):
+                    out.write(chunk)
+                    total += len(chunk)
+        return total
+
     def delete(self, key: str) -> None:
         """Remove a blob or a prefix; missing keys are ignored."""
         p = self._path(key)

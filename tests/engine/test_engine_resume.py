@@ -167,3 +167,51 @@ def test_resume_refuses_other_order_settings(tiny_model_dir, tmp_path):
         )
     with pytest.raises(EngineError, match="no training state"):
         run_sft(cfg, tiny_model_dir, ROWS, None, tmp_path, lambda e: None, resume_step=5)
+
+
+def test_a_branch_continues_a_state_under_its_own_plan(tiny_model_dir, tmp_path):
+    """seeds/000 "Parameter sweeps": a branch starts from another run's saved state and
+    trains only the extra updates, under its own learning rate, weight decay and length."""
+    source: list[dict] = []
+    src_cfg = dict(CFG, epochs=1, keep_recoverable=20, save_every_steps=1)
+    run_sft(fp32_config(**src_cfg), tiny_model_dir, ROWS, None, tmp_path / "src", source.append)
+    branch_dir = tmp_path / "branch"
+    (branch_dir / "step-00000004").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(state_path(tmp_path / "src", 4) / "state", state_path(branch_dir, 4) / "state")
+    events: list[dict] = []
+    cfg = fp32_config(**dict(src_cfg, epochs=2, learning_rate=3e-3, weight_decay=0.1))
+    res = run_sft(
+        cfg, tiny_model_dir, ROWS, None, branch_dir, events.append, resume_step=4, branch=True
+    )
+    got = _metrics(events)
+    assert [m["step"] for m in got] == list(range(5, 21)) and res.step == 20
+    want = _metrics(source)
+    # The same state and rows: update 5 scores the same loss before the branch's own step.
+    assert got[0]["loss"] == want[4]["loss"] and got[0]["gradNorm"] == want[4]["gradNorm"]
+    assert got[0]["learningRate"] != want[4]["learningRate"]
+    assert got[1]["loss"] != want[5]["loss"]
+    assert res.mean_loss == pytest.approx(sum(m["loss"] for m in got) / 16)
+    saved = torch.load(state_path(branch_dir, 20) / "state" / "optimizer.pt", weights_only=False)
+    assert saved["param_groups"][0]["weight_decay"] == 0.1
+
+    refusals = [
+        (
+            dict(src_cfg, micro_batch=2, epochs=2),
+            r"\(micro_batch 1 → 2\); a branch keeps which rows",
+        ),
+        (dict(src_cfg, max_steps=4), "trains no update after step 4"),
+    ]
+    for settings, message in refusals:
+        with pytest.raises(EngineError, match=message):
+            run_sft(
+                fp32_config(**settings),
+                tiny_model_dir,
+                ROWS,
+                None,
+                branch_dir,
+                events.append,
+                resume_step=4,
+                branch=True,
+            )

@@ -78,6 +78,12 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
             ("Base model", run["baseModel"]),
             ("Dataset", run["dataset"]),
             ("Validation dataset", run.get("validationDataset")),
+            (
+                "Branch from",
+                "{run} at {snapshot}".format(**run["branchFrom"])
+                if run.get("branchFrom")
+                else None,
+            ),
             ("Config hash", run["configHash"][:16] if run.get("configHash") else None),
         ]
     )
@@ -316,6 +322,43 @@ def compare(
             )
 
     emit(data, output, text)
+
+
+@app.command("tree")
+def tree(run_id: str, output: OutputOpt = "text") -> None:
+    """Show every generation of branches below a run.
+
+    Example: {prog} training runs tree 970076e8
+    """
+
+    def text(d: dict, wide: bool) -> None:
+        def walk(node: dict, depth: int) -> None:
+            at = f" from {node['snapshot']}" if depth and node.get("snapshot") else ""
+            model = f"  {node['model']}" if node.get("model") else ""
+            line = f"{'  ' * depth}{node['run']}{at}  {node['state']}{model}"
+            console.print(line, highlight=False, markup=False)
+            for child in node["branches"]:
+                walk(child, depth + 1)
+
+        walk(d, 0)
+
+    emit(Client().get(f"/v1/training/runs/{run_id}/tree"), output, text)
+
+
+@app.command("ancestry")
+def ancestry(run_id: str, output: OutputOpt = "text") -> None:
+    """Walk back from a run to the run its lineage started from.
+
+    Example: {prog} training runs ancestry 5c2d9a10
+    """
+
+    def text(d: dict, wide: bool) -> None:
+        for i, r in enumerate(d["ancestry"]):
+            at = f"  branched at {r['snapshot']}" if r.get("snapshot") else "  (root)"
+            line = f"{'<- ' if i else ''}{r['run']}  {r['state']}{at}"
+            console.print(line, highlight=False, markup=False)
+
+    emit(Client().get(f"/v1/training/runs/{run_id}/ancestry"), output, text)
 
 
 def _print_snapshots(d: dict, wide: bool) -> None:

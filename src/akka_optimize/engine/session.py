@@ -492,6 +492,10 @@ class TrainingSession:
             for n, p in self.params.items():
                 p.copy_(tensors[n])
         self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=False))
+        for group in self.optimizer.param_groups:  # this run's settings, not the saved ones
+            group["weight_decay"] = self.cfg.weight_decay
+            group["betas"] = (self.cfg.adam_beta1, self.cfg.adam_beta2)
+            group["eps"] = self.cfg.adam_epsilon
         rng = torch.load(directory / "rng.pt", weights_only=False)
         random.setstate(rng["python"])
         torch.set_rng_state(rng["torch"])

@@ -27,6 +27,8 @@ from .session import TrainingSession
 Emit = Callable[[dict[str, Any]], None]
 # Settings that decide which rows an update holds; a resume must not change them.
 ORDER_SETTINGS = ("seed", "shuffle", "micro_batch", "gradient_accumulation", "epochs", "max_steps")
+# A branch may train longer (epochs, max_steps) but keeps which rows each update holds.
+BRANCH_SETTINGS = ("seed", "shuffle", "micro_batch", "gradient_accumulation")
 
 
 @dataclass
@@ -101,6 +103,7 @@ def run_sft(
     emit: Emit,
     *,
     resume_step: int | None = None,
+    branch: bool = False,
     stop_after_step: int | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> SftResult:
@@ -108,6 +111,11 @@ def run_sft(
 
     Args:
         resume_step: continue from the training state saved at this step.
+        branch: the state at ``resume_step`` is another run's (seeds/000 "Parameter
+            sweeps"): this run continues it under its own settings (learning rate,
+            schedule, weight decay, epochs, max steps…) and trains only the updates after
+            ``resume_step``; the settings that decide which rows an update holds
+            (:data:`BRANCH_SETTINGS`) must match, and its loss log starts empty.
         stop_after_step: save and stop after this update (a pause).
         should_stop: polled after each update; True saves and stops (pause or cancel).
 
@@ -115,7 +123,8 @@ def run_sft(
 
     Raises:
         EngineError: rows without a supervised token, a resume that changes the order
-            settings or the data, a non-finite loss. EngineOutOfMemory: see its sentence.
+            settings or the data, a branch with no update after ``resume_step``, a
+            non-finite loss. EngineOutOfMemory: see its sentence.
         AdapterCheckError: a saved adapter does not load onto the base model; the
             save keeps its training state but no adapter.
     """
@@ -134,7 +143,15 @@ def run_sft(
     random.seed(cfg.seed)
     session = TrainingSession(model_dir, cfg, total_updates=total)
     if resume_step is not None:
-        log = _resume(session, cfg, state_dir, resume_step, len(train))
+        if branch and total <= resume_step:
+            raise EngineError(
+                f"the branch trains no update after step {resume_step}: its plan ends at "
+                f"update {total}; raise config.hyperparams.training.epochs or maxSteps.",
+                code="branch_too_short",
+                field="config.hyperparams.training.epochs",
+            )
+        saved_log = _resume(session, cfg, state_dir, resume_step, len(train), branch)
+        log = log if branch else saved_log
     emit(
         {
             "type": "phase",
@@ -211,15 +228,26 @@ def _refuse_unsupervised(rows: list[Example], name: str) -> None:
 
 
 def _resume(
-    session: TrainingSession, cfg: EngineConfig, state_dir: Path, step: int, rows: int
+    session: TrainingSession,
+    cfg: EngineConfig,
+    state_dir: Path,
+    step: int,
+    rows: int,
+    branch: bool = False,
 ) -> dict:
     meta = session.load_state(state_path(state_dir, step) / "state")
     saved = meta["config"]
-    changed = [k for k in ORDER_SETTINGS if saved.get(k) != getattr(cfg, k)]
+    fixed = BRANCH_SETTINGS if branch else ORDER_SETTINGS
+    changed = [k for k in fixed if saved.get(k) != getattr(cfg, k)]
     if changed or meta["cursor"].get("rows") != rows:
+        what = ", ".join(f"{k} {saved.get(k)} → {getattr(cfg, k)}" for k in changed)
+        what = what or f"{meta['cursor'].get('rows')} → {rows} rows"
+        if branch:
+            why = "a branch keeps which rows each update holds"
+        else:
+            why = "a resume continues the same run with its own settings"
         raise EngineError(
-            f"the training state at step {step} was saved with other settings "
-            f"({changed or 'the number of rows'}); a resume continues the same run with its own settings.",
+            f"the training state at step {step} was saved with other settings ({what}); {why}.",
             code="resume_mismatch",
         )
     return dict(meta["cursor"]["log"])

@@ -118,6 +118,7 @@ def build_spec(
     from ..catalog import load_catalog
     from ..deployment import load_deployment
     from ..registry import resolve
+    from .branches import is_origin
 
     plan = run.resolved
     dep = load_deployment(ctx.settings.resolved_deployment_file())
@@ -147,6 +148,7 @@ def build_spec(
         state_prefix=f"runs/{run.id}/saves",
         resume_step=run.resume_step if resume_key else None,
         resume_state_key=resume_key,
+        branch_origin=bool(resume_key) and is_origin(run, run.resume_step),
         device=engine["device"],
         extra={"work_dir": str(work / "scratch")},
     )

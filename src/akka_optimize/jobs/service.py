@@ -27,8 +27,10 @@ from ..db.base import utcnow
 from ..db.models.auth import ApiToken
 from ..db.models.jobs import Run, RunAttempt, RunMetric, Snapshot
 from ..errors import Conflict, InvalidRequest, NotFound
+from ..plan.hashing import config_hash
 from ..service.auth import hash_token
 from . import states as S
+from .branches import branch_origin, record_origin
 from .executor import Executor, LocalExecutor
 from .mapping import job_fields
 from .spec import JobSpec
@@ -57,6 +59,13 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
         )
         if existing is not None:
             return run_view(session, existing)
+    origin = branch_origin(session, f["resolved"])
+    if origin is not None:  # name the source exactly, so one branch hashes one way
+        f["resolved"]["branchFrom"] = {
+            "run": origin[0].id,
+            "snapshot": f"step-{origin[1].step}",
+        }
+        f["config_hash"] = config_hash(f["resolved"])
     run = Run(
         id=uuid.uuid4().hex[:16],
         project=f["project"],
@@ -77,6 +86,9 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
     )
     session.add(run)
     session.flush()
+    if origin is not None:
+        record_origin(ctx.store, session, run, *origin)
+        session.flush()
     wake(ctx)
     return run_view(session, run)
 
@@ -89,11 +101,6 @@ def _refuse_unsupported(plan: dict[str, Any], f: dict[str, Any]) -> None:
             "warmStartModelId",
             plan.get("warmStartModelId"),
             "starting from a trained model (warm start) is not available yet",
-        ),
-        (
-            "branchFrom",
-            plan.get("branchFrom"),
-            "branching from another run's snapshot is not available yet",
         ),
         ("smoke", plan.get("smoke"), "smoke runs are not available yet"),
     ]
@@ -159,6 +166,7 @@ def run_view(session: Session, run: Run, *, settings: bool = False) -> dict[str,
         "createdAt": _iso(run.created_at),
         "startedAt": _iso(run.started_at),
         "finishedAt": _iso(run.finished_at),
+        "branchFrom": res.get("branchFrom"),
         "results": {
             "model": run.registered_model,
             "step": run.current_step,

@@ -30,6 +30,8 @@ class JobSpec:
         on_too_long: ``drop`` or ``refuse``.
         state_prefix: blob prefix for this run's saves.
         resume_step / resume_state_key: where an attempt that resumes starts.
+        branch_origin: the state to resume is the branch's origin (another run's state,
+            continued under this run's settings; :mod:`akka_optimize.jobs.branches`).
         device: ``cpu`` or ``cuda``.
     """
 
@@ -48,6 +50,7 @@ class JobSpec:
     on_too_long: str = "drop"
     resume_step: int | None = None
     resume_state_key: str | None = None
+    branch_origin: bool = False
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 

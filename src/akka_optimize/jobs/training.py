@@ -110,6 +110,7 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         state_dir,
         emit,
         resume_step=resume_step,
+        branch=spec.branch_origin,
         should_stop=lambda: events.control in ("pause", "cancel"),
     )
     if events.control == "cancel":

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Query
 
 from ...errors import NotFound
-from ...jobs import compare
+from ...jobs import branches, compare
 from ...jobs import service as jobs
 from ..deps import CtxDep, SessionDep
 
@@ -82,6 +82,19 @@ def compare_runs(
         margin=margin,
         spike_factor=spikeFactor,
     )
+
+
+@router.get("/runs/{run_id}/tree")
+def run_tree(run_id: str, session: SessionDep) -> dict[str, Any]:
+    """Every generation of branches below the run."""
+    return branches.tree(session, jobs.get_run(session, run_id))
+
+
+@router.get("/runs/{run_id}/ancestry")
+def run_ancestry(run_id: str, session: SessionDep) -> dict[str, Any]:
+    """The run, then each run it branched from, back to the lineage's root."""
+    lineage = branches.ancestry(session, jobs.get_run(session, run_id))
+    return {"run": lineage[0]["run"], "root": lineage[-1]["run"], "ancestry": lineage}
 
 
 @router.get("/runs/{run_id}/snapshots/{name}")

@@ -1,0 +1,114 @@
+"""Branches: a run from another run's snapshot (seeds/000 "Parameter sweeps", F107)."""
+
+from __future__ import annotations
+
+import json
+
+from jobs_helpers import run_json, setup_project, write_plan
+
+from helpers import LiveService
+
+
+def _branch_plan(path, source_id: str, snapshot: str, **training) -> str:
+    lr = training.pop("learningRate", 0.001)
+    p = json.loads(write_plan(path, **training).read_text())
+    p["branchFrom"] = {"run": source_id, "snapshot": snapshot}
+    p["config"]["hyperparams"]["optimizer"]["learningRate"] = lr
+    path.write_text(json.dumps(p))
+    return str(path)
+
+
+def test_a_branch_trains_only_the_updates_after_its_snapshot(
+    service: LiveService, tmp_path
+) -> None:
+    setup_project(service, tmp_path)  # 8 rows, micro batch 2: 4 updates per epoch
+    src_plan = write_plan(
+        tmp_path / "src.json", epochs=1, execution={"saveEverySteps": 1, "keepRecoverable": 4}
+    )
+    src = run_json(service, "training", "runs", "start", "-f", str(src_plan), "--wait")
+    assert src["state"] == "SUCCEEDED"
+    src_metrics = run_json(service, "training", "runs", "metrics", src["id"])["metrics"]
+
+    plan = _branch_plan(
+        tmp_path / "b.json",
+        src["id"][:8],
+        "step-2",
+        epochs=2,
+        learningRate=0.002,
+        execution={"saveEverySteps": 1, "keepRecoverable": 10},
+    )
+    b = run_json(service, "training", "runs", "start", "-f", plan, "--wait")
+    assert b["state"] == "SUCCEEDED", b
+    assert b["branchFrom"] == {"run": src["id"], "snapshot": "step-2"}
+    assert b["results"]["model"].startswith("demo/tiny-smollm2:v2@")
+    got = run_json(service, "training", "runs", "metrics", b["id"])["metrics"]
+    assert [m["step"] for m in got] == [3, 4, 5, 6, 7, 8]
+    # Update 3 starts from the source's state at 2 and scores the same rows: same loss,
+    # then the branch's own learning rate takes over.
+    assert got[0]["loss"] == src_metrics[2]["loss"]
+    assert got[0]["learningRate"] != src_metrics[2]["learningRate"]
+    assert got[1]["loss"] != src_metrics[3]["loss"]
+    snaps = run_json(service, "training", "runs", "snapshots", b["id"])["snapshots"]
+    assert snaps[0]["step"] == 2 and snaps[0]["bytes"]["state"] > 0
+    settings = run_json(service, "training", "runs", "get", b["id"], "--settings")["settings"]
+    assert settings["branchFrom"] == {"run": src["id"], "snapshot": "step-2"}
+    text = service.cli("training", "runs", "get", b["id"], check=True).stdout
+    line = next(x for x in text.splitlines() if x.startswith("Branch from"))
+    assert line.split() == ["Branch", "from", src["id"], "at", "step-2"]
+
+    # A branch of the branch: two generations below the source, the source is the root.
+    plan2 = _branch_plan(tmp_path / "c.json", b["id"], "step-5", epochs=2, learningRate=0.0005)
+    c = run_json(service, "training", "runs", "start", "-f", plan2, "--wait")
+    assert c["state"] == "SUCCEEDED"
+    assert [
+        m["step"] for m in run_json(service, "training", "runs", "metrics", c["id"])["metrics"]
+    ] == [
+        6,
+        7,
+        8,
+    ]
+    t = run_json(service, "training", "runs", "tree", src["id"])
+    assert t["run"] == src["id"] and [x["run"] for x in t["branches"]] == [b["id"]]
+    assert [(x["run"], x["snapshot"]) for x in t["branches"][0]["branches"]] == [
+        (c["id"], "step-5")
+    ]
+    a = run_json(service, "training", "runs", "ancestry", c["id"])
+    assert [x["run"] for x in a["ancestry"]] == [c["id"], b["id"], src["id"]]
+    assert a["root"] == src["id"]
+    drawn = service.cli("training", "runs", "tree", src["id"], check=True).stdout.splitlines()
+    assert drawn[1].startswith(f"  {b['id']} from step-2  SUCCEEDED")
+    assert drawn[2].startswith(f"    {c['id']} from step-5  SUCCEEDED")
+
+
+def test_a_branch_that_changes_the_row_order_or_names_a_pruned_snapshot_is_refused(
+    service: LiveService, tmp_path
+) -> None:
+    setup_project(service, tmp_path)
+    src_plan = write_plan(
+        tmp_path / "src.json", epochs=1, execution={"saveEverySteps": 1, "keepRecoverable": 2}
+    )
+    src = run_json(service, "training", "runs", "start", "-f", str(src_plan), "--wait")
+    before = len(run_json(service, "training", "runs", "list")["runs"])
+
+    bad = service.cli(
+        "training",
+        "runs",
+        "start",
+        "-f",
+        _branch_plan(tmp_path / "mb.json", src["id"], "step-4", epochs=2, microBatchPerGpu=1),
+    )
+    assert bad.returncode == 1
+    assert "config.hyperparams.training.microBatchPerGpu 1 differs from the source run's 2" in (
+        bad.stderr
+    )
+    pruned = service.cli(
+        "training", "runs", "start", "-f", _branch_plan(tmp_path / "p.json", src["id"], "step-1")
+    )
+    assert pruned.returncode == 1
+    assert f"Run {src['id']} has no resumable snapshot step-1" in pruned.stderr
+    assert "resumable: step-3, step-4" in pruned.stderr
+    missing = service.cli(
+        "training", "runs", "start", "-f", _branch_plan(tmp_path / "m.json", "ffff0000", "step-1")
+    )
+    assert missing.returncode == 1 and "branchFrom.run" in missing.stderr
+    assert len(run_json(service, "training", "runs", "list")["runs"]) == before
