@@ -215,3 +215,28 @@ def test_a_branch_continues_a_state_under_its_own_plan(tiny_model_dir, tmp_path)
                 resume_step=4,
                 branch=True,
             )
+
+
+def test_a_warm_start_loads_a_saved_adapter_exactly_and_refuses_another_shape(
+    tiny_model_dir, tmp_path
+):
+    """``warmStartModelId``: a run starts from a trained adapter's weights (fresh
+    optimizer); an adapter of another rank is refused with the counts."""
+    from akka_optimize.data.types import pack_examples
+    from akka_optimize.engine.session import TrainingSession
+
+    trained = TrainingSession(tiny_model_dir, fp32_config(seed=1))
+    trained.forward_backward([pack_examples(ROWS[:4])])
+    trained.optim_step()
+    folder = trained.save_adapter(tmp_path / "adapter")
+
+    fresh = TrainingSession(tiny_model_dir, fp32_config(seed=2))
+    assert not all(torch.equal(fresh.params[n], trained.params[n]) for n in fresh.params)
+    fresh.load_adapter_weights(folder)
+    for name, p in fresh.params.items():
+        assert torch.equal(p, trained.params[name]), name
+    assert fresh.step == 0
+
+    other = TrainingSession(tiny_model_dir, fp32_config(lora_rank=8, lora_alpha=16))
+    with pytest.raises(EngineError, match=r"rank 4 .* rank 8"):
+        other.load_adapter_weights(folder)

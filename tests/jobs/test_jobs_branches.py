@@ -112,3 +112,48 @@ def test_a_branch_that_changes_the_row_order_or_names_a_pruned_snapshot_is_refus
     )
     assert missing.returncode == 1 and "branchFrom.run" in missing.stderr
     assert len(run_json(service, "training", "runs", "list")["runs"]) == before
+
+
+def test_a_warm_start_trains_on_from_a_registered_adapter(service: LiveService, tmp_path) -> None:
+    """``warmStartModelId`` (resolved in the plan's project): the new adapter starts from
+    v1's weights, registers v2 with v1 as its parent; another rank is refused at start."""
+    import torch
+    from safetensors.torch import load_file
+
+    setup_project(service, tmp_path)
+    first = run_json(
+        service,
+        "training",
+        "runs",
+        "start",
+        "-f",
+        str(write_plan(tmp_path / "a.json", epochs=1)),
+        "--wait",
+    )
+    v1 = first["results"]["model"]
+    plan = json.loads(write_plan(tmp_path / "b.json", epochs=1, seed=9).read_text())
+    plan["warmStartModelId"] = "tiny-smollm2:v1"
+    (tmp_path / "b.json").write_text(json.dumps(plan))
+    second = run_json(
+        service, "training", "runs", "start", "-f", str(tmp_path / "b.json"), "--wait"
+    )
+    assert second["state"] == "SUCCEEDED", second
+    settings = run_json(service, "training", "runs", "get", second["id"], "--settings")["settings"]
+    assert settings["warmStartModelId"] == v1
+
+    versions = service.api("GET", "/v1/registry/models/demo/tiny-smollm2/versions").json()["items"]
+    by_version = {v["version"]: v for v in versions}
+    assert by_version["v2"]["parentModel"] == v1 and by_version["v1"]["parentModel"] is None
+    digest = by_version["v1"]["files"]["adapter_model.safetensors"]["digest"].split(":")[1]
+    weights = load_file(service.home / "blobs" / "sha256" / digest[:2] / digest)
+    v1_norm = float(
+        torch.linalg.vector_norm(torch.stack([t.float().norm() for t in weights.values()]))
+    )
+    got = run_json(service, "training", "runs", "metrics", second["id"])["metrics"]
+    assert abs(got[0]["adapterNorm"] - v1_norm) <= 1e-5 * v1_norm  # the step starts from v1
+
+    plan["config"]["hyperparams"]["lora"] = {"rank": 8}
+    (tmp_path / "c.json").write_text(json.dumps(plan))
+    bad = service.cli("training", "runs", "start", "-f", str(tmp_path / "c.json"))
+    assert bad.returncode == 1
+    assert "config.hyperparams.lora.rank 8 differs from warmStartModelId" in bad.stderr

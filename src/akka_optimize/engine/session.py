@@ -447,6 +447,49 @@ class TrainingSession:
             self.model.save_pretrained(tmp, safe_serialization=True, save_embedding_layers=False)
         return directory
 
+    def load_adapter_weights(self, directory: Path) -> None:
+        """Start from a trained PEFT adapter's weights (``warmStartModelId``; the optimizer
+        and step stay fresh).
+
+        Args:
+            directory: a PEFT adapter folder (``adapter_config.json`` and
+                ``adapter_model.safetensors``) trained on this base model.
+
+        Raises:
+            EngineError: its rank or alpha differs from this run's
+                (``config.hyperparams.lora``), or its tensors do not match this adapter's
+                (counts of missing and unexpected tensors).
+        """
+        from peft import set_peft_model_state_dict
+
+        directory = Path(directory)
+        conf = json.loads((directory / "adapter_config.json").read_text())
+        for key, mine, path in (
+            ("r", self.cfg.lora_rank, "rank"),
+            ("lora_alpha", self.cfg.lora_alpha, "alpha"),
+        ):
+            if float(conf.get(key, mine)) != float(mine):
+                raise EngineError(
+                    f"the warm-start adapter has {path} {conf.get(key)} but this run trains "
+                    f"{path} {mine}; set config.hyperparams.lora.{path} to {conf.get(key)}.",
+                    field=f"config.hyperparams.lora.{path}",
+                )
+        weights = load_file(directory / "adapter_model.safetensors")
+        try:
+            res = set_peft_model_state_dict(self.model, weights)
+        except RuntimeError as exc:  # shapes that do not fit
+            raise EngineError(f"the warm-start adapter does not fit this model: {exc}") from exc
+        missing = [k for k in res.missing_keys if "lora_" in k]
+        if missing or res.unexpected_keys:
+            raise EngineError(
+                f"the warm-start adapter holds {len(weights)} tensors: "
+                f"{len(missing)} of this adapter's {len(self.params)} are missing and "
+                f"{len(res.unexpected_keys)} are not this model's "
+                f"(e.g. {(missing or res.unexpected_keys)[0]}).",
+                field="warmStartModelId",
+            )
+        self._reset()
+
     def save_state(self, directory: Path, cursor: dict[str, Any] | None = None) -> Path:
         """Write everything needed to continue exactly: adapter tensors (exact dtype),
         AdamW moments, schedule position, RNG states (python, torch, CUDA), the data

@@ -104,6 +104,7 @@ def run_sft(
     *,
     resume_step: int | None = None,
     branch: bool = False,
+    init_adapter: Path | None = None,
     stop_after_step: int | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> SftResult:
@@ -116,6 +117,8 @@ def run_sft(
             schedule, weight decay, epochs, max steps…) and trains only the updates after
             ``resume_step``; the settings that decide which rows an update holds
             (:data:`BRANCH_SETTINGS`) must match, and its loss log starts empty.
+        init_adapter: a PEFT adapter folder whose weights the adapter starts from
+            (``warmStartModelId``); ignored when resuming (the state holds the adapter).
         stop_after_step: save and stop after this update (a pause).
         should_stop: polled after each update; True saves and stops (pause or cancel).
 
@@ -152,6 +155,8 @@ def run_sft(
             )
         saved_log = _resume(session, cfg, state_dir, resume_step, len(train), branch)
         log = log if branch else saved_log
+    elif init_adapter is not None:
+        session.load_adapter_weights(init_adapter)
     emit(
         {
             "type": "phase",

@@ -32,7 +32,6 @@ FIXED = (
     "config.maxSeqLength",
     "config.hyperparams.lora.rank",
     "config.hyperparams.lora.alpha",
-    "config.hyperparams.lora.targetModules",
     "config.hyperparams.training.seed",
     "config.hyperparams.training.microBatchPerGpu",
     "config.hyperparams.training.gradientAccumulation",

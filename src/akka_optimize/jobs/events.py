@@ -198,6 +198,7 @@ def register(ctx: Any, s: Session, run: Run, snap: Snapshot, extra: dict[str, An
             base_model=run.base_model,
             run_id=run.id,
             metadata=meta,
+            parent_model=(run.resolved or {}).get("warmStartModelId"),
         )
     finally:
         shutil.rmtree(adapter_dir, ignore_errors=True)

@@ -149,6 +149,9 @@ def build_spec(
         resume_step=run.resume_step if resume_key else None,
         resume_state_key=resume_key,
         branch_origin=bool(resume_key) and is_origin(run, run.resume_step),
+        warm_start=resolve(s, "model", plan["warmStartModelId"]).to_dict()
+        if plan.get("warmStartModelId")
+        else None,
         device=engine["device"],
         extra={"work_dir": str(work / "scratch")},
     )

@@ -34,6 +34,7 @@ from .branches import branch_origin, record_origin
 from .executor import Executor, LocalExecutor
 from .mapping import job_fields
 from .spec import JobSpec
+from .warmstart import warm_start_source
 
 log = logging.getLogger("akka_optimize.jobs")
 
@@ -59,6 +60,7 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
         )
         if existing is not None:
             return run_view(session, existing)
+    warm_start_source(session, ctx.store, f["resolved"])
     origin = branch_origin(session, f["resolved"])
     if origin is not None:  # name the source exactly, so one branch hashes one way
         f["resolved"]["branchFrom"] = {
@@ -97,11 +99,6 @@ def _refuse_unsupported(plan: dict[str, Any], f: dict[str, Any]) -> None:
     """Refuse (400, naming the field) what the plan accepts but this release cannot train,
     rather than start a run that silently ignores it."""
     unsupported = [
-        (
-            "warmStartModelId",
-            plan.get("warmStartModelId"),
-            "starting from a trained model (warm start) is not available yet",
-        ),
         ("smoke", plan.get("smoke"), "smoke runs are not available yet"),
     ]
     for field, value, why in unsupported:

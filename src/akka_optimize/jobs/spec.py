@@ -32,6 +32,8 @@ class JobSpec:
         resume_step / resume_state_key: where an attempt that resumes starts.
         branch_origin: the state to resume is the branch's origin (another run's state,
             continued under this run's settings; :mod:`akka_optimize.jobs.branches`).
+        warm_start: registry record (``ref``, ``digest``, ``files``) of the adapter the
+            run's weights start from (``warmStartModelId``), or None.
         device: ``cpu`` or ``cuda``.
     """
 
@@ -51,6 +53,7 @@ class JobSpec:
     resume_step: int | None = None
     resume_state_key: str | None = None
     branch_origin: bool = False
+    warm_start: dict[str, Any] | None = None
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 

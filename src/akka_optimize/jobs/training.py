@@ -14,13 +14,14 @@ from ..store import BlobStore
 from .spec import JobSpec
 
 
-def _load_rows(store: BlobStore, record: dict[str, Any]) -> list[dict[str, Any]]:
+def _version(kind: str, record: dict[str, Any]) -> Any:
+    """A :class:`ResolvedVersion` from its API record (a job spec holds records)."""
     from ..refs import parse_ref
-    from ..registry import ResolvedVersion, load_dataset_rows
+    from ..registry import ResolvedVersion
 
     ref = parse_ref(record["ref"])
-    rv = ResolvedVersion(
-        kind="dataset",
+    return ResolvedVersion(
+        kind=kind,
         namespace=ref.namespace,
         name=ref.name,
         version=ref.version or 0,
@@ -28,8 +29,14 @@ def _load_rows(store: BlobStore, record: dict[str, Any]) -> list[dict[str, Any]]
         pinned=record["ref"],
         metadata=record.get("metadata") or {},
         created_at=None,
+        files=record.get("files") or {},
     )
-    return load_dataset_rows(store, rv)
+
+
+def _load_rows(store: BlobStore, record: dict[str, Any]) -> list[dict[str, Any]]:
+    from ..registry import load_dataset_rows
+
+    return load_dataset_rows(store, _version("dataset", record))
 
 
 def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
@@ -79,6 +86,13 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
             store, spec.resume_state_key, state_path(state_dir, spec.resume_step or 0) / "state"
         )
         resume_step = spec.resume_step
+    warm_dir = None
+    if spec.warm_start and resume_step is None:  # a resumed attempt has its own state
+        from ..registry import download_model_files
+
+        warm_dir = download_model_files(
+            store, _version("model", spec.warm_start), work / "warm-start"
+        )
     speed = {"tokens": 0, "seconds": 0.0}
 
     def emit(event: dict[str, Any]) -> None:
@@ -111,6 +125,7 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         emit,
         resume_step=resume_step,
         branch=spec.branch_origin,
+        init_adapter=warm_dir,
         should_stop=lambda: events.control in ("pause", "cancel"),
     )
     if events.control == "cancel":
