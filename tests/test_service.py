@@ -107,6 +107,33 @@ def test_dev_token_is_minted_for_localhost_9001_only(tmp_path, monkeypatch) -> N
     assert resolve_token("https://optimize.example.com") is None
 
 
+def test_a_saved_login_serves_the_local_trainer_when_no_dev_secret_is_found(
+    tmp_path, monkeypatch
+) -> None:
+    """A second shell without the server's AKKA_OPTIMIZE_HOME: ``login`` for
+    http://localhost:9001 is used (before, the saved token was never read there)."""
+    from akka_optimize.cli.client import resolve_token, save_login
+    from akka_optimize.service.auth import ensure_dev_secret, mint_dev_token
+
+    monkeypatch.setenv("AKKA_OPTIMIZE_HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("AKKA_OPTIMIZE_CONFIG", str(tmp_path / "cfg"))
+    monkeypatch.delenv("AKKA_OPTIMIZE_TOKEN", raising=False)
+    assert resolve_token("http://localhost:9001") is None
+    save_login("http://localhost:9001", "ak_saved")
+    assert resolve_token("http://localhost:9001") == "ak_saved"
+    secret = ensure_dev_secret(tmp_path / "elsewhere")  # the server's home: dev token wins
+    assert resolve_token("http://localhost:9001") == mint_dev_token(secret)
+
+
+def test_no_token_error_names_the_home_and_the_ways_in(service: LiveService, tmp_path) -> None:
+    env = service.env(AKKA_OPTIMIZE_HOME=str(tmp_path / "not-the-server"))
+    env.pop("AKKA_OPTIMIZE_TOKEN")
+    out = service.cli("training", "info", env=env)
+    assert out.returncode == 1
+    assert "has no token" in out.stderr and "login --token TOKEN" in out.stderr
+    assert out.stderr.count("login --token") == 1
+
+
 def test_service_accepts_dev_token_of_its_own_home_only(service: LiveService, tmp_path) -> None:
     from akka_optimize.service.auth import ensure_dev_secret, mint_dev_token
 

@@ -139,9 +139,12 @@ def wait_check(endpoint_id: str, timeout: float = 600) -> dict:
     """The post-deploy check of the endpoint's adapter once it has finished (it loads the
     trainer's model beside the endpoint, so serving is measured after it)."""
     deadline = time.monotonic() + timeout
+    print(
+        f"\n(waiting for the post-deploy check: akka-optimize training endpoints get {endpoint_id})"
+    )
     while True:
         ep = json.loads(
-            cli("training", "endpoints", "get", endpoint_id, "-o", "json", capture=True)
+            cli("training", "endpoints", "get", endpoint_id, "-o", "json", capture=True, quiet=True)
         )
         checks = [c for c in (ep.get("checks") or {}).values() if c]
         if checks and all(c["state"] != "RUNNING" for c in checks):

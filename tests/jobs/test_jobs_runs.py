@@ -44,6 +44,13 @@ def test_run_trains_registers_v1_then_v2(service: LiveService, tmp_path) -> None
     for part in ("State", "Results", "Cost", "demo/tiny-smollm2:v1"):
         assert part in text
     assert "Logs" not in text
+    # F021: the settings it started with, the plan's own marked, values as JSON.
+    wide = service.cli("training", "runs", "get", first["id"], "--settings", check=True)
+    lines = wide.stdout.splitlines()
+    training = next(x for x in lines if x.startswith("training:"))
+    assert "epochs=1*" in training and "microBatchPerGpu=2*" in training
+    assert "validateEachEpoch=false" in training and "None" not in wide.stdout
+    assert next(x for x in lines if x.startswith("lora:")).startswith("lora: rank=16 ")
 
     second = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
     assert second["results"]["model"].startswith("demo/tiny-smollm2:v2@")
@@ -228,7 +235,31 @@ def test_epoch_adapters_are_registered_and_kept_apart_from_keep_adapters(
     assert stored == ["step-2", "step-4", "step-5", "step-6"]
     text = service.cli("training", "runs", "snapshots", run["id"], check=True).stdout
     assert "ADAPTER" in text
+    missing = service.cli("training", "snapshots", "get", run["id"], "step-9")
+    assert missing.returncode == 1
+    assert "its snapshots: step-1, step-2, step-3, step-4, step-5, step-6" in missing.stderr
     # The worker's scratch copies (states, adapters) are gone once the attempt ends.
     attempts = [p for p in service.home.rglob("attempt-1") if p.parent.name == run["id"]]
     assert len(attempts) == 1 and (attempts[0] / "worker.log").exists()
     assert not (attempts[0] / "scratch").exists()
+
+
+def test_a_run_on_a_base_model_nobody_selected_is_refused_with_the_command(
+    service: LiveService, tmp_path
+) -> None:
+    """Before, the run was accepted and sat QUEUED with its reason visible only in
+    ``runs get``; the hint names the command as the user ran it."""
+    from jobs_helpers import gsm8k_rows
+
+    service.cli("training", "projects", "create", "demo", check=True)
+    data = gsm8k_rows(tmp_path / "train.jsonl", 4)
+    service.cli("registry", "datasets", "register", "demo/train", "-f", str(data), check=True)
+    plan = write_plan(tmp_path / "plan.json", epochs=1)
+    for prog, shown in (("akka-optimize", "akka-optimize"), ("akka", "akka optimize")):
+        out = service.cli("training", "runs", "start", "-f", str(plan), prog=prog)
+        assert out.returncode == 1
+        assert "Base model akka-optimize/tiny-smollm2 is not selected" in out.stderr
+        assert f"`{shown} training base-models select akka-optimize/tiny-smollm2 --wait`" in (
+            out.stderr
+        )
+    assert run_json(service, "training", "runs", "list")["runs"] == []

@@ -295,3 +295,12 @@ def test_non_finite_numbers_are_refused_naming_the_field() -> None:
 @given(JSON_VALUES)
 def test_any_json_value_is_accepted_or_refused(value: Any) -> None:
     check_outcome(value, FakeEnv())
+
+
+def test_an_unknown_field_gets_a_did_you_mean_or_the_group_that_has_it() -> None:
+    err = refused(with_(MINIMAL, "config.hyperparams.lora.rnak", 8))
+    assert err.field == "config.hyperparams.lora.rnak"
+    assert "Did you mean 'rank'?" in err.message
+    err = refused(with_(MINIMAL, "config.hyperparams.training.learningRate", 1e-4))
+    assert err.field == "config.hyperparams.training.learningRate"
+    assert "learningRate is a field of config.hyperparams.optimizer" in err.message

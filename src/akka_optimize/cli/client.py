@@ -5,15 +5,17 @@ precedence for their own service, then ``AKKA_OPTIMIZE_URL``, then
 ``http://localhost:9001``.
 
 Tokens, first found wins: ``AKKA_OPTIMIZE_TOKEN``; for a trainer at
-``http://localhost:9001`` a development token minted from the server home's
-secret, without reading a saved login (seeds/000 "Smaller changes"); a token
-saved by ``login`` for that address.
+``http://localhost:9001`` (or ``127.0.0.1:9001``) a development token minted from the
+server home's secret, without reading a saved login (seeds/000 "Smaller changes"); a
+token saved by ``login`` for that address (also for the local trainer when this shell's
+``AKKA_OPTIMIZE_HOME`` holds no secret).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -75,7 +77,6 @@ def resolve_token(url: str) -> str | None:
         secret = dev_secret_path(default_home())
         if secret.exists():
             return mint_dev_token(secret.read_text().strip().encode())
-        return None
     p = credentials_path()
     if p.exists():
         return json.loads(p.read_text()).get(_norm(url))
@@ -107,6 +108,22 @@ class Client:
             ) from exc
         except httpx.TimeoutException as exc:
             raise CliError(f"The service at {self.url} did not answer in time ({exc}).") from exc
+        if r.status_code == 401 and not self.token:
+            ways = (
+                f"log in with `{prog()} login --token TOKEN --url {self.url}` or set "
+                f"AKKA_OPTIMIZE_TOKEN; `{prog()} server token create` (on the server's "
+                "machine) prints a token."
+            )
+            if is_local_dev_trainer(self.url):
+                ways = (
+                    f"No development secret is at {dev_secret_path(default_home())}: set "
+                    f"AKKA_OPTIMIZE_HOME to the server's home folder, or {ways}"
+                )
+            else:
+                ways = ways[0].upper() + ways[1:]
+            raise CliError(
+                f"The service at {self.url} needs a token and this shell has no token. {ways}"
+            )
         if r.status_code == 503 and retry_503:
             time.sleep(min(float(r.headers.get("Retry-After", "2") or 2), 10.0))
             return self.request(method, path, retry_503=False, headers=headers, **kw)
@@ -125,6 +142,15 @@ class Client:
         return self.request("DELETE", path, **kw)
 
 
+def with_prog(message: str) -> str:
+    """Name commands in a service message as the user runs them: the service writes
+    `` `training …` ``; the CLI shows `` `akka-optimize training …` `` (or ``akka
+    optimize``)."""
+    return re.sub(
+        r"`(training|registry|server|login) ", lambda m: f"`{prog()} {m.group(1)} ", message
+    )
+
+
 def decode(r: httpx.Response) -> Any:
     """The JSON body of a successful response; raise :class:`CliError` with the error message."""
     ctype = r.headers.get("content-type", "")
@@ -138,9 +164,9 @@ def decode(r: httpx.Response) -> Any:
                 pass
         elif r.text:
             msg = r.text.strip()[:500]
-        if r.status_code == 401:
+        if r.status_code == 401 and "login" not in msg:
             msg += f" (log in with `{prog()} login --token TOKEN --url URL`)"
-        raise CliError(msg)
+        raise CliError(with_prog(msg))
     if "json" in ctype:
         return r.json()
     return r.content

@@ -72,9 +72,15 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
             ("Run", run["id"]),
             ("Project", run["project"]),
             ("State", run["state"]),
-            ("Phase", run.get("phase")),
-            ("Queue reason", run.get("queueReason")),
-            ("Failure", run.get("failure")),
+            *[
+                (label, run.get(key))
+                for label, key in (
+                    ("Phase", "phase"),
+                    ("Queue reason", "queueReason"),
+                    ("Failure", "failure"),
+                )
+                if run.get(key)
+            ],
             ("Base model", run["baseModel"]),
             ("Dataset", run["dataset"]),
             ("Validation dataset", run.get("validationDataset")),
@@ -110,10 +116,10 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
         ]
     )
     if wide and run.get("settings"):
-        console.print("[bold]Settings[/bold]")
+        console.print("[bold]Settings[/bold] (* = stated by the plan)")
         from .runs_format import settings_lines  # noqa: PLC0415
 
-        for line in settings_lines(run["settings"]):
+        for line in run["settings"].get("settingsText") or settings_lines(run["settings"]):
             console.print(line, highlight=False, markup=False)
 
 
@@ -143,7 +149,7 @@ def get(
             console.print(
                 "Checks: none ran. Checks before the first update (output head, packing "
                 "isolation, loss with and without packing, comparison with plain Transformers) "
-                "run on supervised runs on more than one device (seeds/001).",
+                "run on supervised runs on more than one device.",
                 highlight=False,
                 markup=False,
             )
@@ -168,6 +174,7 @@ def list_(
                 "step": f"{r['results']['step']}/{r['results']['totalSteps'] or '?'}",
                 "model": r["results"]["model"],
                 "loss": _fmt(r["results"]["finalLoss"]),
+                "note": r.get("queueReason") or r.get("failure") or "",
             }
             for r in d["runs"]
         ]
@@ -180,6 +187,7 @@ def list_(
                 ("STEP", "step"),
                 ("LOSS", "loss"),
                 ("MODEL", "model"),
+                ("NOTE", "note"),
             ],
         )
 
@@ -410,8 +418,8 @@ def snapshot_get(run_id: str, snapshot: str, output: OutputOpt = "text") -> None
                 ("Run", s["run"]),
                 ("Snapshot", s["name"]),
                 ("Epoch", s["epoch"]),
-                ("Resumable", s["recoverable"]),
-                ("Adapter stored", s.get("hasAdapter")),
+                ("Resumable", "yes" if s["recoverable"] else "no"),
+                ("Adapter stored", "yes" if s.get("hasAdapter") else "no"),
                 ("State bytes", s["bytes"]["state"]),
                 ("Adapter bytes", s["bytes"]["adapter"]),
                 ("Model", s["model"]),

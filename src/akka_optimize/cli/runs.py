@@ -16,7 +16,7 @@ import httpx
 import typer
 import yaml
 
-from .client import Client
+from .client import Client, with_prog
 from .context import CliError, prog
 from .output import check_format, console
 
@@ -86,9 +86,9 @@ def print_refusals(error: dict[str, Any]) -> None:
         n = len(details)
         print(f"The plan is refused ({n} {'reason' if n == 1 else 'reasons'}):", file=sys.stderr)
         for d in details:
-            print(f"  - {d.get('message')}", file=sys.stderr)
+            print(f"  - {with_prog(str(d.get('message')))}", file=sys.stderr)
     else:
-        print(f"Error: {error.get('message')}", file=sys.stderr)
+        print(f"Error: {with_prog(str(error.get('message')))}", file=sys.stderr)
 
 
 def print_dry_run(report: dict[str, Any], show_resolved: bool) -> None:

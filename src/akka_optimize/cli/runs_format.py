@@ -1,7 +1,8 @@
-"""Text rendering of a run's settings: one line per group (seeds/001)."""
+"""Text rendering of a run's settings recorded before runs froze their settings text."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -29,8 +30,8 @@ def settings_lines(settings: dict[str, Any]) -> list[str]:
     lines = []
     for name, val in groups:
         if isinstance(val, dict):
-            pairs = ", ".join(f"{k}={v}" for k, v in _flatten(val))
+            pairs = " ".join(f"{k}={json.dumps(v)}" for k, v in _flatten(val))
             lines.append(f"{name}: {pairs}")
         else:
-            lines.append(f"{name}: {val}")
+            lines.append(f"{name}: {json.dumps(val)}")
     return lines

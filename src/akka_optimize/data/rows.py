@@ -287,7 +287,8 @@ def _messages_of(obj: dict[str, Any], line: int) -> Any:
         line,
         "messages",
         "the row has no messages field; a training row is a conversation "
-        '{"messages": [{"role": "user", ...}, {"role": "assistant", ...}]}'
+        '{"messages": [{"role": "user", ...}, {"role": "assistant", ...}]} or a single '
+        'turn {"prompt": ..., "completion": ...}'
         f" (keys found: {', '.join(sorted(obj)) or 'none'})",
     )
 

@@ -50,7 +50,11 @@ def job_fields(resolved: Any) -> dict[str, Any]:
         "submission_id": plan.get("submissionId"),
         "method": cfg.get("method", "sft"),
         "plan": raw,
-        "resolved": {**plan, "stated": r.get("stated", [])},
+        "resolved": {
+            **plan,
+            "stated": r.get("stated", []),
+            "settingsText": _settings_text(resolved),
+        },
         "config_hash": r["configHash"],
         "base_model": base,
         "dataset": cfg["dataset"],
@@ -59,6 +63,16 @@ def job_fields(resolved: Any) -> dict[str, Any]:
         "device_kind": kind,
         "gpus": int(_get(plan, "execution.gpus", 1) or 1) if kind == "cuda" else 0,
     }
+
+
+def _settings_text(resolved: Any) -> list[str] | None:
+    """The settings as the dry run shows them (one line per group, stated values marked
+    ``*``), frozen with the run so ``runs get --settings`` shows what it started with."""
+    if not hasattr(resolved, "stated") or not hasattr(resolved, "plan"):
+        return None
+    from ..plan.dryrun import settings_lines
+
+    return [line["text"] for line in settings_lines(resolved)]
 
 
 def engine_settings(plan: dict[str, Any], target_modules: list[str] | str | None) -> dict[str, Any]:

@@ -54,6 +54,7 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
             code="method_not_available",
         )
     _refuse_unsupported(f["resolved"], f)
+    _refuse_unselected_base_model(ctx, session, f["base_model"])
     if f["submission_id"]:
         existing = session.scalar(
             select(Run).where(Run.project == f["project"], Run.submission_id == f["submission_id"])
@@ -93,6 +94,19 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
         session.flush()
     wake(ctx)
     return run_view(session, run)
+
+
+def _refuse_unselected_base_model(ctx: Any, session: Session, base_model: str) -> None:
+    """Refuse a run whose base model nobody selected (or whose selection failed): it
+    would wait in ``QUEUED`` for a selection no one started. A model still fetching is
+    fine; the run waits for it."""
+    from ..catalog.cache import ready_model_dir
+
+    try:
+        ready_model_dir(session, ctx.settings, base_model)
+    except Conflict as exc:
+        if exc.code in ("base_model_not_selected", "base_model_failed"):
+            raise InvalidRequest(exc.message, field="baseModel", code=exc.code) from exc
 
 
 def _refuse_unsupported(plan: dict[str, Any], f: dict[str, Any]) -> None:

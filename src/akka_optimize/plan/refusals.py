@@ -129,13 +129,25 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return model
 
 
+def _homes(name: str, model: type[BaseModel] = RunPlan, prefix: str = "") -> list[str]:
+    """Plan paths of the records that declare a field called ``name`` (any case)."""
+    out = []
+    for field, info in model.model_fields.items():
+        if field.lower() == name.lower():
+            out.append(prefix.rstrip(".") or "the plan's top level")
+        for a in getattr(info.annotation, "__args__", (info.annotation,)):
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                out += _homes(name, a, f"{prefix}{field}.")
+    return out
+
+
 def _unknown_field(loc: tuple[Any, ...]) -> str:
     path = _path(loc)
     name = str(loc[-1])
     if path in OLD_SHAPES:
         return (
             f"{path} is not a field of the run plan: {path} is now {OLD_SHAPES[path]} "
-            "(seeds/000 and 0.8.0 breaking changes). Update the plan."
+            "(renamed in 0.8.0). Update the plan."
         )
     parent = _model_at(loc[:-1])
     hint = ""
@@ -143,8 +155,11 @@ def _unknown_field(loc: tuple[Any, ...]) -> str:
         names = list(parent.model_fields)
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         lower = [n for n in names if n.lower() == name.lower()]
+        homes = [h for h in _homes(name) if h != _path(loc[:-1])]
         if lower or close:
             hint = f" Did you mean {(lower or close)[0]!r}?"
+        elif homes:
+            hint = f" {name} is a field of {' and '.join(homes)}."
         hint += f" The fields here are: {', '.join(names)}."
     return f"{path}: unknown field {name!r}; a field the plan does not declare is refused.{hint}"
 

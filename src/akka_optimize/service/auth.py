@@ -91,8 +91,8 @@ def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
     """
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized(
-            "This request has no bearer token. Log in with `akka-optimize login --token TOKEN "
-            "--url URL`, or create one with `akka-optimize server token create`."
+            "This request has no bearer token. Log in with `login --token TOKEN "
+            "--url URL`, or create one with `server token create`."
         )
     token = authorization[7:].strip()
     if token.startswith(DEV_PREFIX):

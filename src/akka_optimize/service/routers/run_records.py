@@ -102,10 +102,14 @@ def get_snapshot(run_id: str, name: str, session: SessionDep) -> dict[str, Any]:
     """One save, named ``step-N`` or ``N``."""
     run = jobs.get_run(session, run_id)
     step = name.removeprefix("step-")
-    for snap in jobs.snapshots(session, run):
+    snaps = jobs.snapshots(session, run)
+    for snap in snaps:
         if str(snap["step"]) == step:
             return snap
-    raise NotFound(f"Run {run.id} has no snapshot {name!r}.", field="snapshot")
+    have = ", ".join(s["name"] for s in snaps) or "none yet"
+    raise NotFound(
+        f"Run {run.id} has no snapshot {name!r}; its snapshots: {have}.", field="snapshot"
+    )
 
 
 @router.get("/runs/{run_id}/failure")
