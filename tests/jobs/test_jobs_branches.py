@@ -101,9 +101,10 @@ def test_a_branch_that_changes_the_row_order_or_names_a_pruned_snapshot_is_refus
     assert "config.hyperparams.training.microBatchPerGpu 1 differs from the source run's 2" in (
         bad.stderr
     )
-    pruned = service.cli(
-        "training", "runs", "start", "-f", _branch_plan(tmp_path / "p.json", src["id"], "step-1")
-    )
+    pruned_plan = _branch_plan(tmp_path / "p.json", src["id"], "step-1")
+    dry = service.cli("training", "runs", "start", "-f", pruned_plan, "--dry-run")
+    assert dry.returncode == 1 and "no resumable snapshot step-1" in dry.stderr
+    pruned = service.cli("training", "runs", "start", "-f", pruned_plan)
     assert pruned.returncode == 1
     assert f"Run {src['id']} has no resumable snapshot step-1" in pruned.stderr
     assert "resumable: step-3, step-4" in pruned.stderr

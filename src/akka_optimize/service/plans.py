@@ -158,5 +158,12 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
 
 def dry_run(ctx: ServiceContext, session: Session, raw: Any) -> dict[str, Any]:
     """The dry-run report of ``raw``; creates nothing. Raises PlanRefused when refused."""
+    from ..jobs.branches import branch_origin
+    from ..jobs.mapping import job_fields
+    from ..jobs.warmstart import warm_start_source
+
     resolved = resolve_run_plan(ctx, session, raw)
+    plan = job_fields(resolved)["resolved"]
+    warm_start_source(session, ctx.store, plan)  # what start would refuse, refused here too
+    branch_origin(session, plan)
     return dry_run_report(resolved, dataset_findings(ctx, session, resolved))
