@@ -88,3 +88,19 @@ def test_out_of_memory_names_the_setting_to_lower(tiny_model_dir, monkeypatch, m
     assert e.value.field == (
         "config.hyperparams.training.microBatchPerGpu" if micro_batch > 1 else "config.maxSeqLength"
     )
+
+
+def test_a_validation_set_alone_is_measured_after_the_last_update(tiny_model_dir, tmp_path):
+    """With neither validationFrequencySteps nor validateEachEpoch, a run given a
+    validation set still reports its validation loss once, at the end."""
+    from engine_testkit import fp32_config, random_rows
+
+    from akka_optimize.engine.sft import run_sft
+
+    events: list[dict] = []
+    cfg = fp32_config(epochs=1, micro_batch=2)
+    res = run_sft(
+        cfg, tiny_model_dir, random_rows(6), random_rows(3, seed=5), tmp_path, events.append
+    )
+    vals = [e for e in events if e["type"] == "validation"]
+    assert [v["step"] for v in vals] == [3] and res.final_validation_loss == vals[0]["loss"]

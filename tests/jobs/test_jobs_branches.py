@@ -158,3 +158,45 @@ def test_a_warm_start_trains_on_from_a_registered_adapter(service: LiveService, 
     bad = service.cli("training", "runs", "start", "-f", str(tmp_path / "c.json"))
     assert bad.returncode == 1
     assert "config.hyperparams.lora.rank 8 differs from warmStartModelId" in bad.stderr
+
+
+def test_a_sweep_branches_every_grid_point_from_one_snapshot(
+    service: LiveService, tmp_path
+) -> None:
+    """F108: one branch per point, each training the same extra updates from the same
+    state under its own value; a bad point or --compare creates nothing."""
+    setup_project(service, tmp_path)
+    src_plan = write_plan(
+        tmp_path / "src.json", epochs=1, execution={"saveEverySteps": 1, "keepRecoverable": 4}
+    )
+    src = run_json(service, "training", "runs", "start", "-f", str(src_plan), "--wait")
+    src_metrics = run_json(service, "training", "runs", "metrics", src["id"])["metrics"]
+    lr = "config.hyperparams.optimizer.learningRate"
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({lr: [0.0005, 0.002]}))
+    args = ("training", "runs", "sweep", src["id"][:8], "--snapshot", "step-2", "--steps", "2")
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{lr: 0.001}, {"config.hyperparams.training.microBatchPerGpu": 1}]))
+    refused = service.cli(*args, "--grid", str(bad))
+    assert refused.returncode == 1
+    assert "grid point 2" in refused.stderr and "microBatchPerGpu 1 differs" in refused.stderr
+    compared = service.cli(*args, "--grid", str(grid), "--compare")
+    assert compared.returncode == 1 and "comparisons" in compared.stderr
+    assert len(run_json(service, "training", "runs", "list")["runs"]) == 1
+
+    out = run_json(service, *args, "--grid", str(grid), "--dataset", "demo/train", "--wait")
+    assert [p["point"] for p in out["points"]] == [{lr: 0.0005}, {lr: 0.002}]
+    rates = []
+    for p in out["points"]:
+        run = p["run"]
+        assert run["state"] == "SUCCEEDED" and run["results"]["validationLoss"] is not None
+        m = run_json(service, "training", "runs", "metrics", run["id"])["metrics"]
+        assert [x["step"] for x in m] == [3, 4]
+        assert m[0]["loss"] == src_metrics[2]["loss"]  # same state, same rows
+        rates.append(m[0]["learningRate"])
+    assert abs(rates[1] / rates[0] - 4.0) < 1e-9  # the same schedule at each point's rate
+    tree = run_json(service, "training", "runs", "tree", src["id"])
+    assert {b["run"] for b in tree["branches"]} == {p["run"]["id"] for p in out["points"]}
+    text = service.cli(*args, "--grid", str(grid), check=True).stdout
+    assert "2 branches of 2 updates" in text and "learningRate=0.002" in text

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 import typer
@@ -328,6 +329,78 @@ def compare(
                 f"First full window past the margin: updates {w['first']}-{w['last']}, "
                 f"mean difference {w['meanDifference']:+.4g} (margin {_fmt(d['margin'])})."
             )
+
+    emit(data, output, text)
+
+
+@app.command("sweep")
+def sweep(
+    run_id: str,
+    snapshot: Annotated[str, typer.Option(help="The source snapshot, e.g. step-4000.")],
+    steps: Annotated[int, typer.Option(help="Updates each branch trains after it.")],
+    grid: Annotated[
+        str, typer.Option(help="JSON file: plan paths to lists of values, or a list of points.")
+    ],
+    dataset: Annotated[
+        str | None, typer.Option(help="Validation dataset of every branch, to rank them by.")
+    ] = None,
+    compare: Annotated[
+        bool, typer.Option("--compare", help="Score the source against the fan (not built).")
+    ] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for every branch.")] = False,
+    output: OutputOpt = "text",
+) -> None:
+    """Submit one branch per grid point from one snapshot of a run.
+
+    Example: {prog} training runs sweep 970076e8 --snapshot step-4000 --steps 200 --grid learning-rate.json --dataset triage-val
+    """
+    from pathlib import Path
+
+    try:
+        points = json.loads(Path(grid).read_text())
+    except OSError as exc:
+        raise CliError(f"Cannot read the grid file {grid}: {exc.strerror or exc}.") from exc
+    except json.JSONDecodeError as exc:
+        raise CliError(
+            f"{grid} line {exc.lineno} column {exc.colno}: not valid JSON: {exc.msg}."
+        ) from exc
+    client = Client()
+    body = {"snapshot": snapshot, "steps": steps, "grid": points, "dataset": dataset}
+    if compare:
+        body["compare"] = True
+    data = client.post(f"/v1/training/runs/{run_id}/sweep", json=body)
+    if wait:
+        for p in data["points"]:
+            p["run"] = follow_run(client, p["run"]["id"], output)
+
+    def text(d: dict, wide: bool) -> None:
+        console.print(
+            f"Sweep of run {d['source']} from {d['snapshot']}: {len(d['points'])} branches "
+            f"of {d['steps']} updates"
+        )
+        print_table(
+            [
+                {
+                    "run": p["run"]["id"][:8],
+                    "point": " ".join(
+                        f"{k.rsplit('.', 1)[-1]}={json.dumps(v)}" for k, v in p["point"].items()
+                    ),
+                    "state": p["run"]["state"],
+                    "loss": _fmt(p["run"]["results"]["finalLoss"]),
+                    "val": _fmt(p["run"]["results"]["validationLoss"]),
+                    "model": p["run"]["results"]["model"],
+                }
+                for p in d["points"]
+            ],
+            [
+                ("RUN", "run"),
+                ("POINT", "point"),
+                ("STATE", "state"),
+                ("FINAL LOSS", "loss"),
+                ("VAL LOSS", "val"),
+                ("MODEL", "model"),
+            ],
+        )
 
     emit(data, output, text)
 

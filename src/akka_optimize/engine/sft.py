@@ -182,7 +182,9 @@ def run_sft(
 
         freq = cfg.validation_frequency_steps
         if validation and (
-            (freq and update % freq == 0) or (cfg.validate_each_epoch and epoch_end)
+            (freq and update % freq == 0)
+            or (cfg.validate_each_epoch and epoch_end)
+            or update == total  # a run given a validation set always ends measured
         ):
             log["validation"] = _validate(session, validation, cfg, update, emit)
 

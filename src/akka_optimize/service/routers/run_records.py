@@ -9,10 +9,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query
 
-from ...errors import NotFound
-from ...jobs import branches, compare
+from ...errors import InvalidRequest, NotFound
+from ...jobs import branches, compare, sweeps
 from ...jobs import service as jobs
-from ..deps import CtxDep, SessionDep
+from ..deps import CtxDep, PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/training")
 
@@ -81,6 +81,43 @@ def compare_runs(
         window=window,
         margin=margin,
         spike_factor=spikeFactor,
+    )
+
+
+@router.post("/runs/{run_id}/sweep", status_code=201)
+def sweep_run(
+    run_id: str,
+    ctx: CtxDep,
+    session: SessionDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any], Body()],
+) -> dict[str, Any]:
+    """One branch per grid point from one snapshot of the run (``snapshot``, ``steps``,
+    ``grid``, optional ``dataset``); nothing is created when any point is refused."""
+    from ..plans import resolve_run_plan
+
+    if body.get("compare"):
+        raise InvalidRequest(
+            "compare: scoring the source against the fan needs comparisons, which this "
+            "release does not have; give --dataset to rank the branches by validation loss.",
+            field="compare",
+            code="not_available",
+        )
+    for key in ("snapshot", "steps", "grid"):
+        if body.get(key) in (None, "", [], {}):
+            raise InvalidRequest(f"A sweep needs {key}.", field=key)
+    if not isinstance(body["steps"], int):
+        raise InvalidRequest(f"steps must be a whole number, not {body['steps']!r}.", field="steps")
+    return sweeps.submit_sweep(
+        ctx,
+        session,
+        jobs.get_run(session, run_id),
+        snapshot=str(body["snapshot"]),
+        steps=body["steps"],
+        grid=body["grid"],
+        dataset=body.get("dataset"),
+        resolve=lambda raw: resolve_run_plan(ctx, session, raw),
+        principal=principal,
     )
 
 
