@@ -191,6 +191,10 @@ def test_a_branch_continues_a_state_under_its_own_plan(tiny_model_dir, tmp_path)
     # The same state and rows: update 5 scores the same loss before the branch's own step.
     assert got[0]["loss"] == want[4]["loss"] and got[0]["gradNorm"] == want[4]["gradNorm"]
     assert got[0]["learningRate"] != want[4]["learningRate"]
+    # Its own cosine schedule over its 16 updates, warm-up 10%: 2 warm-up updates, then
+    # the peak, not the tail of a 20-update schedule.
+    assert got[1]["learningRate"] == pytest.approx(3e-3)
+    assert got[-1]["learningRate"] < got[1]["learningRate"] / 10
     assert got[1]["loss"] != want[5]["loss"]
     assert res.mean_loss == pytest.approx(sum(m["loss"] for m in got) / 16)
     saved = torch.load(state_path(branch_dir, 20) / "state" / "optimizer.pt", weights_only=False)

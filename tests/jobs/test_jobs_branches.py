@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from jobs_helpers import run_json, setup_project, write_plan
 
@@ -31,14 +32,17 @@ def test_a_branch_trains_only_the_updates_after_its_snapshot(
 
     plan = _branch_plan(
         tmp_path / "b.json",
-        src["id"][:8],
+        src["id"][:8],  # a prefix: the dry run and the run name the source in full
         "step-2",
         epochs=2,
         learningRate=0.002,
         execution={"saveEverySteps": 1, "keepRecoverable": 10},
     )
+    dry = run_json(service, "training", "runs", "start", "-f", plan, "--dry-run")
     b = run_json(service, "training", "runs", "start", "-f", plan, "--wait")
     assert b["state"] == "SUCCEEDED", b
+    assert dry["configHash"] == b["configHash"]
+    assert dry["pinned"]["branchFrom"] == f"run {src['id']} at step-2"
     assert b["branchFrom"] == {"run": src["id"], "snapshot": "step-2"}
     assert b["results"]["model"].startswith("demo/tiny-smollm2:v2@")
     got = run_json(service, "training", "runs", "metrics", b["id"])["metrics"]
@@ -112,6 +116,22 @@ def test_a_branch_that_changes_the_row_order_or_names_a_pruned_snapshot_is_refus
         "training", "runs", "start", "-f", _branch_plan(tmp_path / "m.json", "ffff0000", "step-1")
     )
     assert missing.returncode == 1 and "branchFrom.run" in missing.stderr
+    short = service.cli(
+        "training",
+        "runs",
+        "start",
+        "-f",
+        _branch_plan(tmp_path / "s.json", src["id"], "step-4", epochs=2, maxSteps=3),
+    )
+    assert short.returncode == 1
+    assert "trains no update after step-4: its plan ends at update 3" in short.stderr
+    warm = json.loads(
+        Path(_branch_plan(tmp_path / "w.json", src["id"], "step-4", epochs=2)).read_text()
+    )
+    warm["warmStartModelId"] = "tiny-smollm2:v1"
+    (tmp_path / "w.json").write_text(json.dumps(warm))
+    both = service.cli("training", "runs", "start", "-f", str(tmp_path / "w.json"))
+    assert both.returncode == 1 and "remove one of branchFrom and warmStartModelId" in both.stderr
     assert len(run_json(service, "training", "runs", "list")["runs"]) == before
 
 
@@ -140,7 +160,9 @@ def test_a_warm_start_trains_on_from_a_registered_adapter(service: LiveService, 
     )
     assert second["state"] == "SUCCEEDED", second
     settings = run_json(service, "training", "runs", "get", second["id"], "--settings")["settings"]
-    assert settings["warmStartModelId"] == v1
+    assert settings["warmStartModelId"] == v1 == second["warmStartModelId"]
+    shown = service.cli("training", "runs", "get", second["id"], check=True).stdout
+    assert next(x for x in shown.splitlines() if x.startswith("Warm start")).split()[-1] == v1
 
     versions = service.api("GET", "/v1/registry/models/demo/tiny-smollm2/versions").json()["items"]
     by_version = {v["version"]: v for v in versions}

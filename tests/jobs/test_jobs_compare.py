@@ -89,8 +89,13 @@ def test_a_replay_compares_clean_and_another_configuration_is_refused(
     assert got["comparedSteps"] == 8
     assert [w["meanDifference"] for w in got["windows"]] == [0.0, 0.0, 0.0]  # CPU: bitwise
     assert got["firstWindowPastMargin"] is None and got["spikes"] == []
-    text = service.cli("training", "runs", "compare", b["id"], a["id"], check=True).stdout
-    assert "No full window differs by more than" in text
+    assert got["fullWindows"] == 2
+    text = service.cli("training", "runs", "compare", b["id"], a["id"], "--window", "4").stdout
+    assert "No full window differs by more than 0.02 (2 judged)." in text
+    unjudged = service.cli("training", "runs", "compare", b["id"], a["id"], check=True).stdout
+    assert "No full window of 10 updates in common, so none was judged" in unjudged
+    itself = service.cli("training", "runs", "compare", a["id"], a["id"])
+    assert itself.returncode == 1 and "is its own baseline" in itself.stderr
 
     other = write_plan(tmp_path / "other.json", epochs=2, seed=8)
     c = run_json(service, "training", "runs", "start", "-f", str(other), "--wait")

@@ -133,7 +133,14 @@ def test_pause_then_resume_from_a_step(service: LiveService, tmp_path) -> None:
     bad = service.cli("training", "runs", "resume", r["id"], "--step", "999")
     assert bad.returncode == 1 and "no resumable save at step 999" in bad.stderr
     service.cli(
-        "training", "runs", "resume", r["id"], "--step", str(resumable[0]), "--wait", check=True
+        "training",
+        "runs",
+        "resume",
+        r["id"],
+        "--step",
+        f"step-{resumable[0]}",
+        "--wait",
+        check=True,
     )
     done = run_json(service, "training", "runs", "get", r["id"])
     assert done["state"] == "SUCCEEDED" and done["results"]["step"] == 8
@@ -228,6 +235,7 @@ def test_epoch_adapters_are_registered_and_kept_apart_from_keep_adapters(
     assert [s["step"] for s in snaps if s["epochEnd"]] == [2, 4, 6]
     # keepAdapters 1 keeps the newest adapter that did not end an epoch (step 5).
     assert [s["step"] for s in snaps if s["hasAdapter"]] == [2, 4, 5, 6]
+    assert all((s["bytes"]["adapter"] > 0) == s["hasAdapter"] for s in snaps)
     assert [s["model"] is not None for s in snaps] == [False, True, False, True, False, True]
     saves = [p for p in service.home.rglob("saves") if p.parent.name == run["id"]]
     assert len(saves) == 1

@@ -91,6 +91,7 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
                 if run.get("branchFrom")
                 else None,
             ),
+            *([("Warm start", run["warmStartModelId"])] if run.get("warmStartModelId") else []),
             ("Config hash", run["configHash"][:16] if run.get("configHash") else None),
         ]
     )
@@ -322,8 +323,16 @@ def compare(
         else:
             console.print("Gradient spikes: none")
         w = d["firstWindowPastMargin"]
-        if w is None:
-            console.print(f"No full window differs by more than {_fmt(d['margin'])}.")
+        if not d.get("fullWindows"):
+            console.print(
+                f"No full window of {d['window']} updates in common, so none was judged; "
+                "a smaller --window judges shorter runs."
+            )
+        elif w is None:
+            console.print(
+                f"No full window differs by more than {_fmt(d['margin'])} "
+                f"({d['fullWindows']} judged)."
+            )
         else:
             console.print(
                 f"First full window past the margin: updates {w['first']}-{w['last']}, "
@@ -374,10 +383,16 @@ def sweep(
             p["run"] = follow_run(client, p["run"]["id"], output)
 
     def text(d: dict, wide: bool) -> None:
+        n, k = len(d["points"]), d["steps"]
         console.print(
-            f"Sweep of run {d['source']} from {d['snapshot']}: {len(d['points'])} branches "
-            f"of {d['steps']} updates"
+            f"Sweep of run {d['source']} from {d['snapshot']}: {n} branch{'es' if n != 1 else ''} "
+            f"of {k} update{'s' if k != 1 else ''}"
         )
+        points = list(d["points"])
+        scored = [p["run"]["results"]["validationLoss"] for p in points]
+        if all(v is not None for v in scored):  # best validation loss first
+            points.sort(key=lambda p: p["run"]["results"]["validationLoss"])
+            console.print("Ranked by validation loss, best first.")
         print_table(
             [
                 {
@@ -390,7 +405,7 @@ def sweep(
                     "val": _fmt(p["run"]["results"]["validationLoss"]),
                     "model": p["run"]["results"]["model"],
                 }
-                for p in d["points"]
+                for p in points
             ],
             [
                 ("RUN", "run"),
@@ -544,14 +559,25 @@ def pause(run_id: str, output: OutputOpt = "text") -> None:
 def resume(
     run_id: str,
     output: OutputOpt = "text",
-    step: Annotated[int | None, typer.Option(help="Resume from this kept save.")] = None,
+    step: Annotated[
+        str | None, typer.Option(help="Resume from this kept save: step-N (or N).")
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the run to end.")] = False,
 ) -> None:
     """Resume a paused or failed run from its newest kept save, or --step STEP.
 
-    Example: {prog} training runs resume 970076e8 --step 40
+    Example: {prog} training runs resume 970076e8 --step step-40
     """
-    _control(run_id, "resume", output, {"step": step} if step is not None else None)
+    number = None
+    if step is not None:
+        text = step.removeprefix("step-")
+        if not text.isdigit():
+            raise CliError(
+                f"--step {step!r} is not a snapshot; give step-N or N, as "
+                f"`{prog()} training runs snapshots {run_id}` lists them."
+            )
+        number = int(text)
+    _control(run_id, "resume", output, {"step": number} if number is not None else None)
     if wait:
         run = wait_for_run(Client(), run_id)
         if run["state"] != "SUCCEEDED":

@@ -133,6 +133,8 @@ class TrainingSession:
         self.dtype = pick_dtype(cfg, self.device)
         self.weight_dtype = pick_weight_dtype(cfg, self.device)
         self.total_updates = total_updates
+        self.schedule_start = 0
+        """Updates before this run's own schedule began (a branch's snapshot step)."""
         self.step = 0
         base = AutoModelForCausalLM.from_pretrained(
             self.model_dir, dtype=self.weight_dtype, attn_implementation=cfg.attn_implementation
@@ -330,12 +332,18 @@ class TrainingSession:
 
     # ----------------------------------------------------------------- update
     def learning_rate(self, update: int) -> float:
-        """The rate of 1-based ``update`` under the configured schedule."""
+        """The rate of 1-based ``update`` under the configured schedule; a branch's
+        schedule (warm-up, decay) runs over its own updates, after :attr:`schedule_start`."""
         if not self.total_updates:
             return self.cfg.learning_rate
         c = self.cfg
+        start = self.schedule_start
         return c.learning_rate * lr_factor(
-            c.scheduler, update, self.total_updates, c.warmup_ratio, c.min_learning_rate_ratio
+            c.scheduler,
+            update - start,
+            self.total_updates - start,
+            c.warmup_ratio,
+            c.min_learning_rate_ratio,
         )
 
     def optim_step(self) -> dict[str, float | int]:
@@ -509,6 +517,7 @@ class TrainingSession:
             meta = {
                 "step": self.step,
                 "total_updates": self.total_updates,
+                "schedule_start": self.schedule_start,
                 "scheduler": {"kind": self.cfg.scheduler, "next_update": self.step + 1},
                 "cursor": cursor or {},
                 "config": self.cfg.to_dict(),
@@ -546,6 +555,7 @@ class TrainingSession:
             torch.cuda.set_rng_state_all(rng["cuda"])
         meta = json.loads((directory / "state.json").read_text())
         self.step = int(meta["step"])
+        self.schedule_start = int(meta.get("schedule_start") or 0)
         self._reset()
         return meta
 

@@ -115,8 +115,9 @@ def run_sft(
         branch: the state at ``resume_step`` is another run's (seeds/000 "Parameter
             sweeps"): this run continues it under its own settings (learning rate,
             schedule, weight decay, epochs, max steps…) and trains only the updates after
-            ``resume_step``; the settings that decide which rows an update holds
-            (:data:`BRANCH_SETTINGS`) must match, and its loss log starts empty.
+            ``resume_step``, its learning-rate schedule running over those updates; the
+            settings that decide which rows an update holds (:data:`BRANCH_SETTINGS`)
+            must match, and its loss log starts empty.
         init_adapter: a PEFT adapter folder whose weights the adapter starts from
             (``warmStartModelId``); ignored when resuming (the state holds the adapter).
         stop_after_step: save and stop after this update (a pause).
@@ -154,7 +155,10 @@ def run_sft(
                 field="config.hyperparams.training.epochs",
             )
         saved_log = _resume(session, cfg, state_dir, resume_step, len(train), branch)
-        log = log if branch else saved_log
+        if branch:  # its own schedule over its own updates; its own loss log
+            session.schedule_start = resume_step
+        else:
+            log = saved_log
     elif init_adapter is not None:
         session.load_adapter_weights(init_adapter)
     emit(

@@ -16,6 +16,7 @@ branch that fails before its first own save still resumes.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import select
@@ -68,6 +69,12 @@ def branch_origin(session: Session, plan: dict[str, Any]) -> tuple[Run, Snapshot
         source = get_run(session, str(ref["run"]))
     except NotFound as exc:
         raise InvalidRequest(f"branchFrom.run: {exc.message}", field="branchFrom.run") from exc
+    if plan.get("warmStartModelId"):
+        raise InvalidRequest(
+            "warmStartModelId: a branch starts from its snapshot's adapter, so it cannot "
+            "also warm-start from a model; remove one of branchFrom and warmStartModelId.",
+            field="warmStartModelId",
+        )
     step = parse_snapshot(ref["snapshot"])
     kept = session.scalars(
         select(Snapshot)
@@ -87,11 +94,38 @@ def branch_origin(session: Session, plan: dict[str, Any]) -> tuple[Run, Snapshot
         mine, its = _get(plan, path), _get(theirs, path)
         if mine != its:
             raise InvalidRequest(
-                f"{path} {mine} differs from the source run's {its}; a branch continues "
+                f"{path} {json.dumps(mine)} differs from the source run's {json.dumps(its)}; a branch continues "
                 f"run {source.id}'s adapter and row order, so it keeps {path}.",
                 field=path,
             )
+    _refuse_no_extra_update(plan, source, step)
     return source, snap
+
+
+def _refuse_no_extra_update(plan: dict[str, Any], source: Run, step: int) -> None:
+    """A branch must train at least one update after its snapshot. Its length follows
+    from its epochs and maxSteps over the source's trainable rows (the same dataset and
+    maxSeqLength, so the same rows)."""
+    training = _get(plan, "config.hyperparams.training", {})
+    per_update = int(training.get("microBatchPerGpu") or 1) * int(
+        training.get("gradientAccumulation") or 1
+    )
+    examples = int(_get(source.results, "data.examples", 0))
+    limits = []
+    if examples:
+        per_epoch = -(-examples // per_update)
+        limits.append((per_epoch * int(training.get("epochs") or 1), "epochs"))
+    if training.get("maxSteps"):
+        limits.append((int(training["maxSteps"]), "maxSteps"))
+    if not limits:
+        return
+    total, name = min(limits)
+    if total <= step:
+        raise InvalidRequest(
+            f"The branch trains no update after step-{step}: its plan ends at update "
+            f"{total}; raise config.hyperparams.training.{name}.",
+            field=f"config.hyperparams.training.{name}",
+        )
 
 
 def record_origin(store: Any, session: Session, run: Run, source: Run, snap: Snapshot) -> None:

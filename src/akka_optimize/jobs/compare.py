@@ -14,6 +14,7 @@ run's previous ``w`` updates (at least 3 of them).
 
 from __future__ import annotations
 
+import json
 import statistics
 from typing import Any
 
@@ -52,7 +53,8 @@ def compare_losses(
         spike_factor: see the module docstring (> 1).
 
     Returns:
-        ``{"window", "margin", "spikeFactor", "comparedSteps", "windows": [{"first",
+        ``{"window", "margin", "spikeFactor", "comparedSteps", "fullWindows" (how many
+        windows were judged), "windows": [{"first",
         "last", "steps", "full", "runMean", "baselineMean", "meanDifference"}],
         "firstWindowPastMargin": window or None, "spikes": [{"run": "run"|"baseline",
         "step", "gradNorm", "median", "factor"}]}``; ``meanDifference`` is run minus
@@ -99,6 +101,7 @@ def compare_losses(
         "margin": margin,
         "spikeFactor": spike_factor,
         "comparedSteps": len(common),
+        "fullWindows": sum(1 for w in windows if w["full"]),
         "windows": windows,
         "firstWindowPastMargin": flagged,
         "spikes": spikes,
@@ -160,6 +163,12 @@ def compare_runs(
     from ..plan.hashing import hashed_view
     from .service import metrics
 
+    if run.id == baseline.id:
+        raise InvalidRequest(
+            f"Run {run.id} is its own baseline; compare it with another run of its "
+            "configuration, such as a replay of its plan.",
+            field="baseline",
+        )
     for r, field in ((run, "run"), (baseline, "baseline")):
         if r.method != "sft":
             raise InvalidRequest(
@@ -168,7 +177,10 @@ def compare_runs(
             )
     if run.config_hash != baseline.config_hash:
         diffs = differing_settings(hashed_view(run.resolved), hashed_view(baseline.resolved))
-        named = "; ".join(f"{p} {a} vs {b}" for p, a, b in diffs[:5]) or "the configuration hash"
+        named = (
+            "; ".join(f"{p} {json.dumps(a)} vs {json.dumps(b)}" for p, a, b in diffs[:5])
+            or "the configuration hash"
+        )
         more = f" and {len(diffs) - 5} more" if len(diffs) > 5 else ""
         raise InvalidRequest(
             f"Runs {run.id} and {baseline.id} were trained with different configurations "

@@ -129,6 +129,7 @@ def _prune_adapters(ctx: Any, s: Session, run: Run, save_each_epoch: bool) -> No
     for old in counted[keep:]:
         ctx.store.delete(old.adapter_key)
         old.adapter_key = None
+        old.adapter_bytes = 0  # bytes still stored
 
 
 PROVENANCE_FILE = "akka-optimize.json"

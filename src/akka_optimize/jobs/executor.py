@@ -32,6 +32,10 @@ class Executor(Protocol):
         """Stop the worker now."""
         ...
 
+    def collect(self) -> None:
+        """Release workers that have exited (their exit codes stay known)."""
+        ...
+
 
 class LocalExecutor:
     """One subprocess per attempt, in its own process group; CUDA device 0 when on a GPU."""
@@ -40,6 +44,7 @@ class LocalExecutor:
 
     def __init__(self) -> None:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._codes: dict[int, int] = {}
 
     def launch(self, spec_path: Path, log_path: Path, device: str) -> int:
         env = dict(os.environ)
@@ -79,7 +84,16 @@ class LocalExecutor:
 
     def exit_code(self, pid: int) -> int | None:
         proc = self._procs.get(pid)
-        return proc.poll() if proc is not None else None
+        return proc.poll() if proc is not None else self._codes.get(pid)
+
+    def collect(self) -> None:
+        """Wait for every worker that has exited, so none stays a zombie of the service
+        (a worker that ended its run by event is never polled again otherwise)."""
+        for pid, proc in list(self._procs.items()):
+            code = proc.poll()
+            if code is not None:
+                self._codes[pid] = code
+                del self._procs[pid]
 
     def kill(self, pid: int) -> None:
         try:

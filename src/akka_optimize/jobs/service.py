@@ -27,7 +27,6 @@ from ..db.base import utcnow
 from ..db.models.auth import ApiToken
 from ..db.models.jobs import Run, RunAttempt, RunMetric, Snapshot
 from ..errors import Conflict, InvalidRequest, NotFound
-from ..plan.hashing import config_hash
 from ..service.auth import hash_token
 from . import states as S
 from .branches import branch_origin, record_origin
@@ -63,12 +62,6 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
             return run_view(session, existing)
     warm_start_source(session, ctx.store, f["resolved"])
     origin = branch_origin(session, f["resolved"])
-    if origin is not None:  # name the source exactly, so one branch hashes one way
-        f["resolved"]["branchFrom"] = {
-            "run": origin[0].id,
-            "snapshot": f"step-{origin[1].step}",
-        }
-        f["config_hash"] = config_hash(f["resolved"])
     run = Run(
         id=uuid.uuid4().hex[:16],
         project=f["project"],
@@ -178,6 +171,7 @@ def run_view(session: Session, run: Run, *, settings: bool = False) -> dict[str,
         "startedAt": _iso(run.started_at),
         "finishedAt": _iso(run.finished_at),
         "branchFrom": res.get("branchFrom"),
+        "warmStartModelId": (run.resolved or {}).get("warmStartModelId"),
         "results": {
             "model": run.registered_model,
             "step": run.current_step,
@@ -265,7 +259,8 @@ def request_control(ctx: Any, session: Session, run: Run, action: str) -> dict[s
     """``pause`` or ``cancel`` a run. Queued or paused runs change at once; active
     runs are told through their next event and stop at an update boundary."""
     if run.state in S.TERMINAL:
-        raise Conflict(f"Run {run.id} is {run.state}; it cannot be {action}ed.", field="run")
+        done = {"pause": "paused", "cancel": "cancelled"}.get(action, action)
+        raise Conflict(f"Run {run.id} is {run.state}; it cannot be {done}.", field="run")
     if action == "pause":
         if run.state == S.PAUSED:
             return run_view(session, run)
@@ -387,6 +382,7 @@ class Scheduler:
         """One pass: reap dead workers, then start what can start."""
         with self.ctx.db.session() as s:
             self._reap(s)
+        self.executor.collect()
         with self.ctx.db.session() as s:
             self._schedule(s)
 

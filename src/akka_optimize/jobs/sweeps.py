@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -43,13 +44,14 @@ def grid_points(grid: Any) -> list[dict[str, Any]]:
             empty, or more than :data:`MAX_POINTS` points.
     """
     if isinstance(grid, dict) and grid:
-        bad = [k for k, v in grid.items() if not isinstance(v, list) or not v]
-        if bad:
-            raise InvalidRequest(
-                f"grid: {bad[0]} must list at least one value, e.g. "
-                f'{{"{bad[0]}": [0.0001, 0.0002]}}.',
-                field="grid",
-            )
+        for k, v in grid.items():
+            if not isinstance(v, list) or not v:
+                what = "an empty list" if isinstance(v, list) else f"{json.dumps(v)}, not a list"
+                raise InvalidRequest(
+                    f"grid: {k} is {what}; give the values to try as a list, e.g. "
+                    f'{{"{k}": [0.0001, 0.0002]}}.',
+                    field="grid",
+                )
         keys = list(grid)
         points = [
             dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grid.values())
@@ -106,6 +108,7 @@ def branch_plans(
     for point in points:
         plan = copy.deepcopy(source.plan or {})
         plan.pop("submissionId", None)
+        plan.pop("warmStartModelId", None)  # the branch starts from the snapshot instead
         _set(plan, "config.hyperparams.training.epochs", epochs)
         _set(plan, "config.hyperparams.training.maxSteps", target)
         if dataset:
@@ -132,7 +135,8 @@ def submit_sweep(
     """Resolve and check every point, then start one branch per point.
 
     Args:
-        resolve: resolves a raw plan (the service's plan resolution); raises PlanRefused.
+        resolve: resolves and checks a raw plan (the service's plan resolution, which
+            also checks ``branchFrom``); raises PlanRefused or InvalidRequest.
 
     Returns:
         ``{"source", "snapshot", "steps", "points": [{"point", "run"}]}``.
@@ -141,19 +145,13 @@ def submit_sweep(
         InvalidRequest: a bad grid, or a point whose plan is refused (the sentence names
             the point); nothing is created.
     """
-    from .branches import branch_origin
-    from .mapping import job_fields
     from .service import start_run
-    from .warmstart import warm_start_source
 
     points = grid_points(grid)
     resolved = []
     for i, plan in enumerate(branch_plans(source, snapshot, steps, points, dataset), start=1):
         try:
-            r = resolve(plan)
-            fields = job_fields(r)["resolved"]
-            warm_start_source(session, ctx.store, fields)
-            branch_origin(session, fields)
+            r = resolve(plan)  # also checks the branch and any warm start
         except AkkaError as exc:
             raise InvalidRequest(
                 f"grid point {i} {points[i - 1]}: {exc.message}", field=exc.field or "grid"

@@ -41,7 +41,7 @@ def warm_start_source(session: Session, store: Any, plan: dict[str, Any]) -> Any
     if rv.source != "adapter" or "adapter_config.json" not in rv.files:
         raise InvalidRequest(
             f"warmStartModelId {rv.pinned} is a base model, not a trained adapter; name a "
-            "model version a run registered (or one imported with training adapters import).",
+            "model version a run registered (registry models versions NAME lists them).",
             field="warmStartModelId",
         )
     mine = parse_ref(plan["baseModel"])

@@ -97,8 +97,26 @@ class ServicePlanEnvironment:
 
 
 def resolve_run_plan(ctx: ServiceContext, session: Session, raw: Any) -> ResolvedPlan:
-    """Resolve ``raw`` against this service. Raises PlanRefused (400) with every refusal."""
-    return resolve_plan(raw, ServicePlanEnvironment(ctx, session))
+    """Resolve ``raw`` against this service. Raises PlanRefused (400) with every refusal,
+    and InvalidRequest for a ``warmStartModelId`` or ``branchFrom`` a run could not start
+    from (:mod:`akka_optimize.jobs.warmstart`, :mod:`akka_optimize.jobs.branches`).
+
+    ``branchFrom`` names the source exactly once resolved (the full run ID and
+    ``step-N``), so a dry run and the run it previews hash alike.
+    """
+    from ..jobs.branches import branch_origin
+    from ..jobs.warmstart import warm_start_source
+    from ..plan.hashing import config_hash
+
+    resolved = resolve_plan(raw, ServicePlanEnvironment(ctx, session))
+    warm_start_source(session, ctx.store, resolved.plan)
+    origin = branch_origin(session, resolved.plan)
+    if origin is not None:
+        source, snap = origin
+        resolved.plan["branchFrom"] = {"run": source.id, "snapshot": f"step-{snap.step}"}
+        resolved.pinned["branchFrom"] = f"run {source.id} at step-{snap.step}"
+        resolved.config_hash = config_hash(resolved.plan)
+    return resolved
 
 
 @functools.lru_cache(maxsize=4)
@@ -158,12 +176,5 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
 
 def dry_run(ctx: ServiceContext, session: Session, raw: Any) -> dict[str, Any]:
     """The dry-run report of ``raw``; creates nothing. Raises PlanRefused when refused."""
-    from ..jobs.branches import branch_origin
-    from ..jobs.mapping import job_fields
-    from ..jobs.warmstart import warm_start_source
-
     resolved = resolve_run_plan(ctx, session, raw)
-    plan = job_fields(resolved)["resolved"]
-    warm_start_source(session, ctx.store, plan)  # what start would refuse, refused here too
-    branch_origin(session, plan)
     return dry_run_report(resolved, dataset_findings(ctx, session, resolved))

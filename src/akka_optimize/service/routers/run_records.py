@@ -104,8 +104,10 @@ def sweep_run(
             code="not_available",
         )
     for key in ("snapshot", "steps", "grid"):
-        if body.get(key) in (None, "", [], {}):
+        if body.get(key) is None or body.get(key) == "":
             raise InvalidRequest(f"A sweep needs {key}.", field=key)
+    if body["grid"] in ([], {}):
+        raise InvalidRequest("The grid is empty; give at least one point.", field="grid")
     if not isinstance(body["steps"], int):
         raise InvalidRequest(f"steps must be a whole number, not {body['steps']!r}.", field="steps")
     return sweeps.submit_sweep(
