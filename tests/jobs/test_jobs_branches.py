@@ -19,15 +19,22 @@ def _branch_plan(path, source_id: str, snapshot: str, **training) -> str:
     return str(path)
 
 
+def _source_run(service: LiveService, tmp_path, keep: int) -> dict:
+    """Project ``demo`` on 8 rows (micro batch 2: 4 updates per epoch) and a finished
+    one-epoch source run that saves every update and keeps the newest ``keep`` states."""
+    setup_project(service, tmp_path)
+    plan = write_plan(
+        tmp_path / "src.json", epochs=1, execution={"saveEverySteps": 1, "keepRecoverable": keep}
+    )
+    src = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    assert src["state"] == "SUCCEEDED", src
+    return src
+
+
 def test_a_branch_trains_only_the_updates_after_its_snapshot(
     service: LiveService, tmp_path
 ) -> None:
-    setup_project(service, tmp_path)  # 8 rows, micro batch 2: 4 updates per epoch
-    src_plan = write_plan(
-        tmp_path / "src.json", epochs=1, execution={"saveEverySteps": 1, "keepRecoverable": 4}
-    )
-    src = run_json(service, "training", "runs", "start", "-f", str(src_plan), "--wait")
-    assert src["state"] == "SUCCEEDED"
+    src = _source_run(service, tmp_path, keep=4)
     src_metrics = run_json(service, "training", "runs", "metrics", src["id"])["metrics"]
 
     plan = _branch_plan(
@@ -87,11 +94,7 @@ def test_a_branch_trains_only_the_updates_after_its_snapshot(
 def test_a_branch_that_changes_the_row_order_or_names_a_pruned_snapshot_is_refused(
     service: LiveService, tmp_path
 ) -> None:
-    setup_project(service, tmp_path)
-    src_plan = write_plan(
-        tmp_path / "src.json", epochs=1, execution={"saveEverySteps": 1, "keepRecoverable": 2}
-    )
-    src = run_json(service, "training", "runs", "start", "-f", str(src_plan), "--wait")
+    src = _source_run(service, tmp_path, keep=2)
     before = len(run_json(service, "training", "runs", "list")["runs"])
 
     bad = service.cli(
@@ -187,11 +190,7 @@ def test_a_sweep_branches_every_grid_point_from_one_snapshot(
 ) -> None:
     """F108: one branch per point, each training the same extra updates from the same
     state under its own value; a bad point or --compare creates nothing."""
-    setup_project(service, tmp_path)
-    src_plan = write_plan(
-        tmp_path / "src.json", epochs=1, execution={"saveEverySteps": 1, "keepRecoverable": 4}
-    )
-    src = run_json(service, "training", "runs", "start", "-f", str(src_plan), "--wait")
+    src = _source_run(service, tmp_path, keep=4)
     src_metrics = run_json(service, "training", "runs", "metrics", src["id"])["metrics"]
     lr = "config.hyperparams.optimizer.learningRate"
     grid = tmp_path / "grid.json"

@@ -33,7 +33,6 @@ from .branches import branch_origin, record_origin
 from .executor import Executor, LocalExecutor
 from .mapping import job_fields
 from .spec import JobSpec
-from .warmstart import warm_start_source
 
 log = logging.getLogger("akka_optimize.jobs")
 
@@ -60,7 +59,8 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
         )
         if existing is not None:
             return run_view(session, existing)
-    warm_start_source(session, ctx.store, f["resolved"])
+    # resolve_run_plan has checked warmStartModelId and branchFrom; the origin is looked
+    # up again (one query) because the branch's first snapshot is copied from it.
     origin = branch_origin(session, f["resolved"])
     run = Run(
         id=uuid.uuid4().hex[:16],
