@@ -24,7 +24,8 @@ from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run, Snapshot
 from ..errors import InvalidRequest, NotFound
-from .mapping import _get
+from .fields import setting as _get
+from .records import get_run
 
 FIXED = (
     "baseModel",
@@ -63,8 +64,6 @@ def branch_origin(session: Session, plan: dict[str, Any]) -> tuple[Run, Snapshot
     ref = plan.get("branchFrom")
     if not ref:
         return None
-    from .service import get_run
-
     try:
         source = get_run(session, str(ref["run"]))
     except NotFound as exc:

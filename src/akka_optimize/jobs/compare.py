@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
 from ..errors import InvalidRequest
+from .views import metrics
 
 DEFAULT_WINDOW = 10
 """Updates per window."""
@@ -161,7 +162,6 @@ def compare_runs(
             configurations (the sentence names up to five differing settings).
     """
     from ..plan.hashing import hashed_view
-    from .service import metrics
 
     if run.id == baseline.id:
         raise InvalidRequest(

@@ -7,22 +7,11 @@ names (seeds/000 "Training parameters") onto the engine's settings
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from ..db.models.jobs import Run
+from .fields import setting as _get
+from .kinds import Launch
 from .spec import JobSpec
-
-
-def _get(d: dict[str, Any] | None, path: str, default: Any = None) -> Any:
-    cur: Any = d or {}
-    for part in path.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return default
-        cur = cur[part]
-    return default if cur is None else cur
 
 
 def _as_dict(resolved: Any) -> dict[str, Any]:
@@ -118,22 +107,14 @@ def _weight_precision(plan: dict[str, Any]) -> str:
     return wp if wp in ("auto", "fp32", "bf16") else "auto"
 
 
-def build_spec(
-    s: Session,
-    ctx: Any,
-    run: Run,
-    number: int,
-    token: str,
-    model_dir: Path,
-    resume_key: str | None,
-    work: Path,
-) -> JobSpec:
-    """The job spec of attempt ``number`` of ``run``."""
+def build_spec(launch: Launch) -> JobSpec:
+    """The job spec of one attempt of a supervised run (the ``sft`` kind's ``build_spec``)."""
     from ..catalog import load_catalog
     from ..deployment import load_deployment
     from ..registry import resolve
     from .branches import is_origin
 
+    s, ctx, run, resume_key = launch.session, launch.ctx, launch.run, launch.resume_key
     plan = run.resolved
     dep = load_deployment(ctx.settings.resolved_deployment_file())
     entry = load_catalog(dep).get(run.base_model)
@@ -146,20 +127,13 @@ def build_spec(
     )
     engine = engine_settings(plan, targets)
     engine["device"] = "cuda" if run.device_kind == "cuda" else "cpu"
-    return JobSpec(
-        run_id=run.id,
-        attempt=number,
-        callback_url=ctx.base_url or "http://127.0.0.1:9001",
-        token=token,
-        blobs_url=ctx.settings.blobs_url or "",
-        model_dir=str(model_dir),
+    return launch.spec(
         dataset=ds,
         validation_dataset=val,
         engine=engine,
         loss=_get(plan, "config.loss", {}) or {},
         max_seq_length=int(_get(plan, "config.maxSeqLength", 2048)),
         on_too_long=_get(plan, "config.data.onTooLong", "drop"),
-        state_prefix=f"runs/{run.id}/saves",
         resume_step=run.resume_step if resume_key else None,
         resume_state_key=resume_key,
         branch_origin=bool(resume_key) and is_origin(run, run.resume_step),
@@ -167,5 +141,4 @@ def build_spec(
         if plan.get("warmStartModelId")
         else None,
         device=engine["device"],
-        extra={"work_dir": str(work / "scratch")},
     )

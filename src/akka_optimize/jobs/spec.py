@@ -35,6 +35,9 @@ class JobSpec:
         warm_start: registry record (``ref``, ``digest``, ``files``) of the adapter the
             run's weights start from (``warmStartModelId``), or None.
         device: ``cpu`` or ``cuda``.
+        kind / worker: the job kind (the run's ``method``) and the ``"module:function"`` the
+            worker process runs for it (:mod:`akka_optimize.jobs.kinds`).
+        extra: what a kind needs beyond these fields; ``work_dir`` is the attempt's scratch.
     """
 
     run_id: str
@@ -55,6 +58,8 @@ class JobSpec:
     branch_origin: bool = False
     warm_start: dict[str, Any] | None = None
     device: str = "cpu"
+    kind: str = "sft"
+    worker: str = "akka_optimize.jobs.training:train"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def write(self, path: Path) -> Path:

@@ -30,7 +30,8 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run
 from ..errors import AkkaError, InvalidRequest
 from .branches import parse_snapshot
-from .mapping import _get
+from .fields import setting as _get
+from .supervised import start_run
 
 MAX_POINTS = 64
 """Most branches one sweep submits."""
@@ -145,8 +146,6 @@ def submit_sweep(
         InvalidRequest: a bad grid, or a point whose plan is refused (the sentence names
             the point); nothing is created.
     """
-    from .service import start_run
-
     points = grid_points(grid)
     resolved = []
     for i, plan in enumerate(branch_plans(source, snapshot, steps, points, dataset), start=1):

@@ -1,6 +1,7 @@
 """What a worker does for a supervised run: prepare rows, train, upload saves.
 
-Kept apart from :mod:`worker` (process plumbing) so it reads top to bottom:
+The ``sft`` kind's worker function (:mod:`akka_optimize.jobs.supervised`), kept apart
+from :mod:`akka_optimize.jobs.worker` (process plumbing) so it reads top to bottom:
 settings → rows → examples → engine → saves → result.
 """
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import BlobStore
+from .blobs import download_prefix, upload_dir
 from .spec import JobSpec
 
 
@@ -39,15 +41,24 @@ def _load_rows(store: BlobStore, record: dict[str, Any]) -> list[dict[str, Any]]
     return load_dataset_rows(store, _version("dataset", record))
 
 
-def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
-    """Train one attempt; returns the final event (``completed``, ``paused`` or ``cancelled``)."""
+def first_system_message(rows: list[dict[str, Any]]) -> str | None:
+    """The model's training instructions: the first system message of its training data."""
+    for row in rows:
+        for m in row.get("messages") or []:
+            if isinstance(m, dict) and m.get("role") == "system":
+                c = m.get("content")
+                if isinstance(c, list):
+                    c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+                return c if isinstance(c, str) and c else None
+    return None
+
+
+def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, Any]:
+    """Rows, tokenized training set and validation set (or None), with their phase events."""
     from transformers import AutoTokenizer
 
     from ..data.masks import prepare_examples
     from ..data.policy import LossPolicy
-    from ..engine.config import EngineConfig
-    from ..engine.sft import run_sft, state_path
-    from .worker import download_prefix, first_system_message, upload_dir
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
     rows = _load_rows(store, spec.dataset)
@@ -75,9 +86,16 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
             "validation": val_set.report if val_set else None,
         }
     )
+    return rows, train_set, val_set
 
-    cfg = EngineConfig(**spec.engine)
-    state_dir = work / "state"
+
+def _starting_state(
+    spec: JobSpec, store: BlobStore, work: Path, state_dir: Path
+) -> tuple[int | None, Path | None]:
+    """The step a resumed attempt starts from (its state downloaded into ``state_dir``) and
+    the warm-start adapter folder of a fresh one; each None when it does not apply."""
+    from ..engine.sft import state_path
+
     resume_step = None
     if spec.resume_state_key:
         if state_dir.exists():
@@ -93,7 +111,12 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         warm_dir = download_model_files(
             store, _version("model", spec.warm_start), work / "warm-start"
         )
-    speed = {"tokens": 0, "seconds": 0.0}
+    return resume_step, warm_dir
+
+
+def _uploading(spec: JobSpec, store: BlobStore, events: Any, speed: dict[str, float]) -> Any:
+    """The engine's event callback: uploads each save to the store (the event then names
+    blob keys, not local folders), sums tokens and step time into ``speed``, and sends."""
 
     def emit(event: dict[str, Any]) -> None:
         if event.get("type") == "metrics":
@@ -115,6 +138,19 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
             )
         events.send(event)
 
+    return emit
+
+
+def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
+    """Train one attempt; returns the final event (``completed``, ``paused`` or ``cancelled``)."""
+    from ..engine.config import EngineConfig
+    from ..engine.sft import run_sft
+
+    rows, train_set, val_set = _prepare(spec, store, events)
+    cfg = EngineConfig(**spec.engine)
+    state_dir = work / "state"
+    resume_step, warm_dir = _starting_state(spec, store, work, state_dir)
+    speed = {"tokens": 0, "seconds": 0.0}
     events.send({"type": "phase", "phase": "RUNNING", "detail": "training"})
     result = run_sft(
         cfg,
@@ -122,7 +158,7 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         train_set.examples,
         val_set.examples if val_set else None,
         state_dir,
-        emit,
+        _uploading(spec, store, events, speed),
         resume_step=resume_step,
         branch=spec.branch_origin,
         init_adapter=warm_dir,

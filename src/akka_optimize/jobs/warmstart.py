@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from ..errors import InvalidRequest
 from ..refs import parse_ref
 from ..store import content_key
-from .mapping import _get
+from .fields import setting as _get
 
 
 def warm_start_source(session: Session, store: Any, plan: dict[str, Any]) -> Any | None:

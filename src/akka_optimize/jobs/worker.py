@@ -1,8 +1,9 @@
 """The worker: one attempt of one run, in its own process.
 
-``python -m akka_optimize.jobs.worker SPEC.json`` reads the job spec, prepares
-the rows (PREPARING), trains with the engine (RUNNING), uploads each save to the
-blob store and streams every event to the service. Event delivery retries for
+``python -m akka_optimize.jobs.worker SPEC.json`` reads the job spec and calls the
+function its kind declared (``spec.worker``; for a supervised run
+:func:`akka_optimize.jobs.training.train`, which prepares the rows, trains with the engine
+and uploads each save), streaming every event to the service. Event delivery retries for
 up to 15 minutes, so the worker survives a service restart (seeds/001 "Other
 changes"). The service's answer to each event may ask the worker to pause or
 cancel; the worker then saves and stops at the next update boundary.
@@ -10,11 +11,13 @@ cancel; the worker then saves and stops at the next update boundary.
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,37 +61,6 @@ class EventClient:
             delay = min(delay * 2, 10.0)
 
 
-def upload_dir(store: BlobStore, local: Path, prefix: str) -> int:
-    """Copy every file under ``local`` to ``prefix`` in the store; returns bytes written."""
-    total = 0
-    for p in sorted(local.rglob("*")):
-        if p.is_file():
-            store.put_file(f"{prefix}/{p.relative_to(local).as_posix()}", p)
-            total += p.stat().st_size
-    return total
-
-
-def download_prefix(store: BlobStore, prefix: str, dest: Path) -> Path:
-    """Materialise every blob under ``prefix`` into ``dest``."""
-    for key in store.list(prefix):
-        out = dest / key[len(prefix) :].lstrip("/")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        store.get_file(key, out)
-    return dest
-
-
-def first_system_message(rows: list[dict[str, Any]]) -> str | None:
-    """The model's training instructions: the first system message of its training data."""
-    for row in rows:
-        for m in row.get("messages") or []:
-            if isinstance(m, dict) and m.get("role") == "system":
-                c = m.get("content")
-                if isinstance(c, list):
-                    c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
-                return c if isinstance(c, str) and c else None
-    return None
-
-
 def failure_sentence(exc: BaseException) -> str:
     """One sentence a user can act on (seeds/000 "Failure reporting")."""
     if isinstance(exc, AkkaError):
@@ -101,6 +73,20 @@ def failure_sentence(exc: BaseException) -> str:
     return f"The worker failed: {type(exc).__name__}: {exc}"
 
 
+def entry_point(name: str) -> Callable[[JobSpec, BlobStore, EventClient, Path], dict[str, Any]]:
+    """The function a spec's ``worker`` names (``"module:function"``, declared by the job's
+    kind in :mod:`akka_optimize.jobs.kinds`); the worker knows no kind of job itself.
+
+    Raises:
+        ValueError: ``name`` is not ``module:function`` or names nothing callable.
+    """
+    module, _, function = name.partition(":")
+    target = getattr(importlib.import_module(module), function, None) if function else None
+    if not callable(target):
+        raise ValueError(f"The job spec's worker {name!r} names no function (module:function).")
+    return target
+
+
 def run(spec: JobSpec) -> int:
     """Run one attempt; returns the process exit code."""
     events = EventClient(spec)
@@ -108,9 +94,7 @@ def run(spec: JobSpec) -> int:
     work = Path(spec.extra.get("work_dir") or f"/tmp/akka-worker-{spec.run_id}-{spec.attempt}")
     work.mkdir(parents=True, exist_ok=True)
     try:
-        from . import training
-
-        outcome = training.train(spec, store, events, work)
+        outcome = entry_point(spec.worker)(spec, store, events, work)
     except BaseException as exc:  # every failure ends as an event with a sentence
         detail = traceback.format_exc()
         print(detail, file=sys.stderr, flush=True)

@@ -10,17 +10,28 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Query
 
 from ...errors import InvalidRequest, NotFound
-from ...jobs import branches, compare, sweeps
-from ...jobs import service as jobs
+from ...jobs import (
+    branches,
+    compare,
+    control,
+    events,
+    records,
+    recovery,
+    scheduler,
+    supervised,  # noqa: F401 (registers the supervised "sft" job kind)
+    sweeps,
+    views,
+)
 from ..deps import CtxDep, PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/training")
 
 
 def on_startup(ctx: Any) -> None:
-    """Recover runs of an earlier service process and start the scheduler."""
-    jobs.recover(ctx)
-    sched = jobs.Scheduler(ctx)
+    """Recover runs of an earlier service process and start the scheduler (the job kinds it
+    schedules, :data:`supervised.SUPERVISED` first, are registered by their imports above)."""
+    recovery.recover(ctx)
+    sched = scheduler.Scheduler(ctx)
     ctx.extras["scheduler"] = sched
     sched.start()
 
@@ -38,26 +49,26 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """Newest runs first."""
-    return {"runs": jobs.list_runs(session, project, limit)}
+    return {"runs": views.list_runs(session, project, limit)}
 
 
 @router.get("/runs/{run_id}")
 def get_run(run_id: str, session: SessionDep, settings: bool = False) -> dict[str, Any]:
     """A run's state, results and cost; ``settings=true`` adds its frozen settings."""
-    return jobs.run_view(session, jobs.get_run(session, run_id), settings=settings)
+    return views.run_view(session, records.get_run(session, run_id), settings=settings)
 
 
 @router.get("/runs/{run_id}/metrics")
 def run_metrics(run_id: str, session: SessionDep) -> dict[str, Any]:
     """Per-update metrics and validation measurements."""
-    return jobs.metrics(session, jobs.get_run(session, run_id))
+    return views.metrics(session, records.get_run(session, run_id))
 
 
 @router.get("/runs/{run_id}/snapshots")
 def run_snapshots(run_id: str, session: SessionDep) -> dict[str, Any]:
     """The run's saves with their sizes."""
-    run = jobs.get_run(session, run_id)
-    return {"run": run.id, "snapshots": jobs.snapshots(session, run)}
+    run = records.get_run(session, run_id)
+    return {"run": run.id, "snapshots": views.snapshots(session, run)}
 
 
 @router.get("/runs/{run_id}/compare")
@@ -76,8 +87,8 @@ def compare_runs(
     """The run's training loss against a baseline run of the same configuration."""
     return compare.compare_runs(
         session,
-        jobs.get_run(session, run_id),
-        jobs.get_run(session, baseline),
+        records.get_run(session, run_id),
+        records.get_run(session, baseline),
         window=window,
         margin=margin,
         spike_factor=spikeFactor,
@@ -113,7 +124,7 @@ def sweep_run(
     return sweeps.submit_sweep(
         ctx,
         session,
-        jobs.get_run(session, run_id),
+        records.get_run(session, run_id),
         snapshot=str(body["snapshot"]),
         steps=body["steps"],
         grid=body["grid"],
@@ -126,22 +137,22 @@ def sweep_run(
 @router.get("/runs/{run_id}/tree")
 def run_tree(run_id: str, session: SessionDep) -> dict[str, Any]:
     """Every generation of branches below the run."""
-    return branches.tree(session, jobs.get_run(session, run_id))
+    return branches.tree(session, records.get_run(session, run_id))
 
 
 @router.get("/runs/{run_id}/ancestry")
 def run_ancestry(run_id: str, session: SessionDep) -> dict[str, Any]:
     """The run, then each run it branched from, back to the lineage's root."""
-    lineage = branches.ancestry(session, jobs.get_run(session, run_id))
+    lineage = branches.ancestry(session, records.get_run(session, run_id))
     return {"run": lineage[0]["run"], "root": lineage[-1]["run"], "ancestry": lineage}
 
 
 @router.get("/runs/{run_id}/snapshots/{name}")
 def get_snapshot(run_id: str, name: str, session: SessionDep) -> dict[str, Any]:
     """One save, named ``step-N`` or ``N``."""
-    run = jobs.get_run(session, run_id)
+    run = records.get_run(session, run_id)
     step = name.removeprefix("step-")
-    snaps = jobs.snapshots(session, run)
+    snaps = views.snapshots(session, run)
     for snap in snaps:
         if str(snap["step"]) == step:
             return snap
@@ -154,7 +165,7 @@ def get_snapshot(run_id: str, name: str, session: SessionDep) -> dict[str, Any]:
 @router.get("/runs/{run_id}/failure")
 def run_failure(run_id: str, session: SessionDep) -> dict[str, Any]:
     """Why a run failed: one sentence; the worker's output stays with operators."""
-    run = jobs.get_run(session, run_id)
+    run = records.get_run(session, run_id)
     return {
         "run": run.id,
         "state": run.state,
@@ -165,12 +176,12 @@ def run_failure(run_id: str, session: SessionDep) -> dict[str, Any]:
 
 @router.post("/runs/{run_id}/cancel")
 def cancel_run(run_id: str, ctx: CtxDep, session: SessionDep) -> dict[str, Any]:
-    return jobs.request_control(ctx, session, jobs.get_run(session, run_id), "cancel")
+    return control.request_control(ctx, session, records.get_run(session, run_id), "cancel")
 
 
 @router.post("/runs/{run_id}/pause")
 def pause_run(run_id: str, ctx: CtxDep, session: SessionDep) -> dict[str, Any]:
-    return jobs.request_control(ctx, session, jobs.get_run(session, run_id), "pause")
+    return control.request_control(ctx, session, records.get_run(session, run_id), "pause")
 
 
 @router.post("/runs/{run_id}/resume")
@@ -182,8 +193,8 @@ def resume_run(
 ) -> dict[str, Any]:
     """Resume a paused or failed run from its newest kept save or ``{"step": N}``."""
     step = (body or {}).get("step")
-    return jobs.resume(
-        ctx, session, jobs.get_run(session, run_id), int(step) if step is not None else None
+    return control.resume(
+        ctx, session, records.get_run(session, run_id), int(step) if step is not None else None
     )
 
 
@@ -198,6 +209,6 @@ def worker_event(
 ) -> dict[str, Any]:
     """A worker's event (token of that attempt only)."""
     token = (authorization or "")[7:].strip()
-    att = jobs.authorize_attempt(session, run_id, number, token)
-    run = jobs.get_run(session, run_id)
-    return jobs.handle_event(ctx, session, run, att, event)
+    att = events.authorize_attempt(session, run_id, number, token)
+    run = records.get_run(session, run_id)
+    return events.handle_event(ctx, session, run, att, event)

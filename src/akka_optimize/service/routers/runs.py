@@ -3,7 +3,7 @@
 ``POST /v1/training/runs`` takes a run descriptor. With ``?dryRun=true`` it answers the
 dry-run report (resolved settings per group with stated values marked, the
 configuration hash, pinned references, dataset findings) and creates nothing; without
-it the plan is resolved and handed to :func:`akka_optimize.jobs.service.start_run`.
+it the plan is resolved and handed to :func:`akka_optimize.jobs.supervised.start_run`.
 A refused plan is 400 with ``error.field`` the first refusal's full path and
 ``error.details`` every refusal ``{field, message, value, limit}`` (seeds/000 "Training
 parameters"; DESIGN.md "Errors are sentences").
@@ -67,7 +67,7 @@ async def start_run_route(
             if dryRun:
                 return dry_run(ctx, session, raw)
             resolved = resolve_run_plan(ctx, session, raw)
-            from ...jobs.service import start_run
+            from ...jobs.supervised import start_run
 
             return start_run(ctx, session, resolved, principal)
 

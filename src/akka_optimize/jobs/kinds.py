@@ -1,0 +1,170 @@
+"""Kinds of job: how one plugs into the scheduler, the worker and the event intake.
+
+Every job is a run record (:class:`akka_optimize.db.models.jobs.Run`) whose ``method`` names
+its kind. The machinery is the same for every kind (DESIGN.md "Where a run executes"): the
+scheduler (:mod:`akka_optimize.jobs.scheduler`) admits a queued run when its device and base
+model are ready, asks the run's kind for the attempt's :class:`~akka_optimize.jobs.spec.JobSpec`,
+and launches ``python -m akka_optimize.jobs.worker SPEC.json`` through an executor; the worker
+(:mod:`akka_optimize.jobs.worker`) calls the function the spec names and streams its events
+back; the event intake (:mod:`akka_optimize.jobs.events`) applies the events every kind shares
+(``phase``, ``data``, ``metrics``, ``validation``, ``failed``, ``paused``, ``cancelled``) and
+hands any other event type to the kind's handler. Dead workers, control requests (pause,
+cancel, resume) and recovery after a service restart work alike for every kind.
+
+A kind declares three things in a :class:`JobKind` and registers it, in its own module,
+without editing the scheduler or the intake:
+
+- ``build_spec``: the attempt's spec from a :class:`Launch` (the run, attempt number, worker
+  token, base-model folder, state to resume, work folder); :meth:`Launch.spec` fills the
+  fields every kind shares, so a kind passes only its own.
+- ``worker``: ``"module:function"``, the function the worker process calls as
+  ``function(spec, store, events, work) -> final event``; ``events.send(event)`` streams
+  events, ``events.control`` is ``"pause"`` or ``"cancel"`` when the service asks to stop.
+  The function returns ``{"type": "completed", "result": {...}}``, ``{"type": "paused"}`` or
+  ``{"type": "cancelled"}``; an exception becomes a ``failed`` event with a sentence.
+- ``events``: ``{event type: handler}`` for the event types only this kind sends, each called
+  as ``handler(ctx, session, run, attempt, event)``. ``completed`` is usually one of them:
+  it decides what the run's result is and ends the attempt with
+  :func:`akka_optimize.jobs.records.end_attempt`.
+
+Supervised runs (``method: sft``, :mod:`akka_optimize.jobs.supervised`) are the first kind.
+An evaluation job would look like this (a sketch; ``evals`` is its own module)::
+
+    from akka_optimize.jobs import states as S
+    from akka_optimize.jobs.kinds import JobKind, Launch, register_kind
+    from akka_optimize.jobs.records import end_attempt
+
+    def eval_spec(launch: Launch) -> JobSpec:
+        plan = launch.run.resolved
+        return launch.spec(dataset=resolve_dataset(launch, plan), extra={"metric": "accuracy"})
+
+    def scored(ctx, session, run, att, event):  # the worker's final event
+        run.results = {**(run.results or {}), **event["result"]}
+        end_attempt(run, att, S.SUCCEEDED)
+
+    EVALUATION = register_kind(
+        JobKind(
+            name="eval",
+            worker="akka_optimize.evals.worker:evaluate",  # evaluate(spec, store, events, work)
+            build_spec=eval_spec,
+            events={"completed": scored},
+        )
+    )
+
+The module that registers a kind is imported by the service's wiring
+(:mod:`akka_optimize.service.routers.run_records`), which is what makes the kind known to
+the scheduler; a run whose kind is not registered fails with a sentence naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from ..db.models.jobs import Run, RunAttempt
+from ..errors import InvalidRequest
+from .spec import JobSpec
+
+EventHandler = Callable[[Any, Session, Run, RunAttempt, dict[str, Any]], None]
+"""``handler(ctx, session, run, attempt, event)``: applies one event of a kind's own type."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the scheduler knows when it starts attempt ``attempt`` of ``run``.
+
+    Attributes:
+        session / ctx: the database session and the service context (settings, store).
+        run: the run record; ``run.resolved`` holds its resolved plan.
+        attempt: the attempt's number (1-based).
+        token: the worker's bearer token for its events (stored hashed).
+        model_dir: local folder of the run's base model (the shared model cache).
+        resume_key: blob key of the saved state the attempt resumes from, or None.
+        work: the attempt's folder (its spec and log are written there).
+    """
+
+    session: Session
+    ctx: Any
+    run: Run
+    attempt: int
+    token: str
+    model_dir: Path
+    resume_key: str | None
+    work: Path
+
+    def spec(self, **fields: Any) -> JobSpec:
+        """A :class:`JobSpec` with the fields every kind shares filled in, plus ``fields``.
+
+        ``extra`` given in ``fields`` is merged with the attempt's ``work_dir``.
+        """
+        extra = {"work_dir": str(self.work / "scratch"), **fields.pop("extra", {})}
+        common: dict[str, Any] = {
+            "run_id": self.run.id,
+            "attempt": self.attempt,
+            "callback_url": self.ctx.base_url or "http://127.0.0.1:9001",
+            "token": self.token,
+            "blobs_url": self.ctx.settings.blobs_url or "",
+            "model_dir": str(self.model_dir),
+            "state_prefix": f"runs/{self.run.id}/saves",
+            "device": "cuda" if self.run.device_kind == "cuda" else "cpu",
+        }
+        return JobSpec(**{**common, **fields, "extra": extra})
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """One kind of job, as the scheduler, the worker and the event intake see it.
+
+    Attributes:
+        name: the run's ``method`` this kind runs (``sft``).
+        worker: ``"module:function"`` the worker process calls as
+            ``function(spec, store, events, work)``; it returns the final event.
+        build_spec: the attempt's job spec from a :class:`Launch`.
+        events: handlers of the event types only this kind sends, by type.
+    """
+
+    name: str
+    worker: str
+    build_spec: Callable[[Launch], JobSpec]
+    events: Mapping[str, EventHandler] = field(default_factory=dict)
+
+
+_KINDS: dict[str, JobKind] = {}
+
+
+def register_kind(kind: JobKind) -> JobKind:
+    """Make ``kind`` known to the scheduler and the event intake; returns it.
+
+    Registering a kind again under the same name replaces it (a module imported twice).
+    """
+    if ":" not in kind.worker:
+        raise ValueError(f"JobKind {kind.name!r}: worker {kind.worker!r} is not 'module:function'")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def registered_kinds() -> list[str]:
+    """Names of the registered kinds, sorted."""
+    return sorted(_KINDS)
+
+
+def job_kind(name: str) -> JobKind:
+    """The registered kind ``name``.
+
+    Raises:
+        InvalidRequest: no kind of that name is registered (``config.method``).
+    """
+    kind = _KINDS.get(name)
+    if kind is None:
+        known = ", ".join(registered_kinds()) or "none"
+        raise InvalidRequest(
+            f"config.method {name!r}: no job kind of that name is registered (registered: "
+            f"{known}).",
+            field="config.method",
+            code="method_not_available",
+        )
+    return kind

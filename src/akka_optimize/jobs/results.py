@@ -1,0 +1,148 @@
+"""Registration of a run's result: its adapter becomes a version of the run's model.
+
+The adapter a worker uploaded is materialised from the blob store, made self-describing
+(:func:`describe_adapter`) and registered (:func:`akka_optimize.registry.register_adapter`).
+:func:`complete` applies a supervised run's ``completed`` event: it registers the newest
+saved adapter, or fails the run with a sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..db.models.jobs import Run, RunAttempt, Snapshot
+from . import states as S
+from .blobs import download_prefix
+from .records import end_attempt
+
+log = logging.getLogger("akka_optimize.jobs")
+
+PROVENANCE_FILE = "akka-optimize.json"
+"""Written into every adapter a run registers: the run, base model, data and step."""
+
+
+def materialize_adapter(store: Any, key: str) -> Path:
+    """Download an adapter saved under ``key`` into a temporary folder (caller removes it)."""
+    tmp = Path(tempfile.mkdtemp(prefix="akka-adapter-"))
+    try:
+        return download_prefix(store, key, tmp)
+    except Exception:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def describe_adapter(adapter_dir: Path, run: Run, snap: Snapshot) -> None:
+    """Make a run's adapter folder self-describing and independent of worker paths.
+
+    PEFT records the folder the base model was loaded from (a worker's local path) as
+    ``base_model_name_or_path`` and writes ``target_modules`` in set order (which
+    changes with each process's hash seed); they become the run's base-model reference
+    and a sorted list, so two runs that train the same weights store byte-identical
+    ``adapter_config.json`` and ``adapter_model.safetensors``. :data:`PROVENANCE_FILE` names
+    the run, so each run still registers its own version (a version's digest covers all
+    its files).
+    """
+    cfg_path = adapter_dir / "adapter_config.json"
+    if cfg_path.exists():
+        cfg = json.loads(cfg_path.read_text())
+        cfg["base_model_name_or_path"] = run.base_model
+        if isinstance(cfg.get("target_modules"), list):
+            cfg["target_modules"] = sorted(cfg["target_modules"])
+        cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    provenance = {
+        "run": run.id,
+        "baseModel": run.base_model,
+        "dataset": run.dataset,
+        "validationDataset": run.validation_dataset,
+        "configHash": run.config_hash,
+        "step": snap.step,
+        "epoch": snap.epoch,
+    }
+    (adapter_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
+
+
+def register(ctx: Any, s: Session, run: Run, snap: Snapshot, extra: dict[str, Any]) -> str:
+    """Register the adapter of ``snap`` as a version of the run's model; returns its pinned ref."""
+    from ..registry import register_adapter
+
+    adapter_dir = materialize_adapter(ctx.store, snap.adapter_key)
+    try:
+        describe_adapter(adapter_dir, run, snap)
+        rv = register_adapter(
+            s,
+            ctx.store,
+            run.project,
+            run.model_name,
+            adapter_dir,
+            base_model=run.base_model,
+            run_id=run.id,
+            metadata=_metadata(run, extra),
+            parent_model=(run.resolved or {}).get("warmStartModelId"),
+        )
+    finally:
+        shutil.rmtree(adapter_dir, ignore_errors=True)
+    snap.model_version = rv.pinned
+    return rv.pinned
+
+
+def _metadata(run: Run, extra: dict[str, Any]) -> dict[str, Any]:
+    hp = ((run.resolved or {}).get("config") or {}).get("hyperparams") or {}
+    meta = {
+        "run": run.id,
+        "configHash": run.config_hash,
+        "dataset": run.dataset,
+        "validationDataset": run.validation_dataset,
+        "method": run.method,
+        "rank": (hp.get("lora") or {}).get("rank"),
+        **extra,
+    }
+    meta.update(
+        {
+            k: v
+            for k, v in (run.results or {}).items()
+            if k in ("instructions", "adaptedModules", "finalLoss", "meanLoss")
+        }
+    )
+    return meta
+
+
+def complete(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+    """Apply a ``completed`` event: record the result and register the newest saved adapter
+    (unless a save already registered it); a run without one, or one the registry refuses,
+    ends ``FAILED`` with a sentence."""
+    run.results = {**(run.results or {}), **(ev.get("result") or {})}
+    last = s.scalar(
+        select(Snapshot)
+        .where(Snapshot.run_id == run.id, Snapshot.adapter_key.is_not(None))
+        .order_by(Snapshot.step.desc())
+    )
+    if last is None:
+        end_attempt(
+            run,
+            att,
+            S.FAILED,
+            "The run finished without saving an adapter, so no model could be registered.",
+        )
+        return
+    try:
+        run.registered_model = last.model_version or register(
+            ctx, s, run, last, {"step": last.step, "final": True}
+        )
+    except Exception as exc:  # a refusal by the registry is the run's failure sentence
+        log.exception("registering the model of run %s failed", run.id)
+        end_attempt(
+            run,
+            att,
+            S.FAILED,
+            getattr(exc, "message", None) or f"Registering the model failed: {exc}",
+        )
+        return
+    end_attempt(run, att, S.SUCCEEDED)

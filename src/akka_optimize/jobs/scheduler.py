@@ -1,0 +1,156 @@
+"""The scheduler: admission, the queue and devices; it launches one worker per attempt.
+
+One thread looks at the queue each second, or at once after :func:`wake`. A queued run starts
+when no active run holds its device kind and its base model is in the cache; its kind
+(:mod:`akka_optimize.jobs.kinds`) writes the attempt's spec, and an executor
+(:mod:`akka_optimize.jobs.executor`) starts the worker. The scheduler knows no kind: a new
+kind of job registers itself and is scheduled the same way. Workers that died without a
+final event are reaped on each pass (:mod:`akka_optimize.jobs.recovery`).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from ..db.base import utcnow
+from ..db.models.auth import ApiToken
+from ..db.models.jobs import Run, RunAttempt, Snapshot
+from ..errors import AkkaError, Conflict
+from ..service.auth import hash_token
+from . import states as S
+from .executor import Executor, LocalExecutor
+from .kinds import Launch, job_kind
+from .records import finish
+from .recovery import reap_dead_workers
+
+log = logging.getLogger("akka_optimize.jobs")
+
+_WAKE = threading.Event()
+
+
+def wake(_ctx: Any = None) -> None:
+    """Ask the scheduler to look at the queue now."""
+    _WAKE.set()
+
+
+class Scheduler:
+    """Starts queued runs when their device and base model are ready; notices dead workers."""
+
+    def __init__(self, ctx: Any, executor: Executor | None = None) -> None:
+        self.ctx = ctx
+        self.executor = executor or LocalExecutor()
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
+
+    def start(self) -> None:
+        """Start the scheduler's thread."""
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread after its current pass (waits up to 5 seconds)."""
+        self.stop_event.set()
+        _WAKE.set()
+        self.thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("scheduler tick failed")
+            _WAKE.wait(1.0)
+            _WAKE.clear()
+
+    def tick(self) -> None:
+        """One pass: reap dead workers, then start what can start."""
+        with self.ctx.db.session() as s:
+            reap_dead_workers(s, self.executor)
+        self.executor.collect()
+        with self.ctx.db.session() as s:
+            self._schedule(s)
+
+    def _holders(self, s: Session, device: str) -> list[Run]:
+        return list(
+            s.scalars(select(Run).where(Run.state.in_(S.ACTIVE), Run.device_kind == device))
+        )
+
+    def _schedule(self, s: Session) -> None:
+        queued = s.scalars(select(Run).where(Run.state == S.QUEUED).order_by(Run.created_at)).all()
+        for run in queued:
+            holders = self._holders(s, run.device_kind)
+            if holders:
+                run.queue_reason = (
+                    f"waiting for the {run.device_kind} device held by run {holders[0].id}"
+                )
+                continue
+            try:
+                model_dir = self._model_dir(s, run)
+            except Conflict as exc:
+                if getattr(exc, "code", "") == "base_model_failed":
+                    finish(run, S.FAILED, exc.message)
+                else:
+                    run.queue_reason = exc.message
+                continue
+            except Exception as exc:
+                finish(run, S.FAILED, getattr(exc, "message", str(exc)))
+                continue
+            self._launch(s, run, model_dir)
+
+    def _model_dir(self, s: Session, run: Run) -> Path:
+        from ..catalog.cache import ready_model_dir
+
+        path, _entry = ready_model_dir(s, self.ctx.settings, run.base_model)
+        return Path(path)
+
+    def _launch(self, s: Session, run: Run, model_dir: Path) -> None:
+        try:
+            kind = job_kind(run.method)
+        except AkkaError as exc:
+            finish(run, S.FAILED, exc.message)
+            return
+        number = (
+            s.scalar(select(func.max(RunAttempt.number)).where(RunAttempt.run_id == run.id)) or 0
+        ) + 1
+        token = "ak_w_" + secrets.token_urlsafe(24)
+        s.add(
+            ApiToken(
+                id=uuid.uuid4().hex, token_sha256=hash_token(token), project=f"worker:{run.id}"
+            )
+        )
+        resume_key = None
+        if run.resume_step is not None:
+            snap = s.scalar(
+                select(Snapshot).where(Snapshot.run_id == run.id, Snapshot.step == run.resume_step)
+            )
+            resume_key = snap.state_key if snap else None
+        work = self.ctx.settings.runs_dir / run.id / f"attempt-{number}"
+        launch = Launch(s, self.ctx, run, number, token, model_dir, resume_key, work)
+        spec = kind.build_spec(launch)
+        spec.kind, spec.worker = kind.name, kind.worker
+        spec_path = spec.write(work / "spec.json")
+        log_path = work / "worker.log"
+        att = RunAttempt(
+            run_id=run.id,
+            number=number,
+            state=S.RUNNING,
+            executor=self.executor.name,
+            device=run.device_kind,
+            resume_step=run.resume_step,
+            token_sha256=hash_token(token),
+            log_path=str(log_path),
+        )
+        s.add(att)
+        run.state = S.PREPARING
+        run.queue_reason = None
+        run.phase_detail = "starting the worker"
+        run.started_at = run.started_at or utcnow()
+        s.flush()
+        att.pid = self.executor.launch(spec_path, log_path, run.device_kind)

@@ -1,0 +1,131 @@
+"""What the API shows of a run: its view, lists, metrics and snapshots (seeds/001)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..db.base import utcnow
+from ..db.models.jobs import Run, RunMetric, Snapshot
+from . import states as S
+
+
+def _iso(t: dt.datetime | None) -> str | None:
+    return t.isoformat() if t else None
+
+
+def run_view(session: Session, run: Run, *, settings: bool = False) -> dict[str, Any]:
+    """A run in three parts: state, results and cost (seeds/001); settings on request."""
+    end = run.finished_at or utcnow()
+    start = run.started_at
+    if start is not None and start.tzinfo is None:
+        start = start.replace(tzinfo=dt.UTC)
+    if end.tzinfo is None:
+        end = end.replace(tzinfo=dt.UTC)
+    wall = (end - start).total_seconds() if start else 0.0
+    res = dict(run.results or {})
+    view: dict[str, Any] = {
+        "id": run.id,
+        "project": run.project,
+        "method": run.method,
+        "baseModel": run.base_model,
+        "dataset": run.dataset,
+        "validationDataset": run.validation_dataset,
+        "modelName": run.model_name,
+        "configHash": run.config_hash,
+        "state": run.state,
+        "phase": run.phase_detail,
+        "queueReason": run.queue_reason if run.state == S.QUEUED else None,
+        "failure": run.failure_reason,
+        "createdAt": _iso(run.created_at),
+        "startedAt": _iso(run.started_at),
+        "finishedAt": _iso(run.finished_at),
+        "branchFrom": res.get("branchFrom"),
+        "warmStartModelId": (run.resolved or {}).get("warmStartModelId"),
+        "results": _results(run, res),
+        "cost": {
+            "device": run.device_kind,
+            "gpus": run.gpus,
+            "wallSeconds": round(wall, 1),
+            "deviceSeconds": round(wall if run.device_kind == "cuda" else 0.0, 1),
+            "trainedTokens": res.get("totalTokens"),
+        },
+    }
+    if settings:
+        view["settings"] = run.resolved
+    return view
+
+
+def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "model": run.registered_model,
+        "step": run.current_step,
+        "totalSteps": run.total_steps,
+        "lastSavedStep": run.last_saved_step,
+        "finalLoss": res.get("finalLoss"),
+        "meanLoss": res.get("meanLoss"),
+        "validationLoss": res.get("validationLoss"),
+        "adaptedModules": res.get("adaptedModules"),
+        "tokensPerSecond": res.get("tokensPerSecond"),
+        "data": res.get("data"),
+        "epochModels": res.get("epochModels"),
+        "unrecordedSaves": res.get("unrecordedSaves"),
+    }
+
+
+def list_runs(session: Session, project: str | None = None, limit: int = 100) -> list[dict]:
+    """Newest runs first, optionally in one project."""
+    q = select(Run).order_by(Run.created_at.desc()).limit(limit)
+    if project:
+        q = q.where(Run.project == project)
+    return [run_view(session, r) for r in session.scalars(q)]
+
+
+def metrics(session: Session, run: Run) -> dict[str, Any]:
+    """Per-update metrics and validation records; a step retrained after a resume
+    shows its newest attempt's values."""
+    rows = session.scalars(
+        select(RunMetric)
+        .where(RunMetric.run_id == run.id)
+        .order_by(RunMetric.attempt, RunMetric.id)
+    ).all()
+    out: dict[str, dict[int, dict[str, Any]]] = {"metrics": {}, "validation": {}}
+    for m in rows:
+        out.setdefault(m.kind, {})[m.step] = {**m.values, "step": m.step, "attempt": m.attempt}
+    return {
+        "run": run.id,
+        "metrics": [out["metrics"][k] for k in sorted(out["metrics"])],
+        "validation": [out["validation"][k] for k in sorted(out["validation"])],
+        "finalLoss": (run.results or {}).get("finalLoss"),
+        "meanLoss": (run.results or {}).get("meanLoss"),
+    }
+
+
+def snapshots(session: Session, run: Run) -> list[dict[str, Any]]:
+    """Saves of a run, oldest first, with sizes, whether each is still resumable and
+    whether its adapter is still stored (``execution.keepAdapters``)."""
+    rows = session.scalars(
+        select(Snapshot).where(Snapshot.run_id == run.id).order_by(Snapshot.step)
+    ).all()
+    return [
+        {
+            "run": run.id,
+            "step": s.step,
+            "name": f"step-{s.step}",
+            "epoch": s.epoch,
+            "epochEnd": s.epoch_end,
+            "recoverable": s.recoverable,
+            "hasAdapter": s.adapter_key is not None,
+            "model": s.model_version,
+            "bytes": {
+                "state": s.state_bytes,
+                "adapter": s.adapter_bytes,
+                "total": s.state_bytes + s.adapter_bytes,
+            },
+            "createdAt": _iso(s.created_at),
+        }
+        for s in rows
+    ]
