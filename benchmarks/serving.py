@@ -1,7 +1,7 @@
 """Serving benchmark: tokens/s with an adapter against the base model on the same engine,
 and first-token latency (issue 8 "Checks": goal ≥ 0.9× the base model's tokens/s).
 
-Both sides run on one :class:`~akka_optimize.serving.engine.TransformersEngine` (the
+Both sides run on one :class:`~akka_optimize.serving.transformers_engine.TransformersEngine` (the
 engine of an endpoint worker) holding the tiny test model (quick) or SmolLM2-135M, with
 one random-init LoRA adapter (r=16 on the attention and MLP projections). Generation is
 greedy with the stop set cleared so every request generates exactly ``max_tokens``.
@@ -97,7 +97,7 @@ def _concurrent(engine: Any, prompt: list[int], tokens: int, users: int) -> tupl
 
 def run(quick: bool) -> list[dict[str, Any]]:
     """Median tokens/s and first-token latency, adapter vs base, on one engine."""
-    from akka_optimize.serving.engine import TransformersEngine
+    from akka_optimize.serving.transformers_engine import TransformersEngine
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from akka_optimize.serving.engine import SamplingParams, TransformersEngine
+from akka_optimize.serving.engine import SamplingParams
+from akka_optimize.serving.transformers_engine import TransformersEngine
 
 PROMPTS = [
     "Hi",

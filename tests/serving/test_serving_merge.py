@@ -12,7 +12,8 @@ from akka_optimize.serving.check import (
     shortfall,
     trainer_greedy,
 )
-from akka_optimize.serving.engine import SamplingParams, TransformersEngine
+from akka_optimize.serving.engine import SamplingParams
+from akka_optimize.serving.transformers_engine import TransformersEngine
 
 
 def _answers(engine: TransformersEngine, adapter: str | None) -> list[str]:

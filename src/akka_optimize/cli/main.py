@@ -19,11 +19,17 @@ from . import (
     projects,
     registry,
     run_commands,
+    run_lineage,
+    run_states,
     runs,
     server,
     training,
 )
 from .context import CliError, set_prog
+
+RUNS_COMMANDS = (runs, run_commands, run_lineage, run_states)
+"""The modules that add ``training runs`` commands to ``runs.app``; they are imported in this
+(alphabetical) order, which is the order ``training runs --help`` lists the commands."""
 
 app = typer.Typer(
     name="akka-optimize",
@@ -39,7 +45,7 @@ training_app.add_typer(projects.app, name="projects")
 training_app.add_typer(base_models.app, name="base-models")
 training_app.add_typer(endpoints.app, name="endpoints")
 training_app.add_typer(data.app, name="data")
-training_app.add_typer(run_commands.snapshots_app, name="snapshots")
+training_app.add_typer(run_states.snapshots_app, name="snapshots")
 app.add_typer(training_app, name="training")
 app.add_typer(registry.app, name="registry")
 app.add_typer(server.app, name="server")

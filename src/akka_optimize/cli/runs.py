@@ -19,6 +19,7 @@ import yaml
 from .client import Client, with_prog
 from .context import CliError, prog
 from .output import check_format, console
+from .runs_follow import follow_run
 
 app = typer.Typer(
     help="Training runs: start from a plan, follow, inspect.\n\n"
@@ -171,9 +172,6 @@ def start(
             print_refusals(body.get("error", {}))
         raise typer.Exit(1)
     if wait and not dry_run:
-        from .client import Client
-        from .run_commands import follow_run
-
         body = follow_run(Client(), body["id"], output)
     if output == "json":
         sys.stdout.write(json.dumps(body, indent=2, default=str) + "\n")

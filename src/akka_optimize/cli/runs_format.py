@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .output import console, print_kv
+
 
 def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
     if isinstance(d, dict):
@@ -35,3 +37,70 @@ def settings_lines(settings: dict[str, Any]) -> list[str]:
         else:
             lines.append(f"{name}: {json.dumps(val)}")
     return lines
+
+
+def fmt(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def print_run(run: dict[str, Any], wide: bool) -> None:
+    """A run in three parts: state, results and cost (seeds/001)."""
+    r, c = run["results"], run["cost"]
+    console.print("[bold]State[/bold]")
+    print_kv(
+        [
+            ("Run", run["id"]),
+            ("Project", run["project"]),
+            ("State", run["state"]),
+            *[
+                (label, run.get(key))
+                for label, key in (
+                    ("Phase", "phase"),
+                    ("Queue reason", "queueReason"),
+                    ("Failure", "failure"),
+                )
+                if run.get(key)
+            ],
+            ("Base model", run["baseModel"]),
+            ("Dataset", run["dataset"]),
+            ("Validation dataset", run.get("validationDataset")),
+            (
+                "Branch from",
+                "{run} at {snapshot}".format(**run["branchFrom"])
+                if run.get("branchFrom")
+                else None,
+            ),
+            *([("Warm start", run["warmStartModelId"])] if run.get("warmStartModelId") else []),
+            ("Config hash", run["configHash"][:16] if run.get("configHash") else None),
+        ]
+    )
+    console.print("[bold]Results[/bold]")
+    print_kv(
+        [
+            ("Model", r.get("model")),
+            ("Step", f"{r.get('step')}/{r.get('totalSteps') or '?'}"),
+            ("Last saved step", r.get("lastSavedStep")),
+            ("Final loss", fmt(r.get("finalLoss"))),
+            ("Mean loss", fmt(r.get("meanLoss"))),
+            ("Validation loss", fmt(r.get("validationLoss"))),
+            ("Tokens/s", fmt(r.get("tokensPerSecond"))),
+            ("Adapted modules", ", ".join(r.get("adaptedModules") or []) or None),
+        ]
+    )
+    console.print("[bold]Cost[/bold]")
+    print_kv(
+        [
+            ("Device", c["device"]),
+            ("Wall time", f"{c['wallSeconds']}s"),
+            ("Device time", f"{c['deviceSeconds']}s"),
+            ("Trained tokens", c.get("trainedTokens")),
+        ]
+    )
+    if wide and run.get("settings"):
+        console.print("[bold]Settings[/bold] (* = stated by the plan)")
+        for line in run["settings"].get("settingsText") or settings_lines(run["settings"]):
+            console.print(line, highlight=False, markup=False)

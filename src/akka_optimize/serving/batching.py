@@ -16,7 +16,7 @@ import queue
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine_types import SamplingParams, StepEvent
+from .engine import SamplingParams, StepEvent
 
 
 @dataclass

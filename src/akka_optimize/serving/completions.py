@@ -12,7 +12,7 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -21,9 +21,7 @@ from .chat import render_prompt
 from .engine import SamplingParams, StepEvent
 from .parsers import StreamSplitter, parse_hermes, parsers_for
 from .schema import ChatRequest, OpenAIError, new_id, now, parse_chat_request
-
-if TYPE_CHECKING:
-    from .worker import WorkerState
+from .worker_state import WorkerState
 
 #: ``max_tokens`` when a request names none (capped by the context left).
 DEFAULT_MAX_TOKENS = 1024

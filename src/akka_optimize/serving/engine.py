@@ -1,33 +1,57 @@
-"""Serving engines behind one interface (issue 8 "Serving engines").
+"""The serving engine interface and its types (issue 8 "Serving engines").
 
 An engine holds one resident base model and any number of LoRA adapters of it,
-and generates for one request at a time with the base model or a named adapter:
+and generates for one request at a time with the base model or a named adapter
+(:class:`ServingEngine`). The engines live beside this module and import only it:
 
-- :class:`TransformersEngine` (default, CPU and GPU): PEFT multi-adapter —
-  ``load_adapter`` per adapter name, ``set_adapter`` per request, and the base
-  model under ``disable_adapter()``; a KV-cached decoding loop so answers stream.
+- :class:`~akka_optimize.serving.transformers_engine.TransformersEngine` (default, CPU
+  and GPU): PEFT multi-adapter — ``load_adapter`` per adapter name, ``set_adapter`` per
+  request, and the base model under ``disable_adapter()``; a KV-cached decoding loop so
+  answers stream.
 - :class:`~akka_optimize.serving.vllm_engine.VLLMEngine`: vLLM with LoRA enabled,
   imported only when ``serving.engine`` is ``vllm``.
 
-The stop set is the tokenizer's EOS ids plus the chat template's end-of-turn
-marker (:func:`stop_token_ids`).
+:func:`akka_optimize.serving.engine_factory.make_engine` picks one. The stop set is the
+tokenizer's EOS ids plus the chat template's end-of-turn marker (:func:`stop_token_ids`).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .batching import Request, decode_batch
-from .engine_types import SamplingParams, StepEvent
 
-__all__ = ["SamplingParams", "StepEvent", "TransformersEngine", "make_engine", "stop_token_ids"]
+@dataclass
+class SamplingParams:
+    """How to sample one request.
+
+    ``temperature`` 0 is greedy (argmax); ``top_p`` in (0, 1] keeps the smallest set
+    of tokens whose probability reaches it; ``seed`` makes sampling repeatable;
+    ``n`` answers are sampled in one batch; generation of an answer ends at a stop
+    token, at a ``stop`` string (not included in the text) or after ``max_tokens``.
+    """
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    n: int = 1
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StepEvent:
+    """What one decoding step produced for answer ``index``: new text and, at the
+    end, ``finish_reason`` (``stop`` or ``length``)."""
+
+    index: int
+    delta: str
+    finish_reason: str | None = None
+    n_tokens: int = 0
+
 
 #: End-of-turn markers of common chat templates; the ones a template writes count as stops.
 END_OF_TURN_MARKERS = (
@@ -99,283 +123,3 @@ def adapter_rank(adapter_dir: Path) -> int:
     except (OSError, ValueError) as exc:
         raise ValueError(f"{p} is not a readable PEFT adapter config: {exc}") from exc
     return int(cfg.get("r", 0))
-
-
-class TransformersEngine:
-    """A transformers model plus PEFT adapters on one device.
-
-    Args:
-        base_dir: a Hugging Face model folder (config, safetensors, tokenizer).
-        max_context: the longest prompt + answer served, in tokens (capped by the
-            model's ``max_position_embeddings``).
-        max_adapters: adapters resident at once; the least recently used one is
-            unloaded (and reloaded from its folder on its next request).
-        device: ``cuda`` when available, else ``cpu``, unless given; weights are
-            bf16 on CUDA and fp32 on CPU.
-        batch_window_s: how long the batch thread waits after a request arrives
-            for others to join its batch (seconds).
-        max_batch_rows: most answers decoded in one batch.
-        merge_adapters: fold the adapter of the batch being decoded into the base
-            weights (``W + scaling · B·A``, PEFT's ``merge``) so decoding with an adapter
-            costs what decoding the base model costs, instead of two extra small matrix
-            products per adapted module per token. The untouched base weights of the
-            adapted modules are kept in a copy and copied back (exactly) before another
-            adapter or the base model is served; switching costs one merge. Answers
-            equal the unmerged ones up to float rounding (the post-deploy check allows
-            for a rounding tie, :mod:`akka_optimize.serving.check`). Costs memory for
-            that copy (about the size of the adapted modules' weights).
-    """
-
-    name = "transformers"
-
-    def __init__(
-        self,
-        base_dir: Path,
-        *,
-        max_context: int = 8192,
-        max_adapters: int = 8,
-        device: str | None = None,
-        progress: Any = None,
-        batch_window_s: float = 0.02,
-        max_batch_rows: int = 32,
-        merge_adapters: bool = True,
-    ) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        say = progress or (lambda _msg: None)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
-        say("loading the tokenizer")
-        self.tokenizer = AutoTokenizer.from_pretrained(base_dir)
-        say("loading the base model weights")
-        model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
-        self.model: Any = model.to(self.device).eval()
-        self.base = self.model
-        self.architecture = read_architecture(base_dir)
-        limit = getattr(model.config, "max_position_embeddings", None) or max_context
-        self.max_context = min(int(max_context), int(limit))
-        gen = model.generation_config.to_dict() if model.generation_config else {}
-        self.stop_ids = stop_token_ids(self.tokenizer, gen)
-        self.max_adapters = max_adapters
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._paths: dict[str, Path] = {}
-        self._loaded: OrderedDict[str, None] = OrderedDict()
-        self.lock = threading.Lock()
-        self._cv = threading.Condition()
-        self._queue: list[Request] = []
-        self._thread: threading.Thread | None = None
-        self.batch_window_s = batch_window_s
-        self.max_batch_rows = max_batch_rows
-        self.merge_adapters = merge_adapters
-        self.merged: str | None = None
-        self._pristine: dict[int, tuple[Any, Any, Any]] = {}
-
-    # adapters -------------------------------------------------------------------
-    def load_adapter(self, name: str, path: Path) -> None:
-        """Register adapter ``name`` from a PEFT folder and make it resident."""
-        with self.lock:
-            self._restore()
-            self._paths[name] = Path(path)
-            self._ensure_loaded(name)
-
-    def _ensure_loaded(self, name: str) -> None:
-        from peft import PeftModel
-
-        if name in self._loaded:
-            self._loaded.move_to_end(name)
-            return
-        path = self._paths[name]
-        if self.model is self.base:
-            self.model = PeftModel.from_pretrained(self.base, str(path), adapter_name=name)
-            self.model.eval()
-        else:
-            self.model.load_adapter(str(path), adapter_name=name)
-        self._loaded[name] = None
-        while len(self._loaded) > self.max_adapters:
-            old = next(iter(self._loaded))
-            self.model.set_adapter(name)
-            self.model.delete_adapter(old)
-            del self._loaded[old]
-
-    def unload_adapter(self, name: str) -> None:
-        """Forget adapter ``name`` (a no-op when unknown)."""
-        with self.lock:
-            self._restore()
-            self._paths.pop(name, None)
-            if name in self._loaded:
-                rest = [a for a in self._loaded if a != name]
-                if rest:
-                    self.model.set_adapter(rest[0])
-                    self.model.delete_adapter(name)
-                else:
-                    self.model = self.model.unload()
-                    self.base = self.model
-                    self._pristine.clear()
-                del self._loaded[name]
-
-    def adapter_names(self) -> list[str]:
-        """Adapters this engine serves (resident or reloadable)."""
-        return list(self._paths)
-
-    def resident_adapters(self) -> list[str]:
-        """Adapters in memory now, least recently used first."""
-        return list(self._loaded)
-
-    # merging ------------------------------------------------------------------
-    def _lora_layers(self) -> list[Any]:
-        from peft.tuners.lora import LoraLayer
-
-        return [m for m in self.model.modules() if isinstance(m, LoraLayer)]
-
-    def _restore(self) -> None:
-        """Copy the untouched base weights back into every merged module (exact)."""
-        if self.merged is None:
-            return
-        for layer in self._lora_layers():
-            saved = self._pristine.get(id(layer))
-            if saved is not None and layer.merged_adapters:
-                base, weight, bias = saved
-                base.weight.data.copy_(weight)
-                if bias is not None:
-                    base.bias.data.copy_(bias)
-                layer.merged_adapters.clear()
-        self.merged = None
-
-    def _merge(self, adapter: str) -> None:
-        """Fold ``adapter`` into the base weights (after :meth:`_restore`)."""
-        for layer in self._lora_layers():
-            if adapter not in layer.lora_A:
-                continue
-            if id(layer) not in self._pristine:
-                base = layer.get_base_layer()
-                bias = getattr(base, "bias", None)
-                self._pristine[id(layer)] = (
-                    base,
-                    base.weight.detach().clone(),
-                    bias.detach().clone() if bias is not None else None,
-                )
-            layer.merge(adapter_names=[adapter])
-        self.merged = adapter
-
-    def _select(self, adapter: str | None) -> Any:
-        """Make the model compute with ``adapter`` (None: the base model); returns the
-        context to decode in. Call with :attr:`lock` held."""
-        import contextlib
-
-        if self.merge_adapters:
-            if self.merged != adapter:
-                self._restore()
-                if adapter is not None:
-                    self._ensure_loaded(adapter)
-                    self.model.set_adapter(adapter)  # before merging: PEFT unmerges after
-                    self._merge(adapter)
-            elif adapter is not None:
-                self._loaded.move_to_end(adapter)
-        elif adapter is not None:
-            self._ensure_loaded(adapter)
-            self.model.set_adapter(adapter)
-        if adapter is None and self.model is not self.base:
-            return self.model.disable_adapter()
-        return contextlib.nullcontext()
-
-    # generation ---------------------------------------------------------------
-    def stream(
-        self, prompt_ids: list[int], adapter: str | None, params: SamplingParams
-    ) -> Iterator[StepEvent]:
-        """Generate ``params.n`` answers to ``prompt_ids`` with ``adapter`` (None: the
-        base model), yielding text deltas as tokens are chosen.
-
-        The request joins the next batch for the same adapter (see
-        :mod:`akka_optimize.serving.batching`); closing the iterator early cancels it.
-        """
-        req = Request(list(prompt_ids), adapter, params)
-        with self._cv:
-            self._queue.append(req)
-            self._cv.notify()
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._batch_loop, daemon=True)
-                self._thread.start()
-        try:
-            while True:
-                item = req.out.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            req.cancelled = True
-
-    def _next_batch(self) -> list[Request]:
-        with self._cv:
-            while not self._queue:
-                self._cv.wait()
-        time.sleep(self.batch_window_s)  # let requests sent together join one batch
-        with self._cv:
-            first = self._queue[0]
-            batch, rows = [], 0
-            for r in list(self._queue):
-                if r.adapter == first.adapter and (
-                    not batch or rows + r.params.n <= self.max_batch_rows
-                ):
-                    batch.append(r)
-                    rows += r.params.n
-                    self._queue.remove(r)
-            return batch
-
-    def _batch_loop(self) -> None:
-        while True:
-            batch = self._next_batch()
-            adapter = batch[0].adapter
-            try:
-                with self.lock:
-                    with self._select(adapter):
-                        decode_batch(
-                            self.model,
-                            self.tokenizer,
-                            self.stop_ids,
-                            self._cache_kw,
-                            self.device,
-                            batch,
-                        )
-            except BaseException as exc:  # every waiting request hears about it
-                for r in batch:
-                    r.out.put(exc)
-            for r in batch:
-                r.out.put(None)
-
-
-def make_engine(
-    engine: str,
-    base_dir: Path,
-    *,
-    max_context: int,
-    max_adapters: int,
-    max_rank: int,
-    merge_adapters: bool = True,
-    progress: Any = None,
-) -> ServingEngine:
-    """The engine named by the deployment's ``serving.engine``.
-
-    Raises:
-        RuntimeError: ``vllm`` was asked for and is not installed.
-    """
-    if engine == "vllm":
-        from .vllm_engine import VLLMEngine
-
-        return VLLMEngine(
-            base_dir,
-            max_context=max_context,
-            max_adapters=max_adapters,
-            max_rank=max_rank,
-            progress=progress,
-        )
-    return TransformersEngine(
-        base_dir,
-        max_context=max_context,
-        max_adapters=max_adapters,
-        progress=progress,
-        merge_adapters=merge_adapters,
-    )

@@ -20,7 +20,7 @@ from .engine import SamplingParams, StepEvent, read_architecture, stop_token_ids
 
 
 class VLLMEngine:
-    """vLLM with LoRA (same interface as :class:`~.engine.TransformersEngine`).
+    """vLLM with LoRA (same interface as :class:`~.transformers_engine.TransformersEngine`).
 
     Raises:
         RuntimeError: vLLM is not installed (``pip install vllm`` on a GPU machine).
