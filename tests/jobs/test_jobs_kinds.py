@@ -57,13 +57,7 @@ class RecordingExecutor:
 
 
 def _eval_spec(launch: Launch) -> JobSpec:
-    return launch.spec(
-        dataset={"ref": launch.run.dataset},
-        engine={},
-        loss={},
-        max_seq_length=512,
-        extra={"metric": "accuracy"},
-    )
+    return launch.spec(dataset={"ref": launch.run.dataset}, extra={"metric": "accuracy"})
 
 
 def _scored(ctx: Any, session: Any, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:

@@ -33,10 +33,13 @@ An evaluation job would look like this (a sketch; ``evals`` is its own module)::
     from akka_optimize.jobs import states as S
     from akka_optimize.jobs.kinds import JobKind, Launch, register_kind
     from akka_optimize.jobs.records import end_attempt
+    from akka_optimize.jobs.spec import JobSpec
+    from akka_optimize.registry import resolve
 
     def eval_spec(launch: Launch) -> JobSpec:
-        plan = launch.run.resolved
-        return launch.spec(dataset=resolve_dataset(launch, plan), extra={"metric": "accuracy"})
+        run = launch.run
+        questions = resolve(launch.session, "dataset", run.dataset, run.project).to_dict()
+        return launch.spec(dataset=questions, extra={"metric": "accuracy"})
 
     def scored(ctx, session, run, att, event):  # the worker's final event
         run.results = {**(run.results or {}), **event["result"]}

@@ -24,7 +24,8 @@ class JobSpec:
         blobs_url: the blob store's fsspec URL (saves are written there).
         model_dir: local folder of the base model's weights (the shared cache).
         dataset / validation_dataset: registry records (``pinned`` and ``metadata``).
-        engine: engine settings (``akka_optimize.engine.config.EngineConfig`` fields).
+        engine: engine settings (``akka_optimize.engine.config.EngineConfig`` fields); this
+            and the fields below up to ``warm_start`` are what a supervised run fills.
         loss: loss policy (``assistantTurns``, ``trainOnToolCalls``, ``trainOnToolResults``).
         max_seq_length: longest conversation in tokens; longer rows are dropped and counted.
         on_too_long: ``drop`` or ``refuse``.
@@ -47,10 +48,10 @@ class JobSpec:
     blobs_url: str
     model_dir: str
     dataset: dict[str, Any]
-    engine: dict[str, Any]
-    loss: dict[str, Any]
-    max_seq_length: int
     state_prefix: str
+    engine: dict[str, Any] = field(default_factory=dict)
+    loss: dict[str, Any] = field(default_factory=dict)
+    max_seq_length: int = 2048
     validation_dataset: dict[str, Any] | None = None
     on_too_long: str = "drop"
     resume_step: int | None = None
