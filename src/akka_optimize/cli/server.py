@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
 
 import typer
 
 from .client import save_login, service_url
 from .context import CliError
+from .output import OutputOpt, emit, print_table
 
 app = typer.Typer(help="Run the service and manage its tokens.", no_args_is_help=True)
-token_app = typer.Typer(help="Issue API tokens (run beside the server's home).")
+token_app = typer.Typer(help="Issue, list and revoke API tokens (run beside the server's home).")
 app.add_typer(token_app, name="token")
 
 
@@ -37,17 +41,12 @@ def start(
     uvicorn.run(app_, host=host, port=port, log_level=log_level)
 
 
-@token_app.command("create")
-def token_create(
-    project: Annotated[str | None, typer.Option(help="Scope the token to a project.")] = None,
-) -> None:
-    """Issue a token for the service whose home is $AKKA_OPTIMIZE_HOME; prints it once.
-
-    Example: {prog} server token create --project triage
-    """
+@contextmanager
+def _home_db() -> Iterator[Any]:
+    """The state store of $AKKA_OPTIMIZE_HOME (migrated); a refusal becomes a CLI error."""
     from ..db import Database
     from ..db.migrate import upgrade
-    from ..service.auth import issue_token
+    from ..errors import AkkaError
     from ..settings import Settings
 
     settings = Settings.from_env()
@@ -55,9 +54,69 @@ def token_create(
     upgrade(settings.database_url or "")
     db = Database(settings.database_url or "")
     try:
-        print(issue_token(db, project))
+        yield db
+    except AkkaError as exc:
+        raise CliError(exc.message) from exc
     finally:
         db.dispose()
+
+
+@token_app.command("create")
+def token_create(
+    project: Annotated[
+        str | None,
+        typer.Option(help="The one training project (name or ID) the token acts in."),
+    ] = None,
+) -> None:
+    """Issue a token for the service whose home is $AKKA_OPTIMIZE_HOME; prints it once.
+
+    Without --project the token is an admin token (every project). The project must
+    exist. The token goes to standard output; its ID (for `server token revoke`) to
+    standard error.
+
+    Example: {prog} server token create --project triage
+    """
+    from ..service.auth import issue_token_row
+
+    with _home_db() as db:
+        token, row = issue_token_row(db, project)
+    print(token)
+    print(f"Token {row['id']} ({row['scope']}); revoke it with `server token revoke "
+          f"{row['id'][:8]}`.", file=sys.stderr)  # fmt: skip
+
+
+@token_app.command("list")
+def token_list(output: OutputOpt = "text") -> None:
+    """List issued tokens: ID, scope, when created and revoked (never the token itself).
+
+    Example: {prog} server token list
+    """
+    from ..service.auth import list_tokens
+
+    with _home_db() as db:
+        rows = list_tokens(db)
+
+    def text(d: list[dict[str, Any]], wide: bool) -> None:
+        cols = [("ID", "id"), ("SCOPE", "scope"), ("CREATED", "createdAt")]
+        print_table(d, cols + [("REVOKED", "revokedAt")])
+
+    emit(rows, output, text)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: Annotated[str, typer.Argument(help="The token's ID or an unambiguous prefix.")],
+    output: OutputOpt = "text",
+) -> None:
+    """Revoke a token: every request carrying it is refused (401) from now on.
+
+    Example: {prog} server token revoke 3f2a9c1e
+    """
+    from ..service.auth import revoke_token
+
+    with _home_db() as db:
+        row = revoke_token(db, token_id)
+    emit(row, output, lambda d, _w: print(f"Revoked token {d['id']} ({d['scope']})."))
 
 
 def login(

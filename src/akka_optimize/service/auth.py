@@ -21,12 +21,15 @@ import secrets
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..db.base import utcnow
 from ..db.models.auth import ApiToken
-from ..errors import Unauthorized, Unavailable
+from ..db.models.projects import Project
+from ..errors import InvalidRequest, NotFound, Unauthorized, Unavailable
 from .context import ServiceContext
 
 DEV_LABEL = b"akka-optimize development token v1"
@@ -72,21 +75,109 @@ def hash_token(token: str) -> str:
 
 
 def issue_token(ctx_db: object, project: str | None = None) -> str:
-    """Create and store (hashed) a new ``ak_`` token; returns the token in clear once."""
+    """Create and store (hashed) a new ``ak_`` token; returns the token in clear once.
+
+    Args:
+        ctx_db: the :class:`akka_optimize.db.Database` of the server's home.
+        project: the name or ID of the one training project the token acts in; None
+            issues an admin token (every project).
+
+    Raises:
+        NotFound: (field ``project``) no such project: a token is issued only for a
+            project that exists, so create it first (with an admin or development token).
+    """
+    return issue_token_row(ctx_db, project)[0]
+
+
+def issue_token_row(ctx_db: object, project: str | None = None) -> tuple[str, dict[str, Any]]:
+    """As :func:`issue_token`, also returning the stored row as :func:`token_view` shows it."""
     from ..db import Database
 
     assert isinstance(ctx_db, Database)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with ctx_db.session() as s:
-        s.add(ApiToken(id=uuid.uuid4().hex, token_sha256=hash_token(token), project=project))
-    return token
+        name = None
+        if project is not None:
+            key = project.strip()
+            name = s.scalar(
+                select(Project.name).where(or_(Project.name == key.lower(), Project.id == key))
+            )
+            if name is None:
+                raise NotFound(
+                    f"No training project {project!r}, so no token can act in it; create it "
+                    "first with `training projects create NAME` (with an admin token), then "
+                    "issue its token.",
+                    field="project",
+                )
+        row = ApiToken(id=uuid.uuid4().hex, token_sha256=hash_token(token), project=name)
+        s.add(row)
+        s.flush()
+        return token, token_view(row)
+
+
+def token_view(row: ApiToken) -> dict[str, Any]:
+    """What ``server token list`` shows of a token: never the token, nor its hash."""
+    return {
+        "id": row.id,
+        "project": row.project,
+        "scope": f"project {row.project}" if row.project else "admin (every project)",
+        "createdAt": row.created_at.isoformat() if row.created_at else None,
+        "revokedAt": row.revoked_at.isoformat() if row.revoked_at else None,
+    }
+
+
+def list_tokens(ctx_db: object) -> list[dict[str, Any]]:
+    """Every issued token (not the per-attempt worker tokens), oldest first."""
+    from ..db import Database
+
+    assert isinstance(ctx_db, Database)
+    with ctx_db.session() as s:
+        rows = s.scalars(
+            select(ApiToken)
+            .where(or_(ApiToken.project.is_(None), ~ApiToken.project.startswith("worker:")))
+            .order_by(ApiToken.created_at, ApiToken.id)
+        ).all()
+        return [token_view(r) for r in rows]
+
+
+def revoke_token(ctx_db: object, key: str) -> dict[str, Any]:
+    """Revoke the issued token whose ID is ``key`` or starts with it; requests that carry
+    it are refused with 401 from then on. Revoking twice keeps the first time.
+
+    Raises:
+        NotFound: (field ``id``) no issued token matches. InvalidRequest: several do.
+    """
+    from ..db import Database
+
+    assert isinstance(ctx_db, Database)
+    key = key.strip().lower()
+    with ctx_db.session() as s:
+        rows = s.scalars(
+            select(ApiToken)
+            .where(ApiToken.id.startswith(key, autoescape=True))
+            .where(or_(ApiToken.project.is_(None), ~ApiToken.project.startswith("worker:")))
+            .limit(3)
+        ).all()
+        if not key or not rows:
+            raise NotFound(
+                f"No issued token with ID {key!r}; `server token list` shows them.", field="id"
+            )
+        if len(rows) > 1:
+            raise InvalidRequest(
+                f"Token ID prefix {key!r} matches several tokens; give more of it.", field="id"
+            )
+        row = rows[0]
+        if row.revoked_at is None:
+            row.revoked_at = utcnow()
+        s.flush()
+        return token_view(row)
 
 
 def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
     """Check an ``Authorization`` header value.
 
     Raises:
-        Unauthorized: no bearer token, or an unknown one.
+        Unauthorized: no bearer token, or an unknown or revoked one.
         Unavailable: access cannot be checked now (retry after a few seconds).
     """
     if not authorization or not authorization.lower().startswith("bearer "):
@@ -104,12 +195,30 @@ def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
         raise Unavailable("The service is still starting and cannot check access yet; retry.")
     try:
         with ctx.db.session() as s:
-            row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(token)))
+            row = _token_row(s, token)
+            kind = "worker" if (row.project or "").startswith("worker:") else "token"
+            return Principal(kind=kind, project=row.project, token_id=row.id)
     except SQLAlchemyError as exc:
         raise Unavailable(
             f"The service cannot check access right now ({type(exc).__name__}); retry."
         ) from exc
+
+
+def _token_row(s: Any, token: str) -> ApiToken:
+    """The stored row of a live token. Raises Unauthorized: unknown, revoked, or acting in
+    a project that no longer exists."""
+    row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(token)))
     if row is None:
         raise Unauthorized("The bearer token is not known to this service.")
-    kind = "worker" if (row.project or "").startswith("worker:") else "token"
-    return Principal(kind=kind, project=row.project, token_id=row.id)
+    if row.revoked_at is not None:
+        raise Unauthorized(
+            f"The bearer token {row.id} was revoked at {row.revoked_at.isoformat()}; "
+            "ask for a new one (`server token create`)."
+        )
+    scoped = row.project and not row.project.startswith("worker:")
+    if scoped and s.scalar(select(Project.id).where(Project.name == row.project)) is None:
+        raise Unauthorized(
+            f"The bearer token {row.id} acts in training project {row.project!r}, which "
+            "does not exist on this service; ask for a token of an existing project."
+        )
+    return row

@@ -11,7 +11,12 @@ from ..base import Base, utcnow
 
 
 class ApiToken(Base):
-    """A bearer token issued by ``server token create``; only its SHA-256 is kept."""
+    """A bearer token issued by ``server token create``; only its SHA-256 is kept.
+
+    ``project`` is the name of the one training project the token acts in (None: an admin
+    token; ``worker:RUN`` for a worker attempt). ``revoked_at`` is set by ``server token
+    revoke``; a revoked token is refused with 401.
+    """
 
     __tablename__ = "api_tokens"
 
@@ -19,3 +24,4 @@ class ApiToken(Base):
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True, index=True)
     project: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -97,3 +97,14 @@ class RegistryImage(Base):
     media_type: Mapped[str] = mapped_column(String(64))
     filename: Mapped[str | None] = mapped_column(String(255), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RegistryImageProject(Base):
+    """A training project an image belongs to: pushed with one of its tokens, or part of a
+    dataset registered in its namespace. A project token reads only its projects' images
+    (issue 14 item 1)."""
+
+    __tablename__ = "registry_image_projects"
+
+    digest: Mapped[str] = mapped_column(String(71), primary_key=True)
+    project: Mapped[str] = mapped_column(String(128), primary_key=True)

@@ -2,7 +2,7 @@
 
 Revision ID: 0001_initial
 Revises: 
-Create Date: 2026-11-29 19:54:42.707977
+Create Date: 2026-12-01 11:08:36.399437
 """
 
 from alembic import op
@@ -22,6 +22,7 @@ def upgrade() -> None:
     sa.Column('token_sha256', sa.String(length=64), nullable=False),
     sa.Column('project', sa.String(length=128), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('revoked_at', sa.DateTime(timezone=True), nullable=True),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_api_tokens'))
     )
     with op.batch_alter_table('api_tokens', schema=None) as batch_op:
@@ -55,6 +56,11 @@ def upgrade() -> None:
     with op.batch_alter_table('projects', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_projects_name'), ['name'], unique=True)
 
+    op.create_table('registry_image_projects',
+    sa.Column('digest', sa.String(length=71), nullable=False),
+    sa.Column('project', sa.String(length=128), nullable=False),
+    sa.PrimaryKeyConstraint('digest', 'project', name=op.f('pk_registry_image_projects'))
+    )
     op.create_table('registry_images',
     sa.Column('digest', sa.String(length=71), nullable=False),
     sa.Column('size', sa.BigInteger(), nullable=False),
@@ -281,6 +287,7 @@ def downgrade() -> None:
 
     op.drop_table('registry_names')
     op.drop_table('registry_images')
+    op.drop_table('registry_image_projects')
     with op.batch_alter_table('projects', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_projects_name'))
 
