@@ -97,7 +97,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     log.exception("shutdown hook of %s failed", mod.__name__)
         ctx.db.dispose()
 
-    app = FastAPI(title="akka-optimize", version=__version__, lifespan=lifespan)
+    # /openapi.json, /docs and /redoc are served by routers.docs, behind the token.
+    app = FastAPI(
+        title="akka-optimize",
+        version=__version__,
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.ctx = ctx
 
     @app.exception_handler(AkkaError)

@@ -19,6 +19,8 @@ from ..db.models.projects import Project
 from ..deployment import Deployment, load_deployment
 from ..plan import CatalogEntryView, ResolvedPlan, resolve_plan
 from ..plan.dryrun import dry_run_report
+from . import access
+from .auth import Principal
 from .context import ServiceContext
 
 _VARIANT = re.compile(r"(?:^|[-_])(E\d+B|\d+(?:\.\d+)?[BM])(?:$|[-_])", re.IGNORECASE)
@@ -64,9 +66,12 @@ def catalog_view(entry: Any) -> CatalogEntryView:
 class ServicePlanEnvironment:
     """:class:`~akka_optimize.plan.PlanEnvironment` over one database session."""
 
-    def __init__(self, ctx: ServiceContext, session: Session) -> None:
+    def __init__(
+        self, ctx: ServiceContext, session: Session, principal: Principal | None = None
+    ) -> None:
         self.ctx = ctx
         self.session = session
+        self.principal = principal
         self.deployment = deployment_for(ctx)
         self.cuda_available = cuda_available()
         self._catalog: Any = None
@@ -81,10 +86,9 @@ class ServicePlanEnvironment:
         return self.resolve_artifact("dataset", ref, project)
 
     def resolve_artifact(self, kind: str, ref: str, project: str) -> str:
-        """Pin a ``dataset``, ``model`` or ``bundle`` reference through the registry."""
-        from ..registry import resolve
-
-        return resolve(self.session, kind, ref, project).pinned
+        """Pin a ``dataset``, ``model`` or ``bundle`` reference through the registry, among
+        the artifacts the caller sees (a project token: its own namespace and base models)."""
+        return access.resolve(self.principal, self.session, kind, ref, project).pinned
 
     def catalog_entry(self, repository: str) -> CatalogEntryView | None:
         """The base model's catalog entry, or None when the catalog does not allow it."""
@@ -96,10 +100,15 @@ class ServicePlanEnvironment:
         return catalog_view(entry) if entry is not None else None
 
 
-def resolve_run_plan(ctx: ServiceContext, session: Session, raw: Any) -> ResolvedPlan:
-    """Resolve ``raw`` against this service. Raises PlanRefused (400) with every refusal,
+def resolve_run_plan(
+    ctx: ServiceContext, session: Session, raw: Any, principal: Principal | None = None
+) -> ResolvedPlan:
+    """Resolve ``raw`` against this service for ``principal`` (None: the service itself).
+    Raises PlanRefused (400) with every refusal,
     and InvalidRequest for a ``warmStartModelId`` or ``branchFrom`` a run could not start
-    from (:mod:`akka_optimize.jobs.warmstart`, :mod:`akka_optimize.jobs.branches`).
+    from (:mod:`akka_optimize.jobs.warmstart`, :mod:`akka_optimize.jobs.branches`), and
+    Forbidden (:mod:`.access`) for a plan in another project than a project token's, or
+    one that branches or warm-starts from another project.
 
     ``branchFrom`` names the source exactly once resolved (the full run ID and
     ``step-N``), so a dry run and the run it previews hash alike.
@@ -108,8 +117,12 @@ def resolve_run_plan(ctx: ServiceContext, session: Session, raw: Any) -> Resolve
     from ..jobs.warmstart import warm_start_source
     from ..plan.hashing import config_hash
 
-    resolved = resolve_plan(raw, ServicePlanEnvironment(ctx, session))
+    if isinstance(raw, dict):
+        access.check_project_write(principal, raw.get("project"), "runs.start")
+    resolved = resolve_plan(raw, ServicePlanEnvironment(ctx, session, principal))
+    access.check_warm_start(resolved.plan)
     warm_start_source(session, ctx.store, resolved.plan)
+    access.check_branch(principal, session, resolved.plan)
     origin = branch_origin(session, resolved.plan)
     if origin is not None:
         source, snap = origin
@@ -174,7 +187,9 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
     return {"dataset": cfg["dataset"], "tokenFindings": reason, **out}
 
 
-def dry_run(ctx: ServiceContext, session: Session, raw: Any) -> dict[str, Any]:
+def dry_run(
+    ctx: ServiceContext, session: Session, raw: Any, principal: Principal | None = None
+) -> dict[str, Any]:
     """The dry-run report of ``raw``; creates nothing. Raises PlanRefused when refused."""
-    resolved = resolve_run_plan(ctx, session, raw)
+    resolved = resolve_run_plan(ctx, session, raw, principal)
     return dry_run_report(resolved, dataset_findings(ctx, session, resolved))

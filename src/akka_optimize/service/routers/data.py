@@ -25,8 +25,10 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from ...errors import InvalidRequest
+from .. import access
+from ..auth import Principal
 from ..context import ServiceContext
-from ..deps import CtxDep
+from ..deps import CtxDep, PrincipalDep
 
 router = APIRouter()
 MAX_PREVIEW_ROWS = 100
@@ -55,7 +57,7 @@ def _policy(body: dict[str, Any]) -> Any:
 
 
 def _rows(
-    ctx: ServiceContext, session: Any, body: dict[str, Any]
+    ctx: ServiceContext, session: Any, body: dict[str, Any], principal: Principal | None
 ) -> tuple[str, list[int], list[dict]]:
     from ...data.rows import iter_jsonl_rows
 
@@ -74,17 +76,20 @@ def _rows(
         data = "\n".join(json.dumps(r) for r in body["rows"]).encode()
         pairs = iter_jsonl_rows(data, "rows")
         return "rows", [n for n, _ in pairs], [r for _, r in pairs]
-    from ...registry import load_dataset_rows, resolve
+    from ...registry import load_dataset_rows
 
-    version = resolve(
-        session, "dataset", str(body["dataset"]), body.get("project"), field="dataset"
+    version = access.resolve(
+        principal, session, "dataset", str(body["dataset"]), body.get("project"), field="dataset"
     )
     rows = load_dataset_rows(ctx.store, version)
     return version.pinned, list(range(1, len(rows) + 1)), rows
 
 
-def preview_request(ctx: ServiceContext, body: Any) -> dict[str, Any]:
-    """Answer one preview request (blocking: may load a tokenizer)."""
+def preview_request(
+    ctx: ServiceContext, body: Any, principal: Principal | None = None
+) -> dict[str, Any]:
+    """Answer one preview request (blocking: may load a tokenizer); a ``dataset`` resolves
+    among the artifacts ``principal`` sees (:mod:`..access`)."""
     from ...catalog.cache import tokenizer_dir
     from ...data.preview import preview
 
@@ -103,7 +108,7 @@ def preview_request(ctx: ServiceContext, body: Any) -> dict[str, Any]:
         )
     policy = _policy(body)
     with ctx.db.session() as session:
-        source, numbers, rows = _rows(ctx, session, body)
+        source, numbers, rows = _rows(ctx, session, body, principal)
         path = tokenizer_dir(session, ctx.settings, base)
     tokenizer = _tokenizer(str(path), path.stat().st_mtime)
     out = preview(tokenizer, rows, policy, count, numbers)
@@ -120,11 +125,11 @@ def preview_request(ctx: ServiceContext, body: Any) -> dict[str, Any]:
 
 
 @router.post("/v1/training/data/preview")
-async def preview_route(request: Request, ctx: CtxDep) -> dict[str, Any]:
+async def preview_route(request: Request, ctx: CtxDep, principal: PrincipalDep) -> dict[str, Any]:
     """Rows rendered by the base model's chat template, supervised spans marked."""
     raw = await request.body()
     try:
         body = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"the body is not JSON: {exc}", field="body") from None
-    return await run_in_threadpool(preview_request, ctx, body)
+    return await run_in_threadpool(preview_request, ctx, body, principal)

@@ -33,8 +33,10 @@ from ...deployment import load_deployment
 from ...errors import InvalidRequest, NotFound
 from ...serving.manager import EndpointManager, idle_for
 from ...serving.parsers import parsers_table
+from .. import access
+from ..auth import Principal
 from ..context import ServiceContext
-from ..deps import CtxDep, SessionDep
+from ..deps import CtxDep, PrincipalDep, SessionDep
 from .projects import find_project
 
 router = APIRouter(prefix="/v1/training/endpoints", tags=["endpoints"])
@@ -82,16 +84,21 @@ def on_shutdown(ctx: ServiceContext) -> None:
         m.shutdown()
 
 
-def find_endpoint(s: Session, key: str) -> Endpoint:
-    """The endpoint with ID ``key`` or the only one whose ID starts with it.
+def find_endpoint(s: Session, key: str, principal: Principal | None = None) -> Endpoint:
+    """The endpoint with ID ``key`` or the only one whose ID starts with it, among those of
+    the projects ``principal`` sees (every endpoint when None).
 
     Raises:
-        NotFound: no endpoint matches. InvalidRequest: the prefix matches several.
+        NotFound: no visible endpoint matches. InvalidRequest: the prefix matches several.
     """
+    pid = access.project_id(principal, s)
     ep = s.get(Endpoint, key)
-    if ep is not None:
+    if ep is not None and pid in (None, ep.project_id):
         return ep
-    found = list(s.scalars(select(Endpoint).where(Endpoint.id.startswith(key.lower())).limit(5)))
+    q = select(Endpoint).where(Endpoint.id.startswith(key.lower(), autoescape=True))
+    if pid is not None:
+        q = q.where(Endpoint.project_id == pid)
+    found = list(s.scalars(q.limit(5)))
     if not found:
         raise NotFound(
             f"No endpoint {key!r}; `training endpoints list` shows them.", field="endpoint"
@@ -150,14 +157,21 @@ def view(s: Session, ep: Endpoint, ctx: ServiceContext) -> dict[str, Any]:
 
 
 def _resolve_model(
-    s: Session, ctx: ServiceContext, ref: str, project: Project | None
+    s: Session, ctx: ServiceContext, ref: str, project: Project | None, principal: Principal
 ) -> tuple[dict[str, Any], str, Project]:
-    from ...registry import resolve
-
-    rv = resolve(s, "model", ref, project.name if project else None, field="model")
+    rv = access.resolve(
+        principal, s, "model", ref, project.name if project else None, field="model"
+    )
     if rv.source == "adapter":
         if project is None:
             project = find_project(s, rv.namespace)
+        elif project.name != rv.namespace:
+            raise access.refusal(
+                "endpoints.create",
+                f"{rv.repo} is a model of project {rv.namespace!r}; an endpoint of project "
+                f"{project.name!r} serves only that project's models and base models",
+                field="model",
+            )
         rank = rv.metadata.get("rank") or (rv.metadata.get("lora") or {}).get("rank")
         if rank is None:
             from ...serving.engine import adapter_rank
@@ -196,10 +210,15 @@ def _resolve_model(
 
 
 @router.post("", status_code=201)
-def create_endpoint(body: EndpointCreate, s: SessionDep, ctx: CtxDep) -> JSONResponse:
-    """Create an endpoint and start making its model resident."""
-    project = find_project(s, body.project) if body.project else None
-    row, base_key, project = _resolve_model(s, ctx, body.model, project)
+def create_endpoint(
+    body: EndpointCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
+) -> JSONResponse:
+    """Create an endpoint and start making its model resident. A project token creates
+    endpoints of its own project only; no endpoint serves another project's adapter (403
+    ``optimize.training.projects.endpoints.create``)."""
+    access.check_project_write(principal, body.project, "endpoints.create")
+    project = find_project(s, body.project, principal) if body.project else None
+    row, base_key, project = _resolve_model(s, ctx, body.model, project, principal)
     from ...catalog.cache import ready_model_dir
 
     ready_model_dir(s, ctx.settings, base_key)  # refuses a base model that is not READY
@@ -220,11 +239,16 @@ def create_endpoint(body: EndpointCreate, s: SessionDep, ctx: CtxDep) -> JSONRes
 
 
 @router.get("")
-def list_endpoints(s: SessionDep, ctx: CtxDep, project: str | None = None) -> dict[str, Any]:
-    """Every endpoint, newest first (``?project=`` filters)."""
+def list_endpoints(
+    s: SessionDep, ctx: CtxDep, principal: PrincipalDep, project: str | None = None
+) -> dict[str, Any]:
+    """Every endpoint of the projects the caller sees, newest first (``?project=`` filters)."""
     q = select(Endpoint).order_by(Endpoint.created_at.desc())
     if project:
-        q = q.where(Endpoint.project_id == find_project(s, project).id)
+        q = q.where(Endpoint.project_id == find_project(s, project, principal).id)
+    pid = access.project_id(principal, s)
+    if pid is not None:
+        q = q.where(Endpoint.project_id == pid)
     return {"endpoints": [view(s, e, ctx) for e in s.scalars(q)]}
 
 
@@ -248,15 +272,19 @@ def endpoints_info(ctx: CtxDep) -> dict[str, Any]:
 
 
 @router.get("/{endpoint_id}")
-def get_endpoint(endpoint_id: str, s: SessionDep, ctx: CtxDep) -> dict[str, Any]:
+def get_endpoint(
+    endpoint_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
+) -> dict[str, Any]:
     """One endpoint (ID or unambiguous prefix)."""
-    return view(s, find_endpoint(s, endpoint_id), ctx)
+    return view(s, find_endpoint(s, endpoint_id, principal), ctx)
 
 
 @router.delete("/{endpoint_id}")
-def delete_endpoint(endpoint_id: str, s: SessionDep, ctx: CtxDep) -> dict[str, Any]:
+def delete_endpoint(
+    endpoint_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
+) -> dict[str, Any]:
     """Delete an endpoint; its worker stops when no other endpoint uses its base model."""
-    ep = find_endpoint(s, endpoint_id)
+    ep = find_endpoint(s, endpoint_id, principal)
     out = view(s, ep, ctx)
     m = manager(ctx)
     for r in _models(s, ep):
@@ -273,11 +301,13 @@ def delete_endpoint(endpoint_id: str, s: SessionDep, ctx: CtxDep) -> dict[str, A
 
 
 @router.delete("/{endpoint_id}/models/{ref:path}")
-def detach_model(endpoint_id: str, ref: str, s: SessionDep, ctx: CtxDep) -> dict[str, Any]:
+def detach_model(
+    endpoint_id: str, ref: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
+) -> dict[str, Any]:
     """Detach the version ``ref`` names (any reference to it) from the endpoint."""
     from ...registry import resolve
 
-    ep = find_endpoint(s, endpoint_id)
+    ep = find_endpoint(s, endpoint_id, principal)
     proj = s.get(Project, ep.project_id)
     rv = resolve(s, "model", ref, proj.name if proj else None, field="ref")
     rows = [r for r in _models(s, ep) if r.pinned == rv.pinned]
@@ -295,6 +325,12 @@ def detach_model(endpoint_id: str, ref: str, s: SessionDep, ctx: CtxDep) -> dict
 def _oai_error(message: str, status: int, code: str, param: str | None = None) -> JSONResponse:
     err = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
     return JSONResponse({"error": err}, status_code=status)
+
+
+def _visible_id(ctx: ServiceContext, endpoint_id: str, principal: Principal) -> str:
+    """The full ID of an endpoint the caller sees (404 as :func:`find_endpoint`)."""
+    with ctx.db.session() as s:
+        return find_endpoint(s, endpoint_id, principal).id
 
 
 async def _ready_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]:
@@ -318,8 +354,9 @@ async def _ready_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, lis
 
 
 @router.get("/{endpoint_id}/openai/v1/models")
-async def openai_models(endpoint_id: str, ctx: CtxDep) -> Any:
+async def openai_models(endpoint_id: str, ctx: CtxDep, principal: PrincipalDep) -> Any:
     """The models this endpoint serves (OpenAI ``/v1/models``)."""
+    endpoint_id = _visible_id(ctx, endpoint_id, principal)
     w, names = await _ready_worker(ctx, endpoint_id)
     async with httpx.AsyncClient(timeout=60) as c:
         r = await c.get(w.url + "/v1/models", headers=w.headers())
@@ -330,8 +367,11 @@ async def openai_models(endpoint_id: str, ctx: CtxDep) -> Any:
 
 
 @router.post("/{endpoint_id}/openai/v1/chat/completions")
-async def openai_chat(endpoint_id: str, request: Request, ctx: CtxDep) -> Any:
+async def openai_chat(
+    endpoint_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep
+) -> Any:
     """Forward a chat completion to the endpoint's worker."""
+    endpoint_id = _visible_id(ctx, endpoint_id, principal)
     raw = await request.body()
     try:
         body = json.loads(raw or b"null")

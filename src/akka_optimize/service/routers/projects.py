@@ -19,9 +19,11 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from ...db.models.projects import Project
-from ...errors import Conflict, NotFound
+from ...errors import Conflict
 from ...refs import validate_name
-from ..deps import SessionDep
+from .. import access
+from ..auth import Principal
+from ..deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/training/projects", tags=["projects"])
 
@@ -43,28 +45,31 @@ def project_view(p: Project) -> dict[str, Any]:
     return {"id": p.id, "name": p.name, "createdAt": created}
 
 
-def find_project(session: Session, key: str) -> Project:
-    """The project named ``key`` (case-insensitive) or with ID ``key``.
+def find_project(session: Session, key: str, principal: Principal | None = None) -> Project:
+    """The project named ``key`` (case-insensitive) or with ID ``key``, among those
+    ``principal`` sees (every project when None).
 
     Raises:
-        NotFound: (field ``project``) no such project; the message says how to create it.
+        NotFound: (field ``project``) no such project, or one the caller does not see; the
+            message says how to create it.
     """
     p = session.scalars(
         select(Project).where(or_(Project.name == key.lower(), Project.id == key))
     ).first()
-    if p is None:
-        raise NotFound(
-            f"No training project {key!r}; create it with `training projects create NAME`.",
-            field="project",
-        )
+    if p is None or not access.can_see_project(principal, p.name):
+        raise access.project_not_found(key)
     return p
 
 
 @router.post("", status_code=201)
-def create_project(body: ProjectCreate, session: SessionDep) -> JSONResponse:
-    """Create a training project. 409 when the name is taken; 400 naming ``name`` when it
-    breaks the naming rule."""
+def create_project(
+    body: ProjectCreate, session: SessionDep, principal: PrincipalDep
+) -> JSONResponse:
+    """Create a training project (admin tokens only: 403 ``optimize.training.projects.create``
+    for a project token). 409 when the name is taken; 400 naming ``name`` when it breaks
+    the naming rule."""
     name = validate_name(body.name, "name")
+    access.check_create_project(principal, name)
     if session.scalar(select(Project.id).where(Project.name == name)) is not None:
         raise Conflict(f"A training project named {name!r} already exists.", field="name")
     p = Project(id=uuid.uuid4().hex, name=name)
@@ -74,13 +79,15 @@ def create_project(body: ProjectCreate, session: SessionDep) -> JSONResponse:
 
 
 @router.get("")
-def list_projects(session: SessionDep) -> dict[str, Any]:
-    """Every training project, by name."""
+def list_projects(session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+    """Every training project the caller sees, by name."""
     rows = session.scalars(select(Project).order_by(Project.name)).all()
-    return {"projects": [project_view(p) for p in rows]}
+    return {
+        "projects": [project_view(p) for p in rows if access.can_see_project(principal, p.name)]
+    }
 
 
 @router.get("/{project}")
-def get_project(project: str, session: SessionDep) -> dict[str, Any]:
-    """One training project by name or ID."""
-    return project_view(find_project(session, project))
+def get_project(project: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+    """One training project by name or ID (404 for one the caller does not see)."""
+    return project_view(find_project(session, project, principal))

@@ -37,13 +37,13 @@ from ...registry import (
     register_adapter,
     register_bundle,
     register_dataset,
-    resolve,
     set_alias,
 )
 from ...registry.datasets import mib
 from ...store import CHUNK, content_key
+from .. import access
 from ..context import ServiceContext
-from ..deps import CtxDep
+from ..deps import CtxDep, PrincipalDep
 
 router = APIRouter(prefix="/v1/registry", tags=["registry"])
 PLURAL = {"datasets": "dataset", "bundles": "bundle", "models": "model"}
@@ -128,29 +128,40 @@ async def register_dataset_route(
     name: str,
     request: Request,
     ctx: CtxDep,
+    principal: PrincipalDep,
     alias: str | None = None,
     filename: str = "upload.jsonl",
 ) -> JSONResponse:
-    """Register the streamed body (JSONL, or ZIP of JSONL plus images) as a dataset version."""
+    """Register the streamed body (JSONL, or ZIP of JSONL plus images) as a dataset version.
+    Its images then belong to the namespace's project (:func:`..access.can_read_image`)."""
     limits = _limits(ctx)
     ref = f"{namespace}/{name}"
     validate_name(namespace, "namespace")
+    access.check_namespace_write(principal, namespace, "datasets.register")
     path = await _spool(request, ctx, limits.uploadBytes, "dataset upload", "uploadBytes")
 
     def work() -> tuple[Any, bool]:
         with ctx.db.session() as s:
-            return register_dataset(
+            rv, created = register_dataset(
                 s, ctx.store, ref, path, alias=alias, limits=limits, source=Path(filename).name
             )
+            access.record_images(s, rv.namespace, list(rv.metadata.get("images") or []))
+            return rv, created
 
     return _answer(*await _with_upload(path, work))
 
 
 @router.post("/bundles/{namespace}/{name}")
 async def register_bundle_route(
-    namespace: str, name: str, request: Request, ctx: CtxDep, alias: str | None = None
+    namespace: str,
+    name: str,
+    request: Request,
+    ctx: CtxDep,
+    principal: PrincipalDep,
+    alias: str | None = None,
 ) -> JSONResponse:
     """Register the streamed body (a tar or tar.gz of the bundle folder) as a bundle version."""
+    access.check_namespace_write(principal, namespace, "bundles.register")
     limits = _limits(ctx)
     path = await _spool(
         request, ctx, limits.bundleCompressedBytes, "bundle archive", "bundleCompressedBytes"
@@ -171,12 +182,14 @@ async def register_model_route(
     name: str,
     request: Request,
     ctx: CtxDep,
+    principal: PrincipalDep,
     base_model: str,
     alias: str | None = None,
     run_id: str | None = None,
     parent_model: str | None = None,
 ) -> JSONResponse:
     """Register the streamed body (a tar of a PEFT adapter folder) as a model version."""
+    access.check_namespace_write(principal, namespace, "models.register")
     limits = _limits(ctx)
     path = await _spool(
         request, ctx, limits.bundleCompressedBytes, "model archive", "bundleCompressedBytes"
@@ -223,25 +236,32 @@ def _extract_tar(path: Path, dest: Path, limits: RegistryLimits) -> None:
 
 
 @router.post("/images")
-async def push_image_route(request: Request, ctx: CtxDep, filename: str) -> JSONResponse:
-    """Store one streamed image (``registry images push``); answers its ``sha256:`` digest."""
+async def push_image_route(
+    request: Request, ctx: CtxDep, principal: PrincipalDep, filename: str
+) -> JSONResponse:
+    """Store one streamed image (``registry images push``); answers its ``sha256:`` digest.
+    A project token's push makes the image its project's."""
     limits = _limits(ctx)
     path = await _spool(request, ctx, limits.uploadBytes, "image", "uploadBytes")
 
     def work() -> dict[str, Any]:
         with ctx.db.session() as s:
             digest = push_image(s, ctx.store, path, filename=Path(filename).name)
+            access.record_images(s, access.scope(principal), [digest])
             return {"digest": digest, "filename": Path(filename).name, "size": path.stat().st_size}
 
     return JSONResponse(await _with_upload(path, work), status_code=201)
 
 
 @router.get("/images/{digest}")
-def get_image(digest: str, ctx: CtxDep) -> StreamingResponse:
-    """The bytes of a pushed image."""
+def get_image(digest: str, ctx: CtxDep, principal: PrincipalDep) -> StreamingResponse:
+    """The bytes of a registered image (pushed, or part of a dataset): only an image, never
+    another blob, and for a project token only an image of its project."""
     hexd = digest.lower().removeprefix("sha256:")
-    key = content_key(hexd)
-    if len(hexd) != 64 or not ctx.store.exists(key):
+    key = content_key(hexd) if len(hexd) == 64 else ""
+    with ctx.db.session() as s:
+        readable = bool(key) and access.can_read_image(principal, s, f"sha256:{hexd}")
+    if not readable or not ctx.store.exists(key):
         raise NotFound(f"Image {digest} is not in the registry.", field="digest")
     return _stream(ctx.store.open(key), "application/octet-stream")
 
@@ -256,35 +276,49 @@ def _stream(f: Any, media: str) -> StreamingResponse:
 
 
 @router.get("/{kinds}")
-def list_route(kinds: str, ctx: CtxDep, namespace: str | None = None) -> dict[str, Any]:
-    """Named artifacts of one kind with their latest version and aliases."""
+def list_route(
+    kinds: str, ctx: CtxDep, principal: PrincipalDep, namespace: str | None = None
+) -> dict[str, Any]:
+    """Named artifacts of one kind with their latest version and aliases (those the caller
+    sees)."""
+    kind = _kind(kinds)
     with ctx.db.session() as s:
-        return {"items": list_names(s, _kind(kinds), namespace)}
+        return {"items": access.filter_names(principal, s, kind, list_names(s, kind, namespace))}
 
 
 @router.get("/{kinds}/{namespace}/{name}")
 def get_route(
-    kinds: str, namespace: str, name: str, ctx: CtxDep, project: str | None = None
+    kinds: str,
+    namespace: str,
+    name: str,
+    ctx: CtxDep,
+    principal: PrincipalDep,
+    project: str | None = None,
 ) -> dict[str, Any]:
     """One version, by any reference (``NS/NAME``, ``:vN``, ``:ALIAS``, ``@sha256:…``)."""
     with ctx.db.session() as s:
-        return resolve(s, _kind(kinds), f"{namespace}/{name}", project).to_dict()
+        return access.resolve(principal, s, _kind(kinds), f"{namespace}/{name}", project).to_dict()
 
 
 @router.get("/{kinds}/{namespace}/{name}/versions")
-def versions_route(kinds: str, namespace: str, name: str, ctx: CtxDep) -> dict[str, Any]:
+def versions_route(
+    kinds: str, namespace: str, name: str, ctx: CtxDep, principal: PrincipalDep
+) -> dict[str, Any]:
     """Every version of a named artifact, oldest first."""
     ns = validate_name(namespace, "ref")
     nm = validate_name(name, "ref")
     with ctx.db.session() as s:
+        access.check_visible_ref(principal, s, _kind(kinds), f"{ns}/{nm}")
         return {"items": [v.to_dict() for v in list_versions(s, _kind(kinds), ns, nm)]}
 
 
 @router.get("/datasets/{namespace}/{name}/object")
-def dataset_object(namespace: str, name: str, ctx: CtxDep) -> StreamingResponse:
+def dataset_object(
+    namespace: str, name: str, ctx: CtxDep, principal: PrincipalDep
+) -> StreamingResponse:
     """The bytes that were registered for a dataset version."""
     with ctx.db.session() as s:
-        rv = resolve(s, "dataset", f"{namespace}/{name}")
+        rv = access.resolve(principal, s, "dataset", f"{namespace}/{name}")
     media = "application/zip" if rv.metadata.get("format") == "zip" else "application/x-ndjson"
     resp = _stream(open_object(ctx.store, rv), media)
     resp.headers["X-Akka-Ref"] = rv.pinned
@@ -300,11 +334,19 @@ class AliasBody(BaseModel):
 
 @router.put("/{kinds}/{namespace}/{name}/aliases/{alias}")
 def alias_route(
-    kinds: str, namespace: str, name: str, alias: str, body: AliasBody, ctx: CtxDep
+    kinds: str,
+    namespace: str,
+    name: str,
+    alias: str,
+    body: AliasBody,
+    ctx: CtxDep,
+    principal: PrincipalDep,
 ) -> dict[str, Any]:
     """Point an alias (``candidate``, ``champion``, …) at a version."""
+    kind = _kind(kinds)
+    access.check_namespace_write(principal, namespace, "aliases.set")
     with ctx.db.session() as s:
-        return set_alias(s, _kind(kinds), namespace, name, alias, body.version).to_dict()
+        return set_alias(s, kind, namespace, name, alias, body.version).to_dict()
 
 
 class AnnotationsBody(BaseModel):
@@ -316,8 +358,15 @@ class AnnotationsBody(BaseModel):
 
 @router.put("/{kinds}/{namespace}/{name}/annotations")
 def annotate_route(
-    kinds: str, namespace: str, name: str, body: AnnotationsBody, ctx: CtxDep
+    kinds: str,
+    namespace: str,
+    name: str,
+    body: AnnotationsBody,
+    ctx: CtxDep,
+    principal: PrincipalDep,
 ) -> dict[str, Any]:
     """Merge annotations into one version's metadata."""
+    kind = _kind(kinds)
+    access.check_namespace_write(principal, namespace, "annotations.set")
     with ctx.db.session() as s:
-        return annotate(s, _kind(kinds), f"{namespace}/{name}", body.annotations).to_dict()
+        return annotate(s, kind, f"{namespace}/{name}", body.annotations).to_dict()

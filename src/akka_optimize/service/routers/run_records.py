@@ -22,6 +22,7 @@ from ...jobs import (
     sweeps,
     views,
 )
+from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/training")
@@ -45,29 +46,33 @@ def on_shutdown(ctx: Any) -> None:
 @router.get("/runs")
 def list_runs(
     session: SessionDep,
+    principal: PrincipalDep,
     project: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    """Newest runs first."""
-    return {"runs": views.list_runs(session, project, limit)}
+    """Newest runs first, of the projects the caller sees."""
+    visible, project = access.list_scope(principal, project)
+    return {"runs": views.list_runs(session, project, limit) if visible else []}
 
 
 @router.get("/runs/{run_id}")
-def get_run(run_id: str, session: SessionDep, settings: bool = False) -> dict[str, Any]:
+def get_run(
+    run_id: str, session: SessionDep, principal: PrincipalDep, settings: bool = False
+) -> dict[str, Any]:
     """A run's state, results and cost; ``settings=true`` adds its frozen settings."""
-    return views.run_view(session, records.get_run(session, run_id), settings=settings)
+    return views.run_view(session, access.find_run(principal, session, run_id), settings=settings)
 
 
 @router.get("/runs/{run_id}/metrics")
-def run_metrics(run_id: str, session: SessionDep) -> dict[str, Any]:
+def run_metrics(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """Per-update metrics and validation measurements."""
-    return views.metrics(session, records.get_run(session, run_id))
+    return views.metrics(session, access.find_run(principal, session, run_id))
 
 
 @router.get("/runs/{run_id}/snapshots")
-def run_snapshots(run_id: str, session: SessionDep) -> dict[str, Any]:
+def run_snapshots(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """The run's saves with their sizes."""
-    run = records.get_run(session, run_id)
+    run = access.find_run(principal, session, run_id)
     return {"run": run.id, "snapshots": views.snapshots(session, run)}
 
 
@@ -75,6 +80,7 @@ def run_snapshots(run_id: str, session: SessionDep) -> dict[str, Any]:
 def compare_runs(
     run_id: str,
     session: SessionDep,
+    principal: PrincipalDep,
     baseline: Annotated[str, Query(description="The baseline run's id.")],
     window: Annotated[int, Query(description="Updates per window.")] = compare.DEFAULT_WINDOW,
     margin: Annotated[
@@ -85,10 +91,13 @@ def compare_runs(
     ] = compare.DEFAULT_SPIKE_FACTOR,
 ) -> dict[str, Any]:
     """The run's training loss against a baseline run of the same configuration."""
+    run = access.find_run(principal, session, run_id)
+    base = access.find_run(principal, session, baseline)
+    access.check_compare(run, base)
     return compare.compare_runs(
         session,
-        records.get_run(session, run_id),
-        records.get_run(session, baseline),
+        run,
+        base,
         window=window,
         margin=margin,
         spike_factor=spikeFactor,
@@ -124,33 +133,35 @@ def sweep_run(
     return sweeps.submit_sweep(
         ctx,
         session,
-        records.get_run(session, run_id),
+        access.find_run(principal, session, run_id),
         snapshot=str(body["snapshot"]),
         steps=body["steps"],
         grid=body["grid"],
         dataset=body.get("dataset"),
-        resolve=lambda raw: resolve_run_plan(ctx, session, raw),
+        resolve=lambda raw: resolve_run_plan(ctx, session, raw, principal),
         principal=principal,
     )
 
 
 @router.get("/runs/{run_id}/tree")
-def run_tree(run_id: str, session: SessionDep) -> dict[str, Any]:
+def run_tree(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """Every generation of branches below the run."""
-    return branches.tree(session, records.get_run(session, run_id))
+    return branches.tree(session, access.find_run(principal, session, run_id))
 
 
 @router.get("/runs/{run_id}/ancestry")
-def run_ancestry(run_id: str, session: SessionDep) -> dict[str, Any]:
+def run_ancestry(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """The run, then each run it branched from, back to the lineage's root."""
-    lineage = branches.ancestry(session, records.get_run(session, run_id))
+    lineage = branches.ancestry(session, access.find_run(principal, session, run_id))
     return {"run": lineage[0]["run"], "root": lineage[-1]["run"], "ancestry": lineage}
 
 
 @router.get("/runs/{run_id}/snapshots/{name}")
-def get_snapshot(run_id: str, name: str, session: SessionDep) -> dict[str, Any]:
+def get_snapshot(
+    run_id: str, name: str, session: SessionDep, principal: PrincipalDep
+) -> dict[str, Any]:
     """One save, named ``step-N`` or ``N``."""
-    run = records.get_run(session, run_id)
+    run = access.find_run(principal, session, run_id)
     step = name.removeprefix("step-")
     snaps = views.snapshots(session, run)
     for snap in snaps:
@@ -163,9 +174,9 @@ def get_snapshot(run_id: str, name: str, session: SessionDep) -> dict[str, Any]:
 
 
 @router.get("/runs/{run_id}/failure")
-def run_failure(run_id: str, session: SessionDep) -> dict[str, Any]:
+def run_failure(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """Why a run failed: one sentence; the worker's output stays with operators."""
-    run = records.get_run(session, run_id)
+    run = access.find_run(principal, session, run_id)
     return {
         "run": run.id,
         "state": run.state,
@@ -175,13 +186,21 @@ def run_failure(run_id: str, session: SessionDep) -> dict[str, Any]:
 
 
 @router.post("/runs/{run_id}/cancel")
-def cancel_run(run_id: str, ctx: CtxDep, session: SessionDep) -> dict[str, Any]:
-    return control.request_control(ctx, session, records.get_run(session, run_id), "cancel")
+def cancel_run(
+    run_id: str, ctx: CtxDep, session: SessionDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    return control.request_control(
+        ctx, session, access.find_run(principal, session, run_id), "cancel"
+    )
 
 
 @router.post("/runs/{run_id}/pause")
-def pause_run(run_id: str, ctx: CtxDep, session: SessionDep) -> dict[str, Any]:
-    return control.request_control(ctx, session, records.get_run(session, run_id), "pause")
+def pause_run(
+    run_id: str, ctx: CtxDep, session: SessionDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    return control.request_control(
+        ctx, session, access.find_run(principal, session, run_id), "pause"
+    )
 
 
 @router.post("/runs/{run_id}/resume")
@@ -189,12 +208,16 @@ def resume_run(
     run_id: str,
     ctx: CtxDep,
     session: SessionDep,
+    principal: PrincipalDep,
     body: Annotated[dict[str, Any] | None, Body()] = None,
 ) -> dict[str, Any]:
     """Resume a paused or failed run from its newest kept save or ``{"step": N}``."""
     step = (body or {}).get("step")
     return control.resume(
-        ctx, session, records.get_run(session, run_id), int(step) if step is not None else None
+        ctx,
+        session,
+        access.find_run(principal, session, run_id),
+        int(step) if step is not None else None,
     )
 
 

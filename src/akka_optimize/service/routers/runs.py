@@ -59,14 +59,17 @@ async def read_json_body(request: Request) -> Any:
 async def start_run_route(
     request: Request, ctx: CtxDep, principal: PrincipalDep, dryRun: bool = False
 ) -> JSONResponse:
-    """Start a run from a plan, or with ``dryRun=true`` report what it would run."""
+    """Start a run from a plan, or with ``dryRun=true`` report what it would run.
+
+    A project token may start (and dry-run) runs of its own project only: 403
+    ``optimize.training.projects.runs.start`` otherwise (:mod:`..access`)."""
     raw = await read_json_body(request)
 
     def work() -> dict[str, Any]:
         with ctx.db.session() as session:
             if dryRun:
-                return dry_run(ctx, session, raw)
-            resolved = resolve_run_plan(ctx, session, raw)
+                return dry_run(ctx, session, raw, principal)
+            resolved = resolve_run_plan(ctx, session, raw, principal)
             from ...jobs.supervised import start_run
 
             return start_run(ctx, session, resolved, principal)
