@@ -249,7 +249,21 @@ def test_every_help_example_names_the_command_as_run(tmp_path) -> None:
 
 
 def test_a_worker_token_reaches_only_its_own_runs_events(service: LiveService) -> None:
-    worker = service.create_token(project="worker:abc123")
+    # The scheduler issues attempt tokens itself (`server token create` issues only tokens
+    # of existing projects), so this one is stored the way the scheduler stores them.
+    import uuid
+
+    from akka_optimize.db import Database
+    from akka_optimize.db.models.auth import ApiToken
+    from akka_optimize.service.auth import hash_token
+
+    worker = "ak_worker-token-of-abc123"
+    db = Database(f"sqlite:///{service.home / 'state.db'}")
+    with db.session() as s:
+        s.add(
+            ApiToken(id=uuid.uuid4().hex, token_sha256=hash_token(worker), project="worker:abc123")
+        )
+    db.dispose()
     headers = {"Authorization": f"Bearer {worker}"}
     r = httpx.get(service.url + "/v1/training/runs", headers=headers)
     assert r.status_code == 403 and "run abc123" in r.json()["error"]["message"]
