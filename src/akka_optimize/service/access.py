@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import exists, select
+from sqlalchemy import exists, or_, select
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
@@ -125,6 +125,17 @@ def check_project_write(
             f"{field} {project!r} is another training project; {_scoped_phrase(mine)}",
             field=field,
         )
+
+
+def check_project_key_write(
+    principal: Principal | None, session: Session, key: str, action: str, field: str = "project"
+) -> None:
+    """As :func:`check_project_write` for a project named by name or ID; any key that is
+    not the caller's own project is refused alike, whether that project exists or not."""
+    if scope(principal) is None:
+        return
+    q = select(Project.name).where(or_(Project.name == key.strip().lower(), Project.id == key))
+    check_project_write(principal, session.scalar(q) or key, action, field)
 
 
 def list_scope(principal: Principal | None, requested: str | None) -> tuple[bool, str | None]:

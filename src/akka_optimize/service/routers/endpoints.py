@@ -216,8 +216,10 @@ def create_endpoint(
     """Create an endpoint and start making its model resident. A project token creates
     endpoints of its own project only; no endpoint serves another project's adapter (403
     ``optimize.training.projects.endpoints.create``)."""
-    access.check_project_write(principal, body.project, "endpoints.create")
-    project = find_project(s, body.project, principal) if body.project else None
+    project = None
+    if body.project:
+        access.check_project_key_write(principal, s, body.project, "endpoints.create")
+        project = find_project(s, body.project, principal)
     row, base_key, project = _resolve_model(s, ctx, body.model, project, principal)
     from ...catalog.cache import ready_model_dir
 
