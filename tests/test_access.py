@@ -473,7 +473,7 @@ def test_refused_requests_changed_nothing_of_b(world: World) -> None:
     run = world.ok(b, "GET", f"/v1/training/runs/{world.ids['b_run']}")
     assert run["state"] == "SUCCEEDED"
     versions = world.ok(b, "GET", "/v1/registry/datasets/b/train/versions")["items"]
-    assert [v["version"] for v in versions] == [1]
+    assert [v["version"] for v in versions] == ["v1"]
     model = world.ok(b, "GET", "/v1/registry/models/b/tiny-smollm2")
     dataset = world.ok(b, "GET", "/v1/registry/datasets/b/train")
     assert "champion" not in json.dumps(model) and "champion" not in json.dumps(dataset)
