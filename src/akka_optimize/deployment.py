@@ -8,8 +8,9 @@ here and from the base model's catalog entry (DESIGN.md "One picture").
 
 Sections are owned by the package that reads them: ``deviceProfiles``,
 ``memorySettings`` and ``engineSettings`` by :mod:`akka_optimize.plan`; ``serving`` by
-:mod:`akka_optimize.serving`; ``limits`` by :mod:`akka_optimize.registry`; ``catalog``
-by :mod:`akka_optimize.catalog`.
+:mod:`akka_optimize.serving`; ``limits`` by :mod:`akka_optimize.registry`; ``service`` by
+:mod:`akka_optimize.service` (and the worker's retry window, by :mod:`akka_optimize.jobs`);
+``catalog`` by :mod:`akka_optimize.catalog`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,28 @@ class RegistryLimits(_Strict):
     bundleCompressedBytes: int = 256 * 1024**2
     bundleExpandedBytes: int = 2 * 1024**3
     bundleFiles: int = 10_000
+    annotationBytes: int = Field(
+        64 * 1024,
+        ge=1,
+        description="Largest JSON size of one version's annotations after a merge.",
+    )
+
+
+class ServiceLimits(_Strict):
+    """Limits of the service itself (issue 14 items 3 and 8)."""
+
+    jsonBodyBytes: int = Field(
+        8 * 1024**2,
+        ge=1,
+        description="Largest JSON request body (plans, annotations, events, previews); "
+        "uploads have their own limits.",
+    )
+    workerRetrySeconds: int = Field(
+        300,
+        ge=1,
+        description="How long a worker retries a service it cannot reach (re-reading the "
+        "service's address from the blob store) before it ends its attempt.",
+    )
 
 
 MEMORY_SETTINGS: tuple[str, ...] = (
@@ -151,6 +174,7 @@ class Deployment(_Strict):
     )
     serving: ServingLimits = Field(default_factory=ServingLimits)
     limits: RegistryLimits = Field(default_factory=RegistryLimits)
+    service: ServiceLimits = Field(default_factory=ServiceLimits)
     memorySettings: MemorySettingsPolicy = Field(
         default_factory=MemorySettingsPolicy,
         description="Allowed execution.memory/rollout settings and values, and defaults.",

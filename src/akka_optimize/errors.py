@@ -11,6 +11,30 @@ from __future__ import annotations
 
 from typing import Any
 
+EXCERPT_CHARS = 200
+"""The most characters of an offending value a refusal quotes (issue 14 item 3)."""
+MAX_MESSAGE_CHARS = 8000
+"""A refusal's message is cut to this many characters (it lists at most a few values)."""
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters, saying how much was left out.
+
+    Refusals quote an offending value through this, so a 50 MB value gives a short
+    sentence, never the value itself.
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+def _cap(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    cut = len(message) - MAX_MESSAGE_CHARS
+    return f"{message[:MAX_MESSAGE_CHARS]}… ({cut:,} more characters left out)"
+
 
 class AkkaError(Exception):
     """A refusal a user can act on.
@@ -35,6 +59,7 @@ class AkkaError(Exception):
         status: int | None = None,
         details: Any = None,
     ) -> None:
+        message = _cap(message)
         super().__init__(message)
         self.message = message
         if code is not None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from akka_optimize.data.rows import DataFileError, RowError, parse_row, validate_jsonl_bytes
+from akka_optimize.data.jsonl import validate_jsonl_bytes
+from akka_optimize.data.rows import DataFileError, RowError, parse_row
 from akka_optimize.errors import InvalidRequest
 
 CASES = Path(__file__).resolve().parents[1] / "cases"

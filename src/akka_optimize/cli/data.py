@@ -75,6 +75,20 @@ def _print_rows(data: dict[str, Any], wide: bool) -> None:
             console.print(f"warning: {w}", highlight=False, markup=False)
 
 
+def _first_rows(file: Path, count: int) -> str:
+    """The file's text up to its ``count``-th non-blank line (the service previews no more,
+    and a JSON body has a size limit, ``service.jsonBodyBytes``). Lines end at ``\n``."""
+    out: list[str] = []
+    seen = 0
+    with open(file, encoding="utf-8", newline="") as f:
+        for line in f:
+            out.append(line)
+            seen += bool(line.strip())
+            if seen >= count:
+                break
+    return "".join(out)
+
+
 @app.command("preview")
 def preview(
     base_model: Annotated[
@@ -110,7 +124,7 @@ def preview(
         body["project"] = project
     if file is not None:
         try:
-            body["jsonl"] = file.read_text(encoding="utf-8")
+            body["jsonl"] = _first_rows(file, rows)
         except (FileNotFoundError, IsADirectoryError):
             raise CliError(f"-f: {file} is not a readable file.", exit_code=2) from None
         except UnicodeDecodeError:

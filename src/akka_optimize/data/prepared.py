@@ -238,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     from transformers import AutoTokenizer
 
+    from akka_optimize.data.jsonl import iter_jsonl_rows
     from akka_optimize.data.masks import prepare_examples
     from akka_optimize.data.policy import LossPolicy
-    from akka_optimize.data.rows import iter_jsonl_rows
 
     ap = argparse.ArgumentParser(
         prog="python -m akka_optimize.data.prepared", description=main.__doc__

@@ -37,9 +37,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from akka_optimize.errors import InvalidRequest
+from akka_optimize.errors import InvalidRequest, excerpt
+
+from . import strictjson
 
 ROLES = ("system", "user", "assistant", "tool")
+ROW_FIELDS = ("messages", "tools", "prompt", "completion")
+MESSAGE_FIELDS = ("role", "content", "name", "reasoning_content", "tool_calls", "tool_call_id")
+TEXT_PART_FIELDS = ("type", "text", "content", "value", "train", "weight")
+TOOL_CALL_FIELDS = ("id", "type", "function")
+"""The fields a row, a message, a text part and a tool call may have. Any other field is
+refused naming the line and the field (as a plan refuses one it does not declare), rather
+than dropped: nothing in a row is silently ignored. ``tools`` entries are kept as given."""
 MAX_LISTED_ERRORS = 10
 _SINGLE_TURN_KEYS = ("prompt", "completion")
 
@@ -80,7 +89,7 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, float)):
-        return f"a number ({value!r})"
+        return f"a number ({excerpt(value, 40)})"
     if isinstance(value, str):
         return "a string"
     if isinstance(value, list):
@@ -90,15 +99,30 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
+def _refuse_unknown(obj: dict[str, Any], allowed: tuple[str, ...], line: int, field: str) -> None:
+    """Refuse the first key of ``obj`` not in ``allowed`` (see ``ROW_FIELDS``)."""
+    for key in obj:
+        if key not in allowed:
+            where = f"{field}.{key}" if field else str(key)
+            raise RowError(
+                line,
+                excerpt(where, 120).strip("'\""),
+                f"unknown field {excerpt(key, 80)}; a field a row does not declare is refused "
+                f"(the fields here are: {', '.join(allowed)})",
+            )
+
+
 def _maybe_json(value: Any, line: int, field: str, want: type) -> Any:
     """Parse ``value`` when it is a JSON string holding a ``want`` (list or dict)."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = strictjson.loads(value)
         except json.JSONDecodeError as exc:
             raise RowError(
                 line, field, f"is a string that is not valid JSON ({exc.msg} at char {exc.pos})"
             ) from None
+        except ValueError as exc:
+            raise RowError(line, field, f"is a JSON string with {exc}") from None
     if not isinstance(value, want):
         name = "an array" if want is list else "an object"
         raise RowError(line, field, f"must be {name} (or a JSON string of one), not {_kind(value)}")
@@ -111,6 +135,7 @@ def _image_part(part: dict[str, Any], line: int, where: str) -> dict[str, Any]:
     Kept for the registry (which uploads local images, F031); a text-only chat template
     cannot render them, so ``data.render`` refuses a row that has one.
     """
+    _refuse_unknown(part, ("type", part["type"]), line, where)
     if part["type"] == "image":
         if not isinstance(part.get("image"), str) or not part["image"]:
             raise RowError(
@@ -120,6 +145,7 @@ def _image_part(part: dict[str, Any], line: int, where: str) -> dict[str, Any]:
     url = part.get("image_url")
     if not isinstance(url, dict) or not isinstance(url.get("url"), str) or not url["url"]:
         raise RowError(line, f"{where}.image_url", "an image_url part needs image_url.url")
+    _refuse_unknown(url, ("url",), line, f"{where}.image_url")
     return {"type": "image_url", "image_url": {"url": url["url"]}}
 
 
@@ -144,8 +170,9 @@ def _parse_parts(value: Any, line: int, field: str) -> str | list[dict[str, Any]
             raise RowError(
                 line,
                 f"{where}.type",
-                f'must be "text", "image" or "image_url" (got {part.get("type")!r})',
+                f'must be "text", "image" or "image_url" (got {excerpt(part.get("type"))})',
             )
+        _refuse_unknown(part, TEXT_PART_FIELDS, line, where)
         texts = [k for k in ("text", "content", "value") if k in part]
         if len(texts) != 1:
             raise RowError(line, where, "a text part needs exactly one of text, content or value")
@@ -158,7 +185,7 @@ def _parse_parts(value: Any, line: int, field: str) -> str | list[dict[str, Any]
         if "weight" in part and part["weight"] is not None:
             weight = part["weight"]
             if isinstance(weight, bool) or weight not in (0, 1):
-                raise RowError(line, f"{where}.weight", f"must be 0 or 1, not {weight!r}")
+                raise RowError(line, f"{where}.weight", f"must be 0 or 1, not {excerpt(weight)}")
             if train is not None and train != bool(weight):
                 raise RowError(line, where, f"train {train} and weight {weight} disagree")
             train = bool(weight)
@@ -174,11 +201,14 @@ def _parse_tool_calls(value: Any, line: int, field: str) -> list[dict[str, Any]]
         where = f"{field}[{k}]"
         if not isinstance(call, dict):
             raise RowError(line, where, f"a tool call must be an object, not {_kind(call)}")
+        _refuse_unknown(call, TOOL_CALL_FIELDS, line, where)
         call_id = call.get("id")
         if call_id is not None and not isinstance(call_id, str):
             raise RowError(line, f"{where}.id", f"must be a string, not {_kind(call_id)}")
         if call.get("type", "function") != "function":
-            raise RowError(line, f"{where}.type", f'must be "function", not {call.get("type")!r}')
+            raise RowError(
+                line, f"{where}.type", f'must be "function", not {excerpt(call.get("type"))}'
+            )
         fn = call.get("function")
         if not isinstance(fn, dict):
             raise RowError(
@@ -186,19 +216,22 @@ def _parse_tool_calls(value: Any, line: int, field: str) -> list[dict[str, Any]]
                 f"{where}.function",
                 f"must be an object with name and arguments, not {_kind(fn)}",
             )
+        _refuse_unknown(fn, ("name", "arguments"), line, f"{where}.function")
         name = fn.get("name")
         if not isinstance(name, str) or not name:
             raise RowError(line, f"{where}.function.name", "must be a non-empty string")
         args = fn.get("arguments", {})
         if isinstance(args, str):
             try:
-                args = json.loads(args) if args.strip() else {}
+                args = strictjson.loads(args) if args.strip() else {}
             except json.JSONDecodeError as exc:
                 raise RowError(
                     line,
                     f"{where}.function.arguments",
                     f"is not valid JSON ({exc.msg} at char {exc.pos})",
                 ) from None
+            except ValueError as exc:
+                raise RowError(line, f"{where}.function.arguments", str(exc)) from None
         if not isinstance(args, dict):
             raise RowError(
                 line,
@@ -215,10 +248,13 @@ def _parse_message(msg: Any, i: int, line: int, call_ids: set[str]) -> dict[str,
     field = f"messages[{i}]"
     if not isinstance(msg, dict):
         raise RowError(line, field, f"a message must be an object, not {_kind(msg)}")
+    _refuse_unknown(msg, MESSAGE_FIELDS, line, field)
     role = msg.get("role")
     if role not in ROLES:
         raise RowError(
-            line, f"{field}.role", f"unknown role {role!r}; expected one of {', '.join(ROLES)}"
+            line,
+            f"{field}.role",
+            f"unknown role {excerpt(role)}; expected one of {', '.join(ROLES)}",
         )
     out: dict[str, Any] = {"role": role}
     content = msg.get("content")
@@ -251,7 +287,7 @@ def _parse_message(msg: Any, i: int, line: int, call_ids: set[str]) -> dict[str,
             raise RowError(
                 line,
                 f"{field}.tool_call_id",
-                f"{call_id!r} answers no earlier tool call in this row"
+                f"{excerpt(call_id)} answers no earlier tool call in this row"
                 + (f" (earlier calls: {', '.join(sorted(call_ids))})" if call_ids else ""),
             )
         out["tool_call_id"] = call_id
@@ -308,6 +344,7 @@ def parse_row(obj: Any, line: int) -> dict[str, Any]:
     """
     if not isinstance(obj, dict):
         raise RowError(line, "", f"a row must be a JSON object, not {_kind(obj)}")
+    _refuse_unknown(obj, ROW_FIELDS, line, "")
     messages = _maybe_json(_messages_of(obj, line), line, "messages", list)
     if not messages:
         raise RowError(
@@ -334,65 +371,3 @@ def parse_row(obj: Any, line: int) -> dict[str, Any]:
         if tools:
             row["tools"] = tools
     return row
-
-
-def validate_jsonl_bytes(data: bytes, source: str) -> list[dict[str, Any]]:
-    """Parse and validate a whole JSONL file of rows.
-
-    Blank lines are skipped (line numbers still count them). Every line is checked,
-    so one refusal names all bad lines up to ``MAX_LISTED_ERRORS`` (behaviours.md 9).
-
-    Args:
-        data: the file's bytes (UTF-8).
-        source: the file name used in the error's field, e.g. ``"train.jsonl"``.
-
-    Returns:
-        The normalised rows, in file order (:func:`iter_jsonl_rows` also gives each
-        row's line number).
-
-    Raises:
-        DataFileError: some line is not JSON or not a valid row, or the file holds no row.
-    """
-    return [row for _, row in iter_jsonl_rows(data, source)]
-
-
-def iter_jsonl_rows(data: bytes, source: str) -> list[tuple[int, dict[str, Any]]]:
-    """Like :func:`validate_jsonl_bytes`, returning ``(line number, normalised row)`` pairs."""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise DataFileError(
-            f"{source} is not UTF-8 text: line {line}: byte {data[exc.start]:#x} cannot be decoded",
-            field=f"{source}:line {line}",
-        ) from None
-    rows: list[tuple[int, dict[str, Any]]] = []
-    errors: list[RowError] = []
-    bad = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise RowError(
-                    number, "", f"not valid JSON ({exc.msg} at column {exc.colno})"
-                ) from None
-            rows.append((number, parse_row(obj, number)))
-        except RowError as err:
-            bad += 1
-            if len(errors) < MAX_LISTED_ERRORS:
-                errors.append(err)
-    if errors:
-        more = f"\n… and {bad - len(errors)} more bad lines" if bad > len(errors) else ""
-        raise DataFileError(
-            f"{source} has {bad} bad line{'s' if bad != 1 else ''}:\n"
-            + "\n".join(e.message for e in errors)
-            + more,
-            field=f"{source}:line {errors[0].line}",
-            details=[{"line": e.line, "field": e.field, "message": e.reason} for e in errors],
-        )
-    if not rows:
-        raise DataFileError(f"{source} holds no rows", field=source)
-    return rows

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import InvalidRequest
+from ..errors import EXCERPT_CHARS, InvalidRequest, excerpt
 from .schema import RunPlan
 
 OLD_SHAPES: dict[str, str] = {
@@ -62,10 +62,18 @@ class Refusals:
         self.items: list[Refusal] = []
 
     def add(self, field: str | None, message: str, value: Any = None, limit: Any = None) -> None:
-        """Add a refusal unless this field already has one."""
+        """Add a refusal unless this field already has one.
+
+        A long field path, message or value is cut to a short excerpt (a refusal never
+        echoes a whole offending value; issue 14 item 3).
+        """
+        if field is not None and len(field) > EXCERPT_CHARS:
+            field = field[:EXCERPT_CHARS] + "…"
         if field is not None and any(r.field == field for r in self.items):
             return
-        self.items.append(Refusal(field, message, _jsonable(value), _jsonable(limit)))
+        if len(message) > 5 * EXCERPT_CHARS:
+            message = message[: 5 * EXCERPT_CHARS] + f"… ({len(message) - 1000:,} more characters)"
+        self.items.append(Refusal(field, message, _short(_jsonable(value)), _jsonable(limit)))
 
     def has(self, prefix: str) -> bool:
         """Whether a refusal names ``prefix`` or a field below it."""
@@ -95,6 +103,15 @@ class PlanRefused(InvalidRequest):
             message = f"The plan is refused for {len(refusals)} reasons: {lines}"
         super().__init__(message, field=first.field, details=[r.to_dict() for r in refusals])
         self.refusals = refusals
+
+
+def _short(v: Any) -> Any:
+    """``v``, or an excerpt string of it when its JSON is longer than ``EXCERPT_CHARS``."""
+    if v is None or isinstance(v, bool | int | float):
+        return v
+    if isinstance(v, str):
+        return v if len(v) <= EXCERPT_CHARS else excerpt(v)
+    return excerpt(v) if len(repr(v)) > EXCERPT_CHARS else v
 
 
 def _jsonable(v: Any) -> Any:
@@ -153,7 +170,7 @@ def _unknown_field(loc: tuple[Any, ...]) -> str:
     hint = ""
     if parent is not None:
         names = list(parent.model_fields)
-        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6) if len(name) < 100 else []
         lower = [n for n in names if n.lower() == name.lower()]
         homes = [h for h in _homes(name) if h != _path(loc[:-1])]
         if lower or close:
@@ -161,7 +178,7 @@ def _unknown_field(loc: tuple[Any, ...]) -> str:
         elif homes:
             hint = f" {name} is a field of {' and '.join(homes)}."
         hint += f" The fields here are: {', '.join(names)}."
-    return f"{path}: unknown field {name!r}; a field the plan does not declare is refused.{hint}"
+    return f"{path}: unknown field {excerpt(name, 80)}; a field the plan does not declare is refused.{hint}"
 
 
 def _missing(loc: tuple[Any, ...]) -> str:
@@ -192,10 +209,10 @@ def from_validation_error(exc: ValidationError, out: Refusals) -> None:
         elif typ == "missing":
             out.add(path, _missing(loc))
         elif typ in ("model_type", "model_attributes_type", "dict_type") and loc:
-            out.add(path, f"{path} must be an object, not {value!r}.", value)
+            out.add(path, f"{path} must be an object, not {excerpt(value)}.", value)
         elif not loc:
             kind = type(value).__name__
             out.add(None, f"A run plan is a JSON object, not a {kind}.", None)
         else:
-            shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+            shown = excerpt(value) if not isinstance(value, dict | list) else type(value).__name__
             out.add(path, f"{path}: {e.get('msg', 'invalid value')}; got {shown}.", value, limit)

@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..db.models.registry import RegistryAlias, RegistryName, RegistryVersion
-from ..errors import Conflict, InvalidRequest, NotFound
+from ..errors import Conflict, InvalidRequest, NotFound, TooLarge
 from ..refs import Ref, parse_ref, validate_name
 
 KINDS = ("dataset", "bundle", "model")
@@ -404,10 +404,23 @@ def register_version(
 
 
 def annotate(
-    session: Session, kind: str, ref: str, annotations: dict[str, Any], project: str | None = None
+    session: Session,
+    kind: str,
+    ref: str,
+    annotations: dict[str, Any],
+    project: str | None = None,
+    *,
+    limit: int | None = None,
 ) -> ResolvedVersion:
     """Merge ``annotations`` into a version's ``metadata.annotations`` (a value of None removes
-    a key). Raises :class:`InvalidRequest` for non-string keys, :class:`NotFound`."""
+    a key).
+
+    Raises:
+        InvalidRequest: non-string keys.
+        TooLarge: the merged annotations, as JSON, exceed ``limit`` bytes
+            (``limits.annotationBytes`` of the deployment file).
+        NotFound: no such version.
+    """
     if not isinstance(annotations, dict) or not all(isinstance(k, str) for k in annotations):
         raise InvalidRequest("annotations must be an object with string keys.", field="annotations")
     r = resolve(session, kind, ref, project)
@@ -425,6 +438,13 @@ def annotate(
             notes.pop(k, None)
         else:
             notes[k] = v
+    size = len(json.dumps(notes, ensure_ascii=False).encode())
+    if limit is not None and size > limit:
+        raise TooLarge(
+            f"The annotations of {r.pinned} would be {size:,} bytes as JSON; the limit is "
+            f"{limit:,} bytes (limits.annotationBytes in the deployment file).",
+            field="annotations",
+        )
     meta["annotations"] = notes
     row.metadata_ = meta
     session.flush()

@@ -6,7 +6,7 @@ A dataset version holds two blobs:
   returned by ``registry datasets object``;
 - the canonical examples: one canonical JSON object per line (sorted keys, no spaces,
   UTF-8), in file order, after validation and normalisation by
-  :func:`akka_optimize.data.rows.validate_jsonl_bytes`. The version's digest is the
+  :func:`akka_optimize.data.jsonl.read_rows`. The version's digest is the
   SHA-256 of these bytes, so registering the same examples again — even written with other
   spacing or key order — returns the existing version.
 
@@ -15,15 +15,24 @@ PATH}`` or ``{"type": "image_url", "image_url": {"url": PATH}}``) uploads the im
 canonical example names it as ``sha256:<hex>``. Paths resolve beside the JSONL file, or
 inside the ZIP. Limits: ``RegistryLimits.uploadBytes`` (256 MiB by default) on the file,
 and on a ZIP's files after extraction (seeds/001 "Other changes").
+
+Memory: a JSONL file is read, checked and written out one row at a time, so a
+registration holds one row (plus the list of at most ten bad lines), not the file:
+peak memory stays a small fraction of the upload whatever the row count (measured in
+``tests/registry/test_registry_memory.py``). A ZIP's files are held in memory while it
+registers (at most ``uploadBytes`` after extraction).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import mimetypes
+import os
+import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -39,7 +48,9 @@ from .core import ResolvedVersion, register_version
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                ".gif": "image/gif", ".webp": "image/webp", ".bmp": "image/bmp"}  # fmt: skip
 _REMOTE = ("http://", "https://", "data:", "sha256:")
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 
 
 def mib(n: int) -> str:
@@ -129,16 +140,23 @@ def local_image_paths(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
 
 
 def rewrite_images(
-    rows: list[dict[str, Any]], upload: Any, source: str
+    rows: list[dict[str, Any]],
+    upload: Any,
+    source: str,
+    *,
+    first: int = 0,
+    done: dict[str, str] | None = None,
 ) -> list[tuple[int, str, str]]:
     """Replace local image paths in ``rows`` (in place) by the digest ``upload(path)`` returns.
 
     ``upload(path) -> sha256:<hex> | None``; None means the image is missing, refused as
     ``example N: image PATH …``. Returns ``(row index, path, digest)`` for each image.
+    ``first`` is the index of ``rows[0]`` in the file and ``done`` the paths uploaded so
+    far, for a caller that passes the rows a few at a time.
     """
-    done: dict[str, str] = {}
+    done = {} if done is None else done
     out = []
-    for i, row in enumerate(rows):
+    for i, row in enumerate(rows, start=first):
         for holder, key in _image_slots(row):
             path = holder[key]
             if path.startswith(_REMOTE):
@@ -237,6 +255,41 @@ def _dir_uploader(session: Session, store: BlobStore, root: Path):
     return upload
 
 
+def _canonical_file(
+    store: BlobStore, lines: Iterable[bytes], source: str, uploader: Any, beside: Path
+) -> tuple[str, int, int, set[str]]:
+    """Validate rows as they are read and store their canonical lines as one blob.
+
+    Rows are read, checked and written out one at a time into a spool file beside the
+    upload (hashed as it is written), so memory holds one row, never the file. The blob
+    is stored only once every line has passed. Returns ``(sha256:<hex>, rows, bytes,
+    image digests)``.
+    """
+    from ..data.jsonl import read_rows
+
+    h = hashlib.sha256()
+    count = nbytes = 0
+    done: dict[str, str] = {}
+    images: set[str] = set()
+    fd, tmp_name = tempfile.mkstemp(dir=beside.parent, prefix=".canonical-", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for _, row in read_rows(lines, source):
+                found = rewrite_images([row], uploader, source, first=count, done=done)
+                images.update(d for _, _, d in found)
+                line = canonical_line(row)
+                h.update(line)
+                out.write(line)
+                count += 1
+                nbytes += len(line)
+        if not store.exists(content_key(h.hexdigest())):
+            store.put_file(content_key(h.hexdigest()), tmp)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return f"sha256:{h.hexdigest()}", count, nbytes, images
+
+
 def register_dataset(
     session: Session,
     store: BlobStore,
@@ -267,8 +320,6 @@ def register_dataset(
             :class:`akka_optimize.data.rows.DataFileError`), a missing image, a bad ZIP.
         Nothing is registered when any check fails.
     """
-    from ..data.rows import validate_jsonl_bytes
-
     limits = limits or RegistryLimits()
     target = parse_ref(ref, project)
     source = source or path.name
@@ -283,23 +334,22 @@ def register_dataset(
         is_zip = f.read(4) == b"PK\x03\x04"
     if is_zip:
         data, inner, members = _read_zip(path, limits.uploadBytes)
-        rows = validate_jsonl_bytes(data, f"{source}:{inner}")
         uploader = _zip_uploader(session, store, members, inner)
+        canon = _canonical_file(store, io.BytesIO(data), f"{source}:{inner}", uploader, path)
+        del data, members
     else:
-        data = path.read_bytes()
-        rows = validate_jsonl_bytes(data, source)
         uploader = _dir_uploader(session, store, path.parent)
-    images = rewrite_images(rows, uploader, source)
-    canonical = b"".join(canonical_line(r) for r in rows)
-    digest = store_bytes(store, canonical)
+        with open(path, "rb") as f:
+            canon = _canonical_file(store, f, source, uploader, path)
+    digest, count, nbytes, images = canon
     obj_digest, obj_size = store_file(store, path)
     meta = {
-        "rows": len(rows),
-        "bytes": len(canonical),
+        "rows": count,
+        "bytes": nbytes,
         "format": "zip" if is_zip else "jsonl",
         "filename": source,
         "object": {"digest": obj_digest, "size": obj_size},
-        "images": sorted({d for _, _, d in images}),
+        "images": sorted(images),
     }
     return register_version(
         session,
@@ -307,8 +357,8 @@ def register_dataset(
         target,
         digest,
         alias=alias,
-        size=len(canonical),
-        files={"examples.jsonl": {"digest": digest, "size": len(canonical)}},
+        size=nbytes,
+        files={"examples.jsonl": {"digest": digest, "size": nbytes}},
         metadata_=meta,
         source="upload",
     )

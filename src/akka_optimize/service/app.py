@@ -27,6 +27,7 @@ from ..errors import AkkaError, Unavailable
 from ..settings import Settings
 from ..store import BlobStore
 from .auth import ensure_dev_secret
+from .bodylimit import JsonBodyLimit
 from .context import ServiceContext
 from .deps import get_principal
 from .routers import ROUTERS, health
@@ -149,4 +150,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.public_router)
     for mod in ROUTERS:
         app.include_router(mod.router, dependencies=[Depends(get_principal)])
+    app.add_middleware(JsonBodyLimit, limit_of=lambda: _json_body_limit(settings))
     return app
+
+
+def _json_body_limit(settings: Settings) -> int:
+    """``service.jsonBodyBytes`` of the deployment file (its default when the file is bad:
+    the file's error is reported by the routes that read it)."""
+    from ..deployment import ServiceLimits, load_deployment
+
+    try:
+        return load_deployment(settings.resolved_deployment_file()).service.jsonBodyBytes
+    except Exception:
+        return ServiceLimits().jsonBodyBytes

@@ -59,7 +59,7 @@ def _policy(body: dict[str, Any]) -> Any:
 def _rows(
     ctx: ServiceContext, session: Any, body: dict[str, Any], principal: Principal | None
 ) -> tuple[str, list[int], list[dict]]:
-    from ...data.rows import iter_jsonl_rows
+    from ...data.jsonl import iter_jsonl_rows
 
     sources = [k for k in ("jsonl", "rows", "dataset") if body.get(k) is not None]
     if len(sources) != 1:

@@ -369,4 +369,6 @@ def annotate_route(
     kind = _kind(kinds)
     access.check_namespace_write(principal, namespace, "annotations.set")
     with ctx.db.session() as s:
-        return annotate(s, kind, f"{namespace}/{name}", body.annotations).to_dict()
+        return annotate(
+            s, kind, f"{namespace}/{name}", body.annotations, limit=_limits(ctx).annotationBytes
+        ).to_dict()
