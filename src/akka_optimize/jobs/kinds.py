@@ -104,7 +104,14 @@ class Launch:
 
         ``extra`` given in ``fields`` is merged with the attempt's ``work_dir``.
         """
-        extra = {"work_dir": str(self.work / "scratch"), **fields.pop("extra", {})}
+        from ..deployment import load_deployment
+
+        dep = load_deployment(self.ctx.settings.resolved_deployment_file())
+        extra = {
+            "work_dir": str(self.work / "scratch"),
+            "retry_s": dep.service.workerRetrySeconds,  # akka_optimize.jobs.address
+            **fields.pop("extra", {}),
+        }
         common: dict[str, Any] = {
             "run_id": self.run.id,
             "attempt": self.attempt,

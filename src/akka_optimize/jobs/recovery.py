@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from ..db.base import utcnow
 from ..db.models.jobs import Run, RunAttempt
 from . import states as S
+from .address import UNREACHABLE_EXIT, unreachable_sentence
 from .executor import Executor
 from .records import finish
 
@@ -44,7 +45,9 @@ def reap_dead_workers(s: Session, executor: Executor) -> None:
             finish(
                 run,
                 S.FAILED if run.control != "cancel" else S.CANCELLED,
-                f"The worker process {_how(code)} at step {run.current_step} without "
+                unreachable_sentence()
+                if code == UNREACHABLE_EXIT
+                else f"The worker process {_how(code)} at step {run.current_step} without "
                 f"reporting why{_resume_hint(run)}.",
             )
             run.failure_detail = _tail(att.log_path)

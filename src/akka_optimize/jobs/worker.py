@@ -4,8 +4,9 @@
 function its kind declared (``spec.worker``; for a supervised run
 :func:`akka_optimize.jobs.training.train`, which prepares the rows, trains with the engine
 and uploads each save), streaming every event to the service. Event delivery retries for
-up to 15 minutes, so the worker survives a service restart (seeds/001 "Other
-changes"). The service's answer to each event may ask the worker to pause or
+``service.workerRetrySeconds`` (300 s by default), following the address the service
+publishes in the blob store, so the worker survives a service restart, even at another
+address (seeds/001 "Other changes"; :mod:`akka_optimize.jobs.address`). The service's answer to each event may ask the worker to pause or
 cancel; the worker then saves and stops at the next update boundary.
 """
 
@@ -25,24 +26,56 @@ import httpx
 
 from ..errors import AkkaError
 from ..store import BlobStore
+from .address import UNREACHABLE_EXIT
 from .spec import JobSpec
 
-RETRY_FOR_S = 15 * 60
+RETRY_FOR_S = 300
+"""The default retry window (``service.workerRetrySeconds`` of the deployment file)."""
+
+
+class ServiceUnreachable(RuntimeError):
+    """No service answered within the retry window; the attempt ends (exit code 3)."""
 
 
 class EventClient:
-    """Posts events to the service; remembers the last control request (pause/cancel)."""
+    """Posts events to the service; remembers the last control request (pause/cancel).
 
-    def __init__(self, spec: JobSpec) -> None:
-        self.url = (
-            f"{spec.callback_url}/v1/training/runs/{spec.run_id}/attempts/{spec.attempt}/events"
-        )
+    When the service cannot be reached, the client re-reads the address the service
+    published in the blob store (:mod:`akka_optimize.jobs.address`) and follows it, so a
+    service that came back at another address gets the events. After
+    ``spec.extra["retry_s"]`` seconds without an answer it raises
+    :class:`ServiceUnreachable`, and every later send raises at once.
+    """
+
+    def __init__(self, spec: JobSpec, store: BlobStore | None = None) -> None:
+        self.path = f"/v1/training/runs/{spec.run_id}/attempts/{spec.attempt}/events"
+        self.base = spec.callback_url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {spec.token}"}
+        self.store = store
+        self.retry_s = float(spec.extra.get("retry_s", RETRY_FOR_S))
         self.control: str | None = None
+        self.unreachable = False
+
+    @property
+    def url(self) -> str:
+        """The events route at the service's current address."""
+        return self.base + self.path
+
+    def _follow(self) -> bool:
+        """Switch to the address the service published, when it differs."""
+        from .address import current_address
+
+        new = current_address(self.store) if self.store is not None else None
+        if new and new.rstrip("/") != self.base:
+            self.base = new.rstrip("/")
+            return True
+        return False
 
     def send(self, event: dict[str, Any]) -> None:
-        """Deliver ``event``; retry on connection errors and 5xx for up to 15 minutes."""
-        deadline = time.monotonic() + RETRY_FOR_S
+        """Deliver ``event``; retry connection errors and 5xx for ``retry_s`` seconds."""
+        if self.unreachable:
+            raise ServiceUnreachable(f"the service at {self.base} is unreachable")
+        deadline = time.monotonic() + self.retry_s
         delay = 0.5
         while True:
             try:
@@ -55,8 +88,14 @@ class EventClient:
                     return
             except httpx.HTTPError:
                 pass
+            if self._follow():
+                continue
             if time.monotonic() > deadline:
-                raise RuntimeError("the service did not accept events for 15 minutes")
+                self.unreachable = True
+                raise ServiceUnreachable(
+                    f"no service answered at {self.base} (nor at an address published in "
+                    f"the blob store) for {self.retry_s:g} s"
+                )
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
 
@@ -89,8 +128,8 @@ def entry_point(name: str) -> Callable[[JobSpec, BlobStore, EventClient, Path], 
 
 def run(spec: JobSpec) -> int:
     """Run one attempt; returns the process exit code."""
-    events = EventClient(spec)
     store = BlobStore(spec.blobs_url)
+    events = EventClient(spec, store)
     work = Path(spec.extra.get("work_dir") or f"/tmp/akka-worker-{spec.run_id}-{spec.attempt}")
     work.mkdir(parents=True, exist_ok=True)
     try:
@@ -98,13 +137,25 @@ def run(spec: JobSpec) -> int:
     except BaseException as exc:  # every failure ends as an event with a sentence
         detail = traceback.format_exc()
         print(detail, file=sys.stderr, flush=True)
-        events.send({"type": "failed", "reason": failure_sentence(exc), "detail": detail[-20000:]})
+        if isinstance(exc, ServiceUnreachable):
+            return UNREACHABLE_EXIT
+        try:
+            events.send(
+                {"type": "failed", "reason": failure_sentence(exc), "detail": detail[-20000:]}
+            )
+        except ServiceUnreachable as gone:
+            print(f"worker: {gone}", file=sys.stderr, flush=True)
+            return UNREACHABLE_EXIT
         return 1
     finally:
         # Every save was uploaded to the store as it was made and a resume downloads from
         # there, so the attempt's local states and adapters are only copies.
         shutil.rmtree(work, ignore_errors=True)
-    events.send(outcome)
+    try:
+        events.send(outcome)
+    except ServiceUnreachable as gone:
+        print(f"worker: {gone}", file=sys.stderr, flush=True)
+        return UNREACHABLE_EXIT
     return 0
 
 

@@ -31,6 +31,10 @@ router = APIRouter(prefix="/v1/training")
 def on_startup(ctx: Any) -> None:
     """Recover runs of an earlier service process and start the scheduler (the job kinds it
     schedules, :data:`supervised.SUPERVISED` first, are registered by their imports above)."""
+    if ctx.base_url:  # for workers (akka_optimize.jobs.address)
+        from ...jobs.address import publish_address
+
+        publish_address(ctx.store, ctx.base_url)
     recovery.recover(ctx)
     sched = scheduler.Scheduler(ctx)
     ctx.extras["scheduler"] = sched
