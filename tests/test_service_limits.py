@@ -105,3 +105,17 @@ def test_annotations_over_the_limit_are_refused_naming_it(limited: LiveService) 
     assert "nnnnnnnnnn" not in err["message"]
     r = limited.api("GET", "/v1/registry/datasets/triage/train:v1")
     assert r.json()["metadata"]["annotations"] == {"note": "fine"}
+
+
+def test_versions_are_listed_a_page_at_a_time(limited: LiveService) -> None:
+    for i in range(3):
+        row = {"prompt": f"q{i}", "completion": "a"}
+        r = limited.api("POST", "/v1/registry/datasets/triage/paged", content=json.dumps(row))
+        assert r.status_code == 201, r.text
+    path = "/v1/registry/datasets/triage/paged/versions"
+    first = limited.api("GET", path, params={"limit": 2}).json()
+    assert [v["version"] for v in first["items"]] == ["v1", "v2"] and first["nextAfter"] == 2
+    rest = limited.api("GET", path, params={"limit": 2, "after": 2}).json()
+    assert [v["version"] for v in rest["items"]] == ["v3"] and rest["nextAfter"] is None
+    r = limited.api("GET", path, params={"limit": 0})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "limit"

@@ -41,9 +41,19 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL mode, a busy timeout and foreign keys."""
+    """An engine for ``url``; SQLite gets WAL mode, a busy timeout and foreign keys.
+
+    SQLite's pool holds up to 64 connections (16 kept open): in WAL mode readers never
+    wait for a writer, so every request thread of the service (40) gets its own
+    connection instead of queueing for one of the default 15 behind a slow write
+    (issue 14, "Load in make bench").
+    """
     if url.startswith("sqlite"):
-        eng = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        eng = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            **({} if ":memory:" in url else {"pool_size": 16, "max_overflow": 48}),
+        )
         event.listen(eng, "connect", _sqlite_pragmas)
         return eng
     if url.startswith("postgresql://"):

@@ -108,10 +108,13 @@ def sha256_json(obj: Any) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def _to_resolved(s: Session, kind: str, n: RegistryName, v: RegistryVersion) -> ResolvedVersion:
-    aliases = s.scalars(
-        select(RegistryAlias.alias).where(RegistryAlias.version_id == v.id).order_by("alias")
-    ).all()
+def _to_resolved(
+    s: Session, kind: str, n: RegistryName, v: RegistryVersion, aliases: list[str] | None = None
+) -> ResolvedVersion:
+    if aliases is None:
+        aliases = s.scalars(
+            select(RegistryAlias.alias).where(RegistryAlias.version_id == v.id).order_by("alias")
+        ).all()
     return ResolvedVersion(
         kind=kind,
         namespace=n.namespace,
@@ -255,17 +258,35 @@ def resolve(
     return resolve_ref(session, kind, parse_ref(ref, project, field=field), field=field)
 
 
-def list_versions(session: Session, kind: str, namespace: str, name: str) -> list[ResolvedVersion]:
-    """Every version of ``namespace/name``, oldest first. Raises :class:`NotFound`."""
+def list_versions(
+    session: Session,
+    kind: str,
+    namespace: str,
+    name: str,
+    *,
+    limit: int | None = None,
+    after: int = 0,
+) -> list[ResolvedVersion]:
+    """Versions of ``namespace/name`` numbered above ``after``, oldest first, at most
+    ``limit`` of them (all when None). One query for the page and one for its aliases
+    (the ``(name_id, version)`` unique index serves both). Raises :class:`NotFound`."""
     n = find_name(session, check_kind(kind), namespace, name)
     if n is None:
         raise NotFound(f"{_LABEL[kind]} {namespace}/{name} is not in the registry.", field="ref")
-    rows = session.scalars(
+    q = (
         select(RegistryVersion)
-        .where(RegistryVersion.name_id == n.id)
+        .where(RegistryVersion.name_id == n.id, RegistryVersion.version > after)
         .order_by(RegistryVersion.version)
-    ).all()
-    return [_to_resolved(session, kind, n, v) for v in rows]
+    )
+    rows = session.scalars(q if limit is None else q.limit(limit)).all()
+    aliases: dict[int, list[str]] = {}
+    for alias, vid in session.execute(
+        select(RegistryAlias.alias, RegistryAlias.version_id)
+        .where(RegistryAlias.name_id == n.id)
+        .order_by(RegistryAlias.alias)
+    ):
+        aliases.setdefault(vid, []).append(alias)
+    return [_to_resolved(session, kind, n, v, aliases.get(v.id, [])) for v in rows]
 
 
 def list_names(session: Session, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:

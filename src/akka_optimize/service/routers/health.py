@@ -21,8 +21,9 @@ def _redact(url: str) -> str:
 
 
 @public_router.get("/healthz")
-def healthz() -> dict[str, str]:
-    """Liveness: answers as soon as the process serves HTTP."""
+async def healthz() -> dict[str, str]:
+    """Liveness: answers as soon as the process serves HTTP (on the event loop, so it
+    never waits for a request thread)."""
     return {"status": "ok"}
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -300,16 +300,33 @@ def get_route(
         return access.resolve(principal, s, _kind(kinds), f"{namespace}/{name}", project).to_dict()
 
 
+MAX_PAGE = 1000
+
+
 @router.get("/{kinds}/{namespace}/{name}/versions")
 def versions_route(
-    kinds: str, namespace: str, name: str, ctx: CtxDep, principal: PrincipalDep
+    kinds: str,
+    namespace: str,
+    name: str,
+    ctx: CtxDep,
+    principal: PrincipalDep,
+    limit: int = Query(MAX_PAGE, ge=1, le=MAX_PAGE),
+    after: int = Query(0, ge=0, le=2**62),
 ) -> dict[str, Any]:
-    """Every version of a named artifact, oldest first."""
+    """Versions of a named artifact, oldest first, a page at a time: at most ``limit``
+    (1000) numbered above ``after``; ``nextAfter`` is the ``after`` of the next page, or
+    null on the last one."""
     ns = validate_name(namespace, "ref")
     nm = validate_name(name, "ref")
     with ctx.db.session() as s:
         access.check_visible_ref(principal, s, _kind(kinds), f"{ns}/{nm}")
-        return {"items": [v.to_dict() for v in list_versions(s, _kind(kinds), ns, nm)]}
+        page = list_versions(s, _kind(kinds), ns, nm, limit=limit + 1, after=after)
+    more = len(page) > limit
+    page = page[:limit]
+    return {
+        "items": [v.to_dict() for v in page],
+        "nextAfter": page[-1].version if more else None,
+    }
 
 
 @router.get("/datasets/{namespace}/{name}/object")
