@@ -171,6 +171,16 @@ async def _load(url: str, token: str, seconds: float):
     async with httpx.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {token}"}, limits=limits, timeout=60
     ) as http:
+        # Warm-up, not measured: the first request of each route imports its modules.
+        await http.post("/v1/registry/datasets/bench/warm", content=_row(-1, 0))
+        for path in (
+            "/healthz",
+            "/v1/registry/datasets",
+            "/v1/training/runs",
+            "/v1/registry/datasets/bench/warm",
+            "/v1/registry/datasets/bench/warm/versions",
+        ):
+            await http.get(path)  # fmt: skip
         stop = time.monotonic() + seconds
         await asyncio.gather(
             *(_client(i, http, stop, lat, created, errors) for i in range(CLIENTS))
