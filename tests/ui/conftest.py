@@ -13,14 +13,16 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from ui_helpers import Dashboard, plan_file
 
 from helpers import REPO, LiveService, free_port
 
-CHROMIUM = os.environ.get("AKKA_OPTIMIZE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM = (
+    os.environ.get("AKKA_OPTIMIZE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+)
 TINY = "akka-optimize/tiny-smollm2"
 
 
@@ -52,49 +54,6 @@ def chromium():
             browser.close()
 
 
-@dataclass
-class Dashboard:
-    """The live service and what the fixture made on it."""
-
-    svc: LiveService
-    source: dict
-    branch: dict
-    endpoint: dict
-    tmp: Path
-    extra: dict = field(default_factory=dict)
-
-    def cli_json(self, *args: str) -> dict:
-        out = self.svc.cli(*args, "-o", "json", check=True).stdout
-        return json.loads(out[out.index("{") :])
-
-
-def _plan(path: Path) -> Path:
-    """One epoch over 8 rows (4 updates), validation every 2 updates, a save every 2."""
-    plan = {
-        "kind": "run",
-        "project": "demo",
-        "baseModel": TINY,
-        "config": {
-            "dataset": "demo/train",
-            "method": "sft",
-            "maxSeqLength": 512,
-            "data": {"validationDataset": "demo/val"},
-            "hyperparams": {
-                "training": {
-                    "epochs": 1,
-                    "microBatchPerGpu": 2,
-                    "seed": 7,
-                    "validationFrequencySteps": 2,
-                },
-                "optimizer": {"learningRate": 0.001},
-            },
-        },
-        "execution": {"saveEverySteps": 2, "keepRecoverable": 2},
-    }
-    path.write_text(json.dumps(plan))
-    return path
-
-
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory, chromium) -> Iterator[Dashboard]:
     """A service with a finished run, its one-update branch and a READY endpoint."""
@@ -114,20 +73,22 @@ def dashboard(tmp_path_factory, chromium) -> Iterator[Dashboard]:
         svc.cli("registry", "datasets", "register", "demo/train", "-f", str(train), check=True)
         svc.cli("registry", "datasets", "register", "demo/val", "-f", str(val), check=True)
         d = Dashboard(svc=svc, source={}, branch={}, endpoint={}, tmp=tmp)
-        start = ("training", "runs", "start", "-f", str(_plan(tmp / "plan.json")), "--wait")
+        start = ("training", "runs", "start", "-f", str(plan_file(tmp / "plan.json")), "--wait")
         d.source = d.cli_json(*start)
         assert d.source["state"] == "SUCCEEDED", d.source
         grid = tmp / "grid.json"
         grid.write_text(json.dumps({"config.hyperparams.optimizer.learningRate": [0.002]}))
+        # The branch trains while the endpoint starts (both mostly wait on loading).
         sweep = d.cli_json(
             "training", "runs", "sweep", d.source["id"][:8], "--snapshot", "step-4",
-            "--steps", "1", "--grid", str(grid), "--wait",
+            "--steps", "1", "--grid", str(grid),
         )  # fmt: skip
-        d.branch = sweep["points"][0]["run"]
-        assert d.branch["state"] == "SUCCEEDED", d.branch
         model = d.source["results"]["model"].split("@")[0]
         d.endpoint = d.cli_json("training", "endpoints", "create", "--model", model, "--wait")
         assert d.endpoint["state"] == "READY", d.endpoint
+        branch_id = sweep["points"][0]["run"]["id"]
+        d.branch = d.cli_json("training", "runs", "wait", branch_id)
+        assert d.branch["state"] == "SUCCEEDED", d.branch
         yield d
     finally:
         svc.stop()

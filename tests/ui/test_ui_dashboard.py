@@ -3,13 +3,14 @@ equals what the CLI says about the same run, model or endpoint."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import Dashboard
+from ui_helpers import Dashboard
 
 from akka_optimize.ui.pages import COOKIE
 
@@ -34,6 +35,7 @@ def page(chromium, dashboard: Dashboard) -> Iterator:
     p.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     p.on("pageerror", lambda e: errors.append(str(e)))
     p.set_default_timeout(30_000)
+    p.console_errors = errors  # a test that expects a refused request removes its own
     yield p
     context.close()
     assert errors == [], errors
@@ -52,7 +54,9 @@ def test_login_form_instead_of_a_traceback_then_the_token_opens_the_pages(
     p.goto(f"{svc.url}/ui/runs/{dashboard.source['id'][:8]}")
     p.fill("#token", "ak_not-a-token")
     p.click("#login button")
-    assert p.locator("#login-message").inner_text() == "The bearer token is not known to this service."
+    assert (
+        p.locator("#login-message").inner_text() == "The bearer token is not known to this service."
+    )
     p.fill("#token", svc.token)
     p.click("#login button")
     # Back on the page asked for, which now shows the run.
@@ -67,9 +71,7 @@ def test_login_form_instead_of_a_traceback_then_the_token_opens_the_pages(
     context.close()
 
 
-def test_the_development_token_link_of_server_start_logs_in(
-    chromium, dashboard: Dashboard
-) -> None:
+def test_the_development_token_link_of_server_start_logs_in(chromium, dashboard: Dashboard) -> None:
     from akka_optimize.cli.server import dashboard_lines
     from akka_optimize.service.auth import dev_secret_path
 
@@ -135,7 +137,7 @@ def test_run_page_draws_the_metrics_settings_snapshots_and_lineage(
     shot = dashboard.tmp / "run-page.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
-    if (keep := __import__("os").environ.get("AKKA_OPTIMIZE_UI_SCREENSHOT")) is not None:
+    if (keep := os.environ.get("AKKA_OPTIMIZE_UI_SCREENSHOT")) is not None:
         shutil.copy(shot, keep)
 
     # The lineage: the branch is linked from its source, and back.
@@ -163,11 +165,23 @@ def test_two_runs_overlaid_on_one_chart(page, dashboard: Dashboard) -> None:
     assert b == [None] * 4 + [m_b[0]["loss"]]
 
 
-def test_unknown_run_prefix_shows_the_services_sentence(page, dashboard: Dashboard) -> None:
+def test_unknown_run_prefix_or_project_shows_the_services_sentence(
+    page, dashboard: Dashboard
+) -> None:
     page.goto(f"{dashboard.svc.url}/ui/runs/ffffffffzz")
     page.wait_for_selector("#error:not([hidden])")
     assert page.locator("#error").inner_text() == "No run 'ffffffffzz'."
     assert page.locator("#run").is_hidden()
+    page.goto(f"{dashboard.svc.url}/ui/projects/nope")
+    page.wait_for_selector("#error:not([hidden])")
+    assert page.locator("#error").inner_text().startswith("No training project 'nope';")
+    assert page.locator("section.project").count() == 0
+    # Chromium logs each refused request; those two and nothing else.
+    assert (
+        page.console_errors
+        == ["Failed to load resource: the server responded with a status of 404 (Not Found)"] * 2
+    )
+    page.console_errors.clear()
 
 
 def test_projects_page_lists_runs_models_and_endpoints(page, dashboard: Dashboard) -> None:
@@ -196,15 +210,15 @@ def test_dataset_page_previews_the_supervised_spans_of_training_data_preview(
         "training", "data", "preview", "--dataset", "demo/train", "--base-model",
         "akka-optimize/tiny-smollm2", "--rows", "3",
     )  # fmt: skip
-    for i, row in enumerate(cli["rows"]):
+    assert [r["row"] for r in cli["rows"]] == [1, 2, 3]
+    assert page.locator(".preview-row").count() == 3
+    for row in cli["rows"]:
         shown = page.locator(f".preview-row[data-row='{row['row']}'] .supervised")
-        assert shown.all_inner_texts() == [s["text"] for s in row["segments"] if s["supervised"]]
-        assert i < 3
+        supervised = [s["text"] for s in row["segments"] if s["supervised"]]
+        assert supervised and shown.all_inner_texts() == supervised
 
 
-def test_model_page_shows_versions_lineage_and_links_to_the_run(
-    page, dashboard: Dashboard
-) -> None:
+def test_model_page_shows_versions_lineage_and_links_to_the_run(page, dashboard: Dashboard) -> None:
     page.goto(f"{dashboard.svc.url}/ui/registry/models/demo/tiny-smollm2")
     page.wait_for_selector("#versions tbody")
     rows = page.locator("#versions tbody tr").all_inner_texts()
@@ -231,7 +245,9 @@ def test_chat_box_gets_the_endpoints_answer(page, dashboard: Dashboard) -> None:
         f"/v1/training/endpoints/{ep['id']}/openai/v1/chat/completions",
         json={
             "model": model,
-            "messages": [{"role": "user", "content": "Tom has 3 apples and buys 5 more. How many?"}],
+            "messages": [
+                {"role": "user", "content": "Tom has 3 apples and buys 5 more. How many?"}
+            ],
             "max_tokens": 64,
             "temperature": 0,
         },

@@ -55,7 +55,7 @@ const AK = (() => {
       if (k === "class") node.className = v;
       else node.setAttribute(k, v);
     }
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === null || c === undefined) continue;
       node.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }
@@ -169,7 +169,10 @@ const AK = (() => {
   async function projectsPage(only) {
     const box = document.getElementById("projects");
     try {
-      const names = only ? [only] : (await api("/v1/training/projects")).projects.map((p) => p.name);
+      // One project: its own route says so when there is no such project.
+      const names = only
+        ? [(await api(`/v1/training/projects/${encodeURIComponent(only)}`)).name]
+        : (await api("/v1/training/projects")).projects.map((p) => p.name);
       const sections = await Promise.all(names.map(projectSection));
       box.replaceChildren(...(sections.length ? sections : [el("p", {}, "No projects yet.")]));
     } catch (err) {
