@@ -445,7 +445,9 @@ const AK = (() => {
         temperature: 0,
       };
       const out = await api(`/v1/training/endpoints/${id}/openai/v1/chat/completions`, body);
-      log.append(el("p", { class: "chat-answer" }, out.choices[0].message.content));
+      const answer = out.choices[0].message.content || "";
+      log.append(el("p", { class: "chat-answer" }, answer));
+      if (!answer.trim()) log.append(el("p", { class: "hint chat-blank" }, `(the answer is ${answer.length} whitespace characters)`));
       input.value = "";
       clearError();
     } catch (err) {
