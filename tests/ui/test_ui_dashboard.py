@@ -14,6 +14,10 @@ from ui_helpers import Dashboard
 
 from akka_optimize.ui.pages import COOKIE
 
+# The module's service trains two runs and starts an endpoint before its first test:
+# minutes on a loaded 2-core machine, more than the suite's 600 s per test.
+pytestmark = pytest.mark.timeout(1800)
+
 
 @pytest.fixture
 def page(chromium, dashboard: Dashboard) -> Iterator:
