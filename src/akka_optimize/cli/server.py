@@ -38,7 +38,22 @@ def start(
     settings = Settings.from_env()
     app_ = create_app(settings)
     app_.state.ctx.base_url = f"http://{host}:{port}"
+    print(dashboard_lines(host, port, app_.state.ctx.extras["dev_secret"]), flush=True)
     uvicorn.run(app_, host=host, port=port, log_level=log_level)
+
+
+def dashboard_lines(host: str, port: int, dev_secret: bytes) -> str:
+    """Where the dashboard is; on a loopback address also a login link carrying the
+    development token in its ``#fragment`` (browsers never send a fragment, so the token
+    reaches no request log; whoever reads this output could read the secret anyway)."""
+    from ..service.auth import mint_dev_token
+
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    lines = [f"Dashboard: http://{shown}:{port}/ui/"]
+    if host in ("127.0.0.1", "localhost", "::1"):
+        token = mint_dev_token(dev_secret)
+        lines.append(f"Log in on this machine: http://{shown}:{port}/ui/login#token={token}")
+    return "\n".join(lines)
 
 
 @contextmanager

@@ -148,6 +148,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
     app.include_router(health.public_router)
+    from ..ui import router as ui_router  # here: ui imports service.auth (no import circle)
+
+    app.include_router(ui_router)  # the dashboard's pages check the token themselves
     for mod in ROUTERS:
         app.include_router(mod.router, dependencies=[Depends(get_principal)])
     app.add_middleware(JsonBodyLimit, limit_of=lambda: _json_body_limit(settings))
