@@ -38,6 +38,7 @@ import json
 from typing import Any
 
 from akka_optimize.errors import InvalidRequest
+from akka_optimize.jsonvalues import MAX_DEPTH, find_problem
 
 ROLES = ("system", "user", "assistant", "tool")
 MAX_LISTED_ERRORS = 10
@@ -379,6 +380,10 @@ def iter_jsonl_rows(data: bytes, source: str) -> list[tuple[int, dict[str, Any]]
                 raise RowError(
                     number, "", f"not valid JSON ({exc.msg} at column {exc.colno})"
                 ) from None
+            except RecursionError:
+                raise RowError(number, "", f"nested deeper than {MAX_DEPTH} levels") from None
+            if (problem := find_problem(obj)) is not None:
+                raise RowError(number, problem[0], problem[1])
             rows.append((number, parse_row(obj, number)))
         except RowError as err:
             bad += 1

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from ...errors import InvalidRequest
+from ...jsonvalues import loads
 from ..context import ServiceContext
 from ..deps import CtxDep
 
@@ -123,8 +124,5 @@ def preview_request(ctx: ServiceContext, body: Any) -> dict[str, Any]:
 async def preview_route(request: Request, ctx: CtxDep) -> dict[str, Any]:
     """Rows rendered by the base model's chat template, supervised spans marked."""
     raw = await request.body()
-    try:
-        body = json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"the body is not JSON: {exc}", field="body") from None
+    body = loads(raw or b"null")
     return await run_in_threadpool(preview_request, ctx, body)
