@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
@@ -146,6 +147,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         return error_response(exc.status_code, "http_error", str(exc.detail), headers=exc.headers)
 
+    @app.exception_handler(IntegrityError)
+    async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:
+        # Routes that create named things catch their own race; this is the backstop.
+        log.warning("integrity error answered 409: %s", exc.orig)
+        return error_response(
+            409, "conflict", "The request conflicts with a concurrent change; retry it."
+        )
+
+    @app.exception_handler(OperationalError)
+    async def _operational(_: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("database error answered 503: %s", exc.orig)
+        return error_response(
+            503,
+            "unavailable",
+            "The state store is busy or unreachable; retry in a few seconds.",
+            headers={"Retry-After": "2"},
+        )
+
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         # The last guard: bad input is refused before it gets here (tests hold that).
@@ -163,13 +182,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    """Every method some route serves at the request's path (the ``Allow`` header)."""
+    """Every method some route serves at the request's path (the ``Allow`` header).
+
+    Each method is tried against the routes (included routers nest, so their
+    ``methods`` cannot simply be read off).
+    """
     from starlette.routing import Match
 
-    scope = dict(request.scope)
-    found: set[str] = set()
-    for route in app.router.routes:
-        methods = getattr(route, "methods", None)
-        if methods and route.matches(scope)[0] != Match.NONE:
-            found |= set(methods)
-    return sorted(found)
+    found = []
+    for method in ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+            found.append(method)
+    return found

@@ -25,6 +25,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..db.base import write_intent
 from ..db.models.auth import ApiToken
 from ..errors import Unauthorized, Unavailable
 from .context import ServiceContext
@@ -102,6 +103,7 @@ def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
         raise Unauthorized("The development token does not match this server's home.")
     if not ctx.started.is_set():
         raise Unavailable("The service is still starting and cannot check access yet; retry.")
+    reading = write_intent.set(False)  # a lookup: it never needs SQLite's write lock
     try:
         with ctx.db.session() as s:
             row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(token)))
@@ -109,6 +111,8 @@ def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
         raise Unavailable(
             f"The service cannot check access right now ({type(exc).__name__}); retry."
         ) from exc
+    finally:
+        write_intent.reset(reading)
     if row is None:
         raise Unauthorized("The bearer token is not known to this service.")
     kind = "worker" if (row.project or "").startswith("worker:") else "token"
