@@ -29,6 +29,7 @@ ERROR_STATUSES = {
     "404": "The named object (or route) does not exist.",
     "409": "The request conflicts with stored state.",
     "413": "An upload or a body exceeds the deployment's limit.",
+    "502": "A service the request needs (the model hub) cannot be reached.",
     "503": "The service cannot answer now (still starting); retry after `Retry-After`.",
 }
 
