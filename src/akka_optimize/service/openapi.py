@@ -7,7 +7,8 @@ parameter, and no bodies for routes that read the raw request (uploads, plans).
 
 - documents every refusal status (400, 401, 403, 404, 409, 413, 503) of every
   authenticated operation with the one error shape ``ErrorBody``
-  (``{"error": {"code", "message", "field"}}``, DESIGN.md "Errors are sentences");
+  (``{"error": {"code", "message", "field"}}``, DESIGN.md "Errors are sentences"),
+  or OpenAI's error shape on an endpoint's OpenAI-compatible routes;
 - declares bearer authentication as a security scheme;
 - gives uploads (datasets, bundles, models, images) an ``application/octet-stream``
   body, run plans the :class:`akka_optimize.plan.schema.RunPlan` schema, and the
@@ -48,6 +49,23 @@ ERROR_BODY = {
                     "description": "The dotted field path, FILE:line N, or null.",
                 },
                 "details": {"description": "Extra data, such as every refusal of a plan."},
+            },
+        }
+    },
+}
+
+OPENAI_ERROR_BODY = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
             },
         }
     },
@@ -111,7 +129,9 @@ def _fix_operation(method: str, path: str, op: dict[str, Any], plan: dict[str, A
     if path == "/healthz":
         return
     op["security"] = [{"bearer": []}]
-    error = {"$ref": "#/components/schemas/ErrorBody"}
+    error: dict[str, Any] = {"$ref": "#/components/schemas/ErrorBody"}
+    if "/openai/v1/" in path:  # OpenAI clients read OpenAI's shape; routing errors are ours
+        error = {"anyOf": [error, {"$ref": "#/components/schemas/OpenAIErrorBody"}]}
     for status, text in ERROR_STATUSES.items():
         responses[status] = {
             "description": text,
@@ -127,6 +147,7 @@ def build(app: FastAPI) -> dict[str, Any]:
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
     schemas["ErrorBody"] = ERROR_BODY
+    schemas["OpenAIErrorBody"] = OPENAI_ERROR_BODY
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     plan = _plan_body(schemas)
     for path, ops in doc.get("paths", {}).items():
