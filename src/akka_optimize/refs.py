@@ -79,6 +79,10 @@ class Ref:
         return out
 
 
+#: The largest version number a reference may name (a signed 64-bit SQL integer).
+MAX_VERSION = 2**63 - 1
+
+
 def validate_name(name: str, field: str) -> str:
     """Check one name against the registry's naming rule and return it lower-cased.
 
@@ -96,6 +100,14 @@ def validate_name(name: str, field: str) -> str:
     """
     if not isinstance(name, str):
         raise InvalidRequest(f"{field} must be a string, not {type(name).__name__}.", field=field)
+    if not name.isascii():
+        # Checked before lower-casing: the Kelvin sign (U+212A) lower-cases to an ASCII
+        # 'k', so a folded name would pass for one it is not.
+        raise InvalidRequest(
+            f"{field} {name!r} is not a valid name: use lower-case letters, digits, '.', '_' "
+            "and '-' (ASCII only), starting with a letter or digit.",
+            field=field,
+        )
     low = name.lower()
     if not low:
         raise InvalidRequest(f"{field} is empty; give a name such as triage.", field=field)
@@ -140,6 +152,8 @@ def parse_ref(ref: str, project: str | None = None, *, field: str = "ref") -> Re
     """
     if not isinstance(ref, str) or not ref.strip():
         raise _bad(str(ref), "it is empty", field)
+    if not ref.isascii():
+        raise _bad(ref, "it holds a character that is not ASCII", field)
     text = ref.strip().lower()
     digest = None
     if "@" in text:
@@ -177,6 +191,8 @@ def parse_ref(ref: str, project: str | None = None, *, field: str = "ref") -> Re
             version = int(m.group(1))
             if version < 1:
                 raise _bad(ref, "versions start at v1", field)
+            if version > MAX_VERSION:
+                raise _bad(ref, f"the version is larger than {MAX_VERSION}", field)
         elif tag != "latest":
             try:
                 alias = validate_name(tag, field)

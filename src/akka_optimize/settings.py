@@ -66,9 +66,10 @@ class Settings:
         return self.home / "runs"
 
     def ensure_dirs(self) -> None:
-        """Create the home folder and its local sub-folders."""
+        """Create the home folder and its local sub-folders, private to this user (0700)."""
         for p in (self.home, self.weights_dir, self.runs_dir):
-            p.mkdir(parents=True, exist_ok=True)
+            p.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.home.chmod(0o700)
 
     def resolved_deployment_file(self) -> Path | None:
         """The deployment file in force, or ``None`` for the shipped default."""

@@ -36,7 +36,8 @@ class BlobStore:
         self.root = self.root.rstrip("/")
         self.local = getattr(self.fs, "protocol", None) in ("file", ("file", "local"))
         if self.local:
-            self.fs.makedirs(self.root, exist_ok=True)
+            os.makedirs(self.root, mode=0o700, exist_ok=True)
+            os.chmod(self.root, 0o700)
 
     # -- paths --------------------------------------------------------------
     def _path(self, key: str) -> str:
@@ -72,11 +73,14 @@ class BlobStore:
 
     def _commit(self, tmp: str, final: str) -> None:
         parent = final.rsplit("/", 1)[0]
-        self.fs.makedirs(parent, exist_ok=True)
         if self.local:
+            # Local blobs are private to the service's user: folders 0700, files 0600.
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+            os.chmod(tmp, 0o600)
             os.replace(tmp, final)
-        else:
-            self.fs.mv(tmp, final)
+            return
+        self.fs.makedirs(parent, exist_ok=True)
+        self.fs.mv(tmp, final)
 
     def put_bytes(self, key: str, data: bytes) -> None:
         """Write ``data`` at ``key`` atomically."""

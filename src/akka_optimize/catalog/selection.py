@@ -71,7 +71,9 @@ def find_entry(session: Session, catalog: Catalog, ref: str) -> CatalogEntry:
     text = ref.strip()
     if "/" not in text and text:
         rows = session.scalars(
-            select(BaseModelSelection).where(BaseModelSelection.id.startswith(text.lower()))
+            select(BaseModelSelection).where(
+                BaseModelSelection.id.startswith(text.lower(), autoescape=True)
+            )
         ).all()
         if len(rows) > 1:
             raise InvalidRequest(

@@ -30,16 +30,29 @@ def start(
 
     Example: {prog} server start --port 9001
     """
+    import os
+
     import uvicorn
 
     from ..service import create_app
+    from ..service.connections import protocol_class
     from ..settings import Settings
 
+    # Everything the service creates (home, state.db, blobs, logs) is private to
+    # its user: folders 0700, files 0600.
+    os.umask(0o077)
     settings = Settings.from_env()
     app_ = create_app(settings)
     app_.state.ctx.base_url = f"http://{host}:{port}"
     print(dashboard_lines(host, port, app_.state.ctx.extras["dev_secret"]), flush=True)
-    uvicorn.run(app_, host=host, port=port, log_level=log_level)
+    uvicorn.run(
+        app_,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=protocol_class(),
+        timeout_keep_alive=5,
+    )
 
 
 def dashboard_lines(host: str, port: int, dev_secret: bytes) -> str:

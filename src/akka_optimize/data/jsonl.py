@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..jsonvalues import MAX_DEPTH, find_problem
 from . import strictjson
 from .rows import MAX_LISTED_ERRORS, DataFileError, RowError, parse_row
 
@@ -30,11 +31,16 @@ def decode_line(raw: str, number: int) -> Any:
         RowError: the line is not JSON, or holds NaN/Infinity or an out-of-range number.
     """
     try:
-        return strictjson.loads(raw)
+        value = strictjson.loads(raw)
     except json.JSONDecodeError as exc:
         raise RowError(number, "", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise RowError(number, "", f"nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:
         raise RowError(number, "", str(exc)) from None
+    if (problem := find_problem(value)) is not None:
+        raise RowError(number, problem[0], problem[1])
+    return value
 
 
 def _lines(stream: Iterable[bytes], source: str) -> Iterator[tuple[int, str]]:

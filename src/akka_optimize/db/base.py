@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from sqlalchemy import MetaData, create_engine, event
@@ -31,13 +32,30 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+#: Whether the current unit of work may write. The service sets it to False for
+#: GET and HEAD requests; everything else (writing requests, workers, threads)
+#: keeps True. On SQLite a writing transaction starts with ``BEGIN IMMEDIATE``
+#: so it takes the write lock before its first read and never fails with a
+#: stale snapshot; a reading one starts with a plain ``BEGIN`` and never waits.
+write_intent: ContextVar[bool] = ContextVar("akka_write_intent", default=True)
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # The driver's own transaction handling is off: it would start a transaction
+    # only before the first INSERT/UPDATE/DELETE, so a SAVEPOINT opened before
+    # that started a transaction of its own and its RELEASE committed. SQLAlchemy
+    # emits BEGIN itself (``_sqlite_begin``), and savepoints nest inside it.
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA busy_timeout=30000")
     cur.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write_intent.get() else "BEGIN")
 
 
 def make_engine(url: str) -> Engine:
@@ -55,6 +73,7 @@ def make_engine(url: str) -> Engine:
             **({} if ":memory:" in url else {"pool_size": 16, "max_overflow": 48}),
         )
         event.listen(eng, "connect", _sqlite_pragmas)
+        event.listen(eng, "begin", _sqlite_begin)
         return eng
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
@@ -71,7 +90,11 @@ class Database:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A session committed on clean exit and rolled back on error."""
+        """A session committed on clean exit and rolled back on error.
+
+        The whole session is one transaction on every backend: a refusal raised
+        anywhere inside it stores nothing, savepoints included.
+        """
         s = self._sessions()
         try:
             yield s

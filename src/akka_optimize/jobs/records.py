@@ -21,7 +21,9 @@ def get_run(session: Session, run_id: str) -> Run:
     run = session.get(Run, run_id)
     if run is not None:
         return run
-    matches = session.scalars(select(Run).where(Run.id.startswith(run_id)).limit(3)).all()
+    matches = session.scalars(
+        select(Run).where(Run.id.startswith(run_id, autoescape=True)).limit(3)
+    ).all()
     if len(matches) == 1:
         return matches[0]
     if not matches:

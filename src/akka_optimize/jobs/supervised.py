@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
@@ -80,8 +81,20 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
         results={},
         queue_reason="waiting for the scheduler",
     )
-    session.add(run)
-    session.flush()
+    try:
+        with session.begin_nested():
+            session.add(run)
+            session.flush()
+    except IntegrityError:
+        # A concurrent request with the same submissionId won the insert: answer its run.
+        existing = session.scalar(
+            select(Run).where(Run.project == f["project"], Run.submission_id == f["submission_id"])
+        )
+        if existing is None or not f["submission_id"]:
+            raise Conflict(
+                "A concurrent request created this run; retry.", field="submissionId"
+            ) from None
+        return run_view(session, existing)
     if origin is not None:
         record_origin(ctx.store, session, run, *origin)
         session.flush()

@@ -25,6 +25,7 @@ from ..deployment import RegistryLimits
 from ..errors import InvalidRequest, TooLarge
 from ..refs import parse_ref
 from ..store import CHUNK, BlobStore
+from .archives import open_tar
 from .core import ResolvedVersion, register_version, sha256_json
 from .datasets import mib, store_file
 
@@ -139,18 +140,13 @@ def register_bundle(
                 f"{mib(limits.bundleCompressedBytes)} (RegistryLimits.bundleCompressedBytes).",
                 field="file",
             )
-        try:
-            with tarfile.open(path, "r:*") as tf:
-                members = _scan_tar(tf, limits)
-                for m in members:
-                    f = tf.extractfile(m)
-                    assert f is not None
-                    digest, n = store.put_stream_content_addressed(_chunks(f))
-                    files[_check_path(m.name)] = {"digest": digest, "size": n}
-        except tarfile.TarError as exc:
-            raise InvalidRequest(
-                f"The bundle upload is not a readable tar archive: {exc}.", field="file"
-            ) from exc
+        with open_tar(path, limits, "bundle upload") as tf:
+            members = _scan_tar(tf, limits)
+            for m in members:
+                f = tf.extractfile(m)
+                assert f is not None
+                digest, n = store.put_stream_content_addressed(_chunks(f))
+                files[_check_path(m.name)] = {"digest": digest, "size": n}
     digest = sha256_json({k: v["digest"] for k, v in files.items()})
     meta = {"files": len(files), "bytes": sum(v["size"] for v in files.values())}
     return register_version(

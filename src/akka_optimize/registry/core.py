@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from ..db.models.registry import RegistryAlias, RegistryName, RegistryVersion
 from ..errors import Conflict, InvalidRequest, NotFound, TooLarge
-from ..refs import Ref, parse_ref, validate_name
+from ..refs import MAX_VERSION, Ref, parse_ref, validate_name
 
 KINDS = ("dataset", "bundle", "model")
 _LABEL = {"dataset": "Dataset", "bundle": "Scoring bundle", "model": "Model"}
@@ -340,6 +340,11 @@ def parse_version(version: int | str, field: str = "version") -> int:
         num = int(m.group(1))
     if num < 1:
         raise InvalidRequest(f"{field} must be v1 or later, not {version!r}.", field=field)
+    if num > MAX_VERSION:
+        raise InvalidRequest(
+            f"{field} {str(version)[:30]!r} is larger than {MAX_VERSION}, the largest version.",
+            field=field,
+        )
     return num
 
 

@@ -12,8 +12,10 @@ A dataset version holds two blobs:
 
 An example naming a local image by path (a content part ``{"type": "image", "image":
 PATH}`` or ``{"type": "image_url", "image_url": {"url": PATH}}``) uploads the image and the
-canonical example names it as ``sha256:<hex>``. Paths resolve beside the JSONL file, or
-inside the ZIP. Limits: ``RegistryLimits.uploadBytes`` (256 MiB by default) on the file,
+canonical example names it as ``sha256:<hex>``. Paths resolve inside the ZIP only: the
+service never reads its own files because a row names them, and answers every refused path
+with the same sentence, whether or not a file of that name exists (the CLI packs images
+named beside a JSONL file into a ZIP). Limits: ``RegistryLimits.uploadBytes`` (256 MiB by default) on the file,
 and on a ZIP's files after extraction (seeds/001 "Other changes").
 
 Memory: a JSONL file is read, checked and written out one row at a time, so a
@@ -165,9 +167,10 @@ def rewrite_images(
                 digest = upload(path)
                 if digest is None:
                     raise InvalidRequest(
-                        f"{source}: example {i + 1} names the image {path!r}, which is not "
-                        "beside the file (or in the ZIP); add it or push it with "
-                        "`registry images push` and name it by digest.",
+                        f"{source}: example {i + 1} names the image {path[:200]!r}, which is "
+                        "not in the upload. Send the JSONL and its images as one ZIP "
+                        "(`registry datasets register` packs images named beside the file), "
+                        "or push them with `registry images push` and name them by digest.",
                         field=f"{source}:example {i + 1}",
                     )
                 done[path] = digest
@@ -246,9 +249,19 @@ def _zip_uploader(session: Session, store: BlobStore, members: dict[str, bytes],
 
 
 def _dir_uploader(session: Session, store: BlobStore, root: Path):
+    """Images from a folder the client uploaded: only regular image files inside ``root``.
+
+    Anything else (an absolute path, ``..``, a link leading out, a folder, a file that
+    is not an image, a missing file) gives None, so every refusal reads the same.
+    """
+    base = root.resolve()
+
     def upload(path: str) -> str | None:
-        p = (root / path).resolve()
-        if not p.is_file():
+        rel = _safe_member(path.removeprefix("./"))
+        if rel is None or PurePosixPath(rel).suffix.lower() not in IMAGE_TYPES:
+            return None
+        p = (base / rel).resolve()
+        if not p.is_relative_to(base) or not p.is_file():
             return None
         return push_image(session, store, p)
 
@@ -288,6 +301,11 @@ def _canonical_file(
     finally:
         tmp.unlink(missing_ok=True)
     return f"sha256:{h.hexdigest()}", count, nbytes, images
+
+
+def _no_files(_path: str) -> str | None:
+    """A plain JSONL upload carries no files: every local image path is refused."""
+    return None
 
 
 def register_dataset(
@@ -338,9 +356,10 @@ def register_dataset(
         canon = _canonical_file(store, io.BytesIO(data), f"{source}:{inner}", uploader, path)
         del data, members
     else:
-        uploader = _dir_uploader(session, store, path.parent)
+        # Never the service's own disk: the JSONL came alone, so it names no files
+        # the client sent (issue 14 item 2).
         with open(path, "rb") as f:
-            canon = _canonical_file(store, f, source, uploader, path)
+            canon = _canonical_file(store, f, source, _no_files, path)
     digest, count, nbytes, images = canon
     obj_digest, obj_size = store_file(store, path)
     meta = {

@@ -9,6 +9,7 @@ migrations and every router's ``on_startup`` hook have finished
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
@@ -30,6 +32,8 @@ from .auth import ensure_dev_secret
 from .bodylimit import JsonBodyLimit
 from .context import ServiceContext
 from .deps import get_principal
+from .guards import install as install_guards
+from .openapi import install as install_openapi
 from .routers import ROUTERS, health
 
 log = logging.getLogger("akka_optimize.service")
@@ -61,6 +65,7 @@ def _startup(ctx: ServiceContext) -> None:
             time.sleep(ctx.settings.startup_delay_s)
         ctx.settings.ensure_dirs()
         upgrade(ctx.settings.database_url or "")
+        _make_private(ctx.settings.database_url or "")
         ctx.store.sweep_tmp()
         for mod in ROUTERS:
             hook = getattr(mod, "on_startup", None)
@@ -73,10 +78,19 @@ def _startup(ctx: ServiceContext) -> None:
         ctx.startup_error = f"The service did not start completely: {exc}"
 
 
+def _make_private(url: str) -> None:
+    """Mode 0600 for a local SQLite state file and its WAL companions."""
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        for p in (path, path + "-wal", path + "-shm"):
+            if os.path.exists(p):
+                os.chmod(p, 0o600)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service app for ``settings`` (from the environment when omitted)."""
     settings = settings or Settings.from_env()
-    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     ctx = ServiceContext(
         settings=settings,
         db=Database(settings.database_url or ""),
@@ -133,18 +147,39 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 404, "not_found", f"No route {request.method} {request.url.path} on this service."
             )
         if exc.status_code == 405:
+            allow = _allowed_methods(app, request)
             return error_response(
                 405,
                 "method_not_allowed",
-                f"{request.method} is not allowed on {request.url.path}.",
+                f"{request.method} is not allowed on {request.url.path}; use {', '.join(allow)}.",
+                headers={"Allow": ", ".join(allow)},
             )
-        return error_response(exc.status_code, "http_error", str(exc.detail))
+        return error_response(exc.status_code, "http_error", str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(IntegrityError)
+    async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:
+        # Routes that create named things catch their own race; this is the backstop.
+        log.warning("integrity error answered 409: %s", exc.orig)
+        return error_response(
+            409, "conflict", "The request conflicts with a concurrent change; retry it."
+        )
+
+    @app.exception_handler(OperationalError)
+    async def _operational(_: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("database error answered 503: %s", exc.orig)
+        return error_response(
+            503,
+            "unavailable",
+            "The state store is busy or unreachable; retry in a few seconds.",
+            headers={"Retry-After": "2"},
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # The last guard: bad input is refused before it gets here (tests hold that).
         log.exception("unhandled error")
         return error_response(
-            500, "internal", f"The service failed unexpectedly: {type(exc).__name__}: {exc}"
+            500, "internal", f"The service failed unexpectedly ({type(exc).__name__}); see its log."
         )
 
     app.include_router(health.public_router)
@@ -154,6 +189,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for mod in ROUTERS:
         app.include_router(mod.router, dependencies=[Depends(get_principal)])
     app.add_middleware(JsonBodyLimit, limit_of=lambda: _json_body_limit(settings))
+    install_guards(app)
+    install_openapi(app)
     return app
 
 
@@ -166,3 +203,19 @@ def _json_body_limit(settings: Settings) -> int:
         return load_deployment(settings.resolved_deployment_file()).service.jsonBodyBytes
     except Exception:
         return ServiceLimits().jsonBodyBytes
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route serves at the request's path (the ``Allow`` header).
+
+    Each method is tried against the routes (included routers nest, so their
+    ``methods`` cannot simply be read off).
+    """
+    from starlette.routing import Match
+
+    found = []
+    for method in ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+            found.append(method)
+    return found

@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..db.base import utcnow
+from ..db.base import utcnow, write_intent
 from ..db.models.auth import ApiToken
 from ..db.models.projects import Project
 from ..errors import InvalidRequest, NotFound, Unauthorized, Unavailable
@@ -193,6 +193,7 @@ def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
         raise Unauthorized("The development token does not match this server's home.")
     if not ctx.started.is_set():
         raise Unavailable("The service is still starting and cannot check access yet; retry.")
+    reading = write_intent.set(False)  # a lookup: it never needs SQLite's write lock
     try:
         with ctx.db.session() as s:
             row = _token_row(s, token)
@@ -202,6 +203,8 @@ def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
         raise Unavailable(
             f"The service cannot check access right now ({type(exc).__name__}); retry."
         ) from exc
+    finally:
+        write_intent.reset(reading)
 
 
 def _token_row(s: Any, token: str) -> ApiToken:

@@ -49,7 +49,12 @@ def require_started(ctx: Annotated[ServiceContext, Depends(get_ctx)]) -> Service
 
 
 def get_session(ctx: Annotated[ServiceContext, Depends(require_started)]) -> Iterator[Session]:
-    """A database session committed when the handler returns without error."""
+    """A database session committed when the handler returns, before the answer is sent.
+
+    ``SessionDep`` uses ``scope="function"``: the commit runs when the handler
+    returns, so a commit that fails becomes the answer instead of following an
+    acknowledged one. A refusal raised by the handler rolls everything back.
+    """
     with ctx.db.session() as s:
         yield s
 
@@ -57,4 +62,4 @@ def get_session(ctx: Annotated[ServiceContext, Depends(require_started)]) -> Ite
 CtxDep = Annotated[ServiceContext, Depends(require_started)]
 RawCtxDep = Annotated[ServiceContext, Depends(get_ctx)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from ...errors import InvalidRequest
+from ...jsonvalues import loads
 from .. import access
 from ..auth import Principal
 from ..context import ServiceContext
@@ -128,8 +129,5 @@ def preview_request(
 async def preview_route(request: Request, ctx: CtxDep, principal: PrincipalDep) -> dict[str, Any]:
     """Rows rendered by the base model's chat template, supervised spans marked."""
     raw = await request.body()
-    try:
-        body = json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"the body is not JSON: {exc}", field="body") from None
+    body = loads(raw or b"null")
     return await run_in_threadpool(preview_request, ctx, body, principal)

@@ -16,7 +16,6 @@ machine", seeds/001 endpoint changes; FEATURES F110–F120).
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Any
 
@@ -31,6 +30,7 @@ from ...db.models.projects import Project
 from ...db.models.serving import Endpoint, EndpointModel
 from ...deployment import load_deployment
 from ...errors import InvalidRequest, NotFound
+from ...jsonvalues import loads
 from ...serving.manager import EndpointManager, idle_for
 from ...serving.parsers import parsers_table
 from .. import access
@@ -376,9 +376,9 @@ async def openai_chat(
     endpoint_id = _visible_id(ctx, endpoint_id, principal)
     raw = await request.body()
     try:
-        body = json.loads(raw or b"null")
-    except ValueError as exc:
-        return _oai_error(f"The request body is not valid JSON: {exc}", 400, "invalid_json")
+        body = loads(raw or b"null")
+    except InvalidRequest as exc:
+        return _oai_error(exc.message, 400, "invalid_json", exc.field)
     w, names = await _ready_worker(ctx, endpoint_id)
     if isinstance(body, dict):
         body.setdefault("model", names[0] if names else None)

@@ -16,6 +16,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import or_, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ...db.models.projects import Project
@@ -73,8 +74,12 @@ def create_project(
     if session.scalar(select(Project.id).where(Project.name == name)) is not None:
         raise Conflict(f"A training project named {name!r} already exists.", field="name")
     p = Project(id=uuid.uuid4().hex, name=name)
-    session.add(p)
-    session.flush()
+    try:
+        with session.begin_nested():
+            session.add(p)
+            session.flush()
+    except IntegrityError:  # a concurrent request created it first
+        raise Conflict(f"A training project named {name!r} already exists.", field="name") from None
     return JSONResponse(project_view(p), status_code=201)
 
 

@@ -12,7 +12,6 @@ blob and no version. ``{name}`` in these paths may carry a selector: ``train:v2`
 from __future__ import annotations
 
 import shutil
-import tarfile
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -225,14 +224,12 @@ def _safe_versions(s: Any, namespace: str, name: str) -> list[Any]:
 
 
 def _extract_tar(path: Path, dest: Path, limits: RegistryLimits) -> None:
+    from ...registry.archives import open_tar
     from ...registry.bundles import _scan_tar
 
-    try:
-        with tarfile.open(path, "r:*") as tf:
-            members = _scan_tar(tf, limits)
-            tf.extractall(dest, members=members, filter="data")
-    except tarfile.TarError as exc:
-        raise InvalidRequest(f"The upload is not a readable tar archive: {exc}.") from exc
+    with open_tar(path, limits, "model archive") as tf:
+        members = _scan_tar(tf, limits)
+        tf.extractall(dest, members=members, filter="data")
 
 
 @router.post("/images")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Query
+from fastapi import APIRouter, Body, Header, Path, Query
 
 from ...errors import InvalidRequest, NotFound
 from ...jobs import (
@@ -22,8 +22,10 @@ from ...jobs import (
     sweeps,
     views,
 )
+from ...jsonvalues import MAX_INT
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..inputs import check_worker_event, whole_number
 
 router = APIRouter(prefix="/v1/training")
 
@@ -132,8 +134,7 @@ def sweep_run(
             raise InvalidRequest(f"A sweep needs {key}.", field=key)
     if body["grid"] in ([], {}):
         raise InvalidRequest("The grid is empty; give at least one point.", field="grid")
-    if not isinstance(body["steps"], int):
-        raise InvalidRequest(f"steps must be a whole number, not {body['steps']!r}.", field="steps")
+    whole_number(body["steps"], "steps", low=1)
     return sweeps.submit_sweep(
         ctx,
         session,
@@ -217,18 +218,14 @@ def resume_run(
 ) -> dict[str, Any]:
     """Resume a paused or failed run from its newest kept save or ``{"step": N}``."""
     step = (body or {}).get("step")
-    return control.resume(
-        ctx,
-        session,
-        access.find_run(principal, session, run_id),
-        int(step) if step is not None else None,
-    )
+    checked = whole_number(step, "step") if step is not None else None
+    return control.resume(ctx, session, access.find_run(principal, session, run_id), checked)
 
 
 @router.post("/runs/{run_id}/attempts/{number}/events")
 def worker_event(
     run_id: str,
-    number: int,
+    number: Annotated[int, Path(ge=1, le=MAX_INT, description="The attempt number.")],
     ctx: CtxDep,
     session: SessionDep,
     event: Annotated[dict[str, Any], Body()],
@@ -238,4 +235,4 @@ def worker_event(
     token = (authorization or "")[7:].strip()
     att = events.authorize_attempt(session, run_id, number, token)
     run = records.get_run(session, run_id)
-    return events.handle_event(ctx, session, run, att, event)
+    return events.handle_event(ctx, session, run, att, check_worker_event(event))

@@ -1,0 +1,167 @@
+"""The OpenAPI document, corrected to describe what the service does.
+
+FastAPI's generated document lists a 422 ``HTTPValidationError`` the service
+never sends (it answers 400 with its own shape), the bearer token as a header
+parameter, and no bodies for routes that read the raw request (uploads, plans).
+:func:`install` replaces ``app.openapi`` with a version that:
+
+- documents every refusal status (400, 401, 403, 404, 409, 413, 503) of every
+  authenticated operation with the one error shape ``ErrorBody``
+  (``{"error": {"code", "message", "field"}}``, DESIGN.md "Errors are sentences"),
+  or OpenAI's error shape on an endpoint's OpenAI-compatible routes;
+- declares bearer authentication as a security scheme;
+- gives uploads (datasets, bundles, models, images) an ``application/octet-stream``
+  body, run plans the :class:`akka_optimize.plan.schema.RunPlan` schema, and the
+  other raw JSON routes an object body;
+- gives every answer a schema: a JSON object, or bytes for downloads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+ERROR_STATUSES = {
+    "400": "The request is malformed or refused; `error.field` names what is wrong.",
+    "401": "No bearer token, or one the service does not know.",
+    "403": "The token may not do this.",
+    "404": "The named object (or route) does not exist.",
+    "409": "The request conflicts with stored state.",
+    "413": "An upload or a body exceeds the deployment's limit.",
+    "502": "A service the request needs (the model hub) cannot be reached.",
+    "503": "The service cannot answer now (still starting); retry after `Retry-After`.",
+}
+
+ERROR_BODY = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "field"],
+            "properties": {
+                "code": {"type": "string", "description": "A stable lower-case identifier."},
+                "message": {"type": "string", "description": "What is wrong and what to do."},
+                "field": {
+                    "type": ["string", "null"],
+                    "description": "The dotted field path, FILE:line N, or null.",
+                },
+                "details": {"description": "Extra data, such as every refusal of a plan."},
+            },
+        }
+    },
+}
+
+OPENAI_ERROR_BODY = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+
+_BYTES = {"type": "string", "format": "binary"}
+_UPLOAD = {"content": {"application/octet-stream": {"schema": _BYTES}}, "required": True}
+_OBJECT = {"type": "object"}
+_JSON_OBJECT = {"content": {"application/json": {"schema": _OBJECT}}, "required": True}
+
+#: Request bodies of routes that read the raw request, by (method, path).
+RAW_BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("post", "/v1/registry/datasets/{namespace}/{name}"): _UPLOAD,
+    ("post", "/v1/registry/bundles/{namespace}/{name}"): _UPLOAD,
+    ("post", "/v1/registry/models/{namespace}/{name}"): _UPLOAD,
+    ("post", "/v1/registry/images"): _UPLOAD,
+    ("post", "/v1/training/data/preview"): _JSON_OBJECT,
+    ("post", "/v1/training/endpoints/{endpoint_id}/openai/v1/chat/completions"): _JSON_OBJECT,
+}
+
+#: Routes that answer bytes rather than JSON.
+DOWNLOADS = {
+    ("get", "/v1/registry/images/{digest}"),
+    ("get", "/v1/registry/datasets/{namespace}/{name}/object"),
+}
+
+
+def _plan_body(schemas: dict[str, Any]) -> dict[str, Any]:
+    from ..plan.schema import RunPlan
+
+    plan = RunPlan.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(plan.pop("$defs", {}))
+    schemas["RunPlan"] = plan
+    ref = {"$ref": "#/components/schemas/RunPlan"}
+    return {"content": {"application/json": {"schema": ref}}, "required": True}
+
+
+def _fix_operation(method: str, path: str, op: dict[str, Any], plan: dict[str, Any]) -> None:
+    op["parameters"] = [
+        p
+        for p in op.get("parameters", [])
+        if not (p.get("in") == "header" and p.get("name", "").lower() == "authorization")
+    ]
+    if not op["parameters"]:
+        del op["parameters"]
+    if (method, path) in RAW_BODIES:
+        op["requestBody"] = RAW_BODIES[(method, path)]
+    elif (method, path) == ("post", "/v1/training/runs"):
+        op["requestBody"] = plan
+    responses = op.setdefault("responses", {})
+    responses.pop("422", None)
+    for status, answer in responses.items():
+        if not status.startswith("2"):
+            continue
+        if (method, path) in DOWNLOADS:
+            answer["content"] = {"application/octet-stream": {"schema": _BYTES}}
+        else:
+            content = answer.setdefault("content", {}).setdefault("application/json", {})
+            if not content.get("schema"):
+                content["schema"] = _OBJECT
+    if path == "/healthz":
+        return
+    op["security"] = [{"bearer": []}]
+    error: dict[str, Any] = {"$ref": "#/components/schemas/ErrorBody"}
+    if "/openai/v1/" in path:  # OpenAI clients read OpenAI's shape; routing errors are ours
+        error = {"anyOf": [error, {"$ref": "#/components/schemas/OpenAIErrorBody"}]}
+    for status, text in ERROR_STATUSES.items():
+        responses[status] = {
+            "description": text,
+            "content": {"application/json": {"schema": error}},
+        }
+
+
+def build(app: FastAPI) -> dict[str, Any]:
+    """The corrected OpenAPI document of ``app`` (module docstring)."""
+    doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    components = doc.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    schemas["ErrorBody"] = ERROR_BODY
+    schemas["OpenAIErrorBody"] = OPENAI_ERROR_BODY
+    components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    plan = _plan_body(schemas)
+    for path, ops in doc.get("paths", {}).items():
+        for method, op in ops.items():
+            _fix_operation(method, path, op, plan)
+    return doc
+
+
+def install(app: FastAPI) -> None:
+    """Serve :func:`build`'s document (computed once) as ``app.openapi()``."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,374 @@
+"""Issue 14 items 2, 4, 5, 6 and 9: refused requests store nothing, no 5xx for bad
+input, ID prefixes are prefixes, no server-side file reads, and the small things
+(405 Allow, ASCII names, private files, read timeouts, an honest OpenAPI document)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gzip
+import io
+import json
+import socket
+import stat
+import tarfile
+import threading
+import zipfile
+
+import pytest
+import sqlalchemy.event
+import sqlalchemy.orm
+from sqlalchemy.exc import OperationalError
+
+from akka_optimize.db.models.jobs import Run
+from akka_optimize.errors import InvalidRequest
+from akka_optimize.jobs.records import get_run
+from akka_optimize.service.inputs import check_worker_event
+from pg import postgres_server
+from service_app import in_process
+
+ROW = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+JSONL = (json.dumps(ROW) + "\n").encode()
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(32))
+BIG = str(2**63)
+
+
+def _error(r, status: int = 400) -> dict:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) >= {"code", "message", "field"} and err["message"]
+    return err
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def svc(request, tmp_path, monkeypatch):
+    if request.param == "postgresql":
+        with postgres_server() as url, in_process(tmp_path / "h", monkeypatch, url) as s:
+            yield s
+    else:
+        with in_process(tmp_path / "h", monkeypatch) as s:
+            yield s
+
+
+@pytest.fixture
+def lite(tmp_path, monkeypatch):
+    with in_process(tmp_path / "h", monkeypatch) as s:
+        yield s
+
+
+def _tar_gz(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+# -- item 4: a refused request stores nothing; commits come before the answer ---------
+
+
+def test_refused_registrations_store_nothing(svc) -> None:
+    bad_alias = svc.call("POST", "/v1/registry/datasets/p/d?alias=v1", content=JSONL)
+    assert _error(bad_alias)["field"] == "alias"
+    assert _error(svc.call("GET", "/v1/registry/datasets/p/d"), 404)
+    bundle = _tar_gz({"grader.py": b"print(1)\n"})
+    assert _error(svc.call("POST", "/v1/registry/bundles/p/b?alias=latest", content=bundle))
+    assert _error(svc.call("GET", "/v1/registry/bundles/p/b"), 404)
+    ok = svc.call("POST", "/v1/registry/datasets/p/d?alias=good", content=JSONL)
+    assert ok.status_code in (200, 201), ok.text
+    assert svc.call("GET", "/v1/registry/datasets/p/d:good").json()["version"] in (1, "v1")
+    assert _error(svc.call("POST", "/v1/registry/datasets/p/d?alias=v2", content=JSONL + JSONL))
+    versions = svc.call("GET", "/v1/registry/datasets/p/d/versions").json()
+    assert [str(v["version"]).removeprefix("v") for v in versions["items"]] == ["1"]
+
+
+def test_a_commit_that_fails_is_the_answer(svc, monkeypatch) -> None:
+    real = sqlalchemy.orm.Session.commit
+
+    def failing(self):
+        if self.info.get("wrote"):  # only the session that inserted the project
+            raise OperationalError("COMMIT", {}, Exception("disk I/O error"))
+        return real(self)
+
+    def mark(session, _flush_context):
+        session.info["wrote"] = True
+
+    sqlalchemy.event.listen(sqlalchemy.orm.Session, "after_flush", mark)
+    monkeypatch.setattr(sqlalchemy.orm.Session, "commit", failing)
+    r = svc.call("POST", "/v1/training/projects", json={"name": "never"})
+    assert _error(r, 503)["code"] == "unavailable"
+    monkeypatch.setattr(sqlalchemy.orm.Session, "commit", real)
+    sqlalchemy.event.remove(sqlalchemy.orm.Session, "after_flush", mark)
+    assert _error(svc.call("GET", "/v1/training/projects/never"), 404)
+
+
+def test_concurrent_creation_of_one_project_is_one_201_and_409s(svc) -> None:
+    def create(_: int) -> int:
+        return svc.call("POST", "/v1/training/projects", json={"name": "race"}).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        codes = sorted(pool.map(create, range(6)))
+    assert codes == [201] + [409] * 5
+
+
+# -- item 5: no 5xx for bad input --------------------------------------------------------
+
+DEEP = "[" * 2000 + "]" * 2000
+BAD_INPUTS = [
+    ("deep JSON", "POST", "/v1/training/projects", {"content": DEEP, "json_type": True}, "body"),
+    ("deep plan", "POST", "/v1/training/runs", {"content": DEEP}, "body"),
+    (
+        "1e400 in a plan",
+        "POST",
+        "/v1/training/runs",
+        {"content": '{"kind": "run", "config": {"hyperparams": {"learningRate": 1e400}}}'},
+        "config.hyperparams.learningRate",
+    ),
+    (
+        "lone surrogate in a body",
+        "POST",
+        "/v1/training/projects",
+        {"content": '{"name": "\\ud800"}', "json_type": True},
+        "name",
+    ),
+    ("version above 2^63", "GET", f"/v1/registry/datasets/p/d:v{BIG}", {}, "ref"),
+    (
+        "alias version above 2^63",
+        "PUT",
+        "/v1/registry/datasets/p/d/aliases/best",
+        {"json": {"version": f"v{BIG}"}},
+        "version",
+    ),
+    (
+        "attempt above 2^63",
+        "POST",
+        f"/v1/training/runs/r/attempts/{BIG}/events",
+        {"json": {}},
+        "number",
+    ),
+    (
+        "fractional resume step",
+        "POST",
+        "/v1/training/runs/r/resume",
+        {"json": {"step": 2.5}},
+        "step",
+    ),
+    ("text resume step", "POST", "/v1/training/runs/r/resume", {"json": {"step": "3"}}, "step"),
+    ("huge resume step", "POST", "/v1/training/runs/r/resume", {"json": {"step": 2**64}}, "step"),
+]
+
+
+@pytest.mark.parametrize(
+    "method,path,kw,field", [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS]
+)
+def test_bad_input_is_a_400_naming_the_field(lite, method, path, kw, field) -> None:
+    kw = dict(kw)
+    if kw.pop("json_type", False):
+        kw["h"] = {"content-type": "application/json"}
+    assert _error(lite.call(method, path, **kw))["field"] == field
+
+
+def test_bad_rows_are_refused_with_their_line(lite) -> None:
+    surrogate = b'{"messages": [{"role": "user", "content": "\\ud800"}]}\n'
+    err = _error(lite.call("POST", "/v1/registry/datasets/p/s", content=JSONL + surrogate))
+    assert "line 2" in err["message"] and "surrogate" in err["message"]
+    deep = JSONL + ('{"messages": ' + DEEP + "}\n").encode()
+    err = _error(lite.call("POST", "/v1/registry/datasets/p/s", content=deep))
+    assert "line 2" in err["message"] and "nested" in err["message"]
+    assert _error(lite.call("GET", "/v1/registry/datasets/p/s"), 404)
+
+
+def test_worker_events_need_whole_number_counts() -> None:
+    assert check_worker_event({"type": "metrics", "step": 3})["step"] == 3
+    for ev, field in (
+        ({"type": "metrics", "step": "x"}, "step"),
+        ({"type": "save", "step": 1.5}, "step"),
+        ({"type": "save"}, "step"),
+        ({"type": "phase", "totalSteps": 2**64}, "totalSteps"),
+        ({"type": 7}, "type"),
+    ):
+        with pytest.raises(InvalidRequest) as info:
+            check_worker_event(ev)
+        assert info.value.field == field
+
+
+def test_cut_or_damaged_bundles_are_refused(lite) -> None:
+    whole = _tar_gz({"grader.py": b"print(1)\n" * 100})
+    for cut in (whole[: len(whole) // 2], whole[:-4], whole[:-8]):
+        err = _error(lite.call("POST", "/v1/registry/bundles/p/b", content=cut))
+        assert err["field"] == "file" and "ends early or is damaged" in err["message"]
+    assert _error(lite.call("GET", "/v1/registry/bundles/p/b"), 404)
+    r = lite.call("POST", "/v1/registry/bundles/p/b", content=whole)
+    assert r.status_code in (200, 201), r.text
+    plain = gzip.compress(b"not a tar")
+    assert _error(lite.call("POST", "/v1/registry/bundles/p/c", content=plain))["field"] == "file"
+
+
+# -- item 6: ID prefixes are prefixes ------------------------------------------------------
+
+
+def test_like_wildcards_in_an_id_prefix_match_nothing(lite) -> None:
+    with lite.app.state.ctx.db.session() as s:
+        s.add(
+            Run(
+                id="ab0d2fb000000000",
+                project="p",
+                method="sft",
+                state="QUEUED",
+                plan={},
+                resolved={},
+                config_hash="0" * 64,
+                base_model="x/y",
+                dataset="p/d:v1",
+                model_name="y",
+                device_kind="cpu",
+            )
+        )
+    with lite.app.state.ctx.db.session() as s:
+        assert get_run(s, "ab0d").id == "ab0d2fb000000000"
+    for prefix in ("___", "__0d2fb", "%", "a%", "ab_d"):
+        assert _error(lite.call("POST", f"/v1/training/runs/{prefix}/cancel"), 404)
+        assert _error(lite.call("GET", f"/v1/training/endpoints/{prefix}"), 404)
+    assert _error(lite.call("GET", "/v1/training/base-models/___"), 404)
+
+
+# -- item 2: the service reads only what the client uploaded -------------------------------
+
+
+def _zip(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def _image_row(path: str) -> bytes:
+    part = {"type": "image", "image": path}
+    answer = {"role": "assistant", "content": "a cat"}
+    return json.dumps({"messages": [{"role": "user", "content": [part]}, answer]}).encode() + b"\n"
+
+
+def test_rows_never_make_the_service_read_its_own_files(lite, tmp_path) -> None:
+    secret = tmp_path / "server-side.png"
+    secret.write_bytes(PNG)
+    (tmp_path / "h" / "uploads").mkdir(exist_ok=True)
+    (tmp_path / "h" / "uploads" / "beside.png").write_bytes(PNG)
+    messages = set()
+    for path in (str(secret), "../server-side.png", "beside.png", "file://" + str(secret)):
+        for body in (_image_row(path), _zip({"train.jsonl": _image_row(path)})):
+            err = _error(lite.call("POST", "/v1/registry/datasets/p/img", content=body))
+            assert "not in the upload" in err["message"], err
+            messages.add(err["message"].replace(repr(path), "PATH"))
+    missing = _error(
+        lite.call("POST", "/v1/registry/datasets/p/img", content=_image_row("/no/such.png"))
+    )
+    messages.add(missing["message"].replace(repr("/no/such.png"), "PATH"))
+    assert len(messages) == 1, messages  # one sentence, whatever the path and the file
+    assert _error(lite.call("GET", "/v1/registry/datasets/p/img"), 404)
+    inside = _zip({"train.jsonl": _image_row("img/cat.png"), "img/cat.png": PNG})
+    r = lite.call("POST", "/v1/registry/datasets/p/img", content=inside)
+    assert r.status_code in (200, 201), r.text
+
+
+# -- item 9: the small things ---------------------------------------------------------------
+
+
+def test_405_carries_allow(lite) -> None:
+    r = lite.call("PUT", "/v1/training/projects")
+    assert _error(r, 405)["code"] == "method_not_allowed"
+    assert r.headers["Allow"] == "GET, POST"
+
+
+@pytest.mark.parametrize("name", ["\u212aelvin", "caf\u00e9", "\u0130stanbul", "\uff41bc"])
+def test_non_ascii_names_are_refused_even_when_they_fold_to_ascii(lite, name) -> None:
+    assert (
+        _error(lite.call("POST", "/v1/training/projects", json={"name": name}))["field"] == "name"
+    )
+    r = lite.call("POST", f"/v1/registry/datasets/p/{name}", content=JSONL)
+    assert r.status_code == 400, r.text
+    assert _error(lite.call("GET", f"/v1/registry/datasets/p/{name}"))["field"] == "ref"
+    assert lite.call("GET", "/v1/training/projects").json()["projects"] == []
+
+
+def test_home_state_and_blobs_are_private(lite) -> None:
+    r = lite.call("POST", "/v1/registry/datasets/p/d", content=JSONL)
+    assert r.status_code in (200, 201), r.text
+    home = lite.home
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "state.db").stat().st_mode) == 0o600
+    blobs = home / "blobs"
+    assert stat.S_IMODE(blobs.stat().st_mode) == 0o700
+    files = [p for p in blobs.rglob("*") if p.is_file()]
+    assert files and {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o600}
+
+
+def test_openapi_documents_the_error_shape_bodies_and_answers(lite) -> None:
+    doc = lite.call("GET", "/openapi.json").json()
+    text = json.dumps(doc)
+    assert '"422"' not in text and "HTTPValidationError" not in text
+    assert doc["components"]["schemas"]["ErrorBody"]["required"] == ["error"]
+    paths = doc["paths"]
+    for path, ops in paths.items():
+        for method, op in ops.items():
+            assert any(s.startswith("2") for s in op["responses"]), (method, path)
+            if path != "/healthz":
+                err = op["responses"]["400"]["content"]["application/json"]["schema"]
+                ours = {"$ref": "#/components/schemas/ErrorBody"}
+                assert err == ours or ("/openai/v1/" in path and ours in err["anyOf"])
+                assert not any(p["name"] == "authorization" for p in op.get("parameters", []))
+    upload = paths["/v1/registry/datasets/{namespace}/{name}"]["post"]["requestBody"]
+    assert "application/octet-stream" in upload["content"]
+    plan = paths["/v1/training/runs"]["post"]["requestBody"]["content"]["application/json"]
+    assert plan["schema"] == {"$ref": "#/components/schemas/RunPlan"}
+    assert "config" in doc["components"]["schemas"]["RunPlan"]["properties"]
+
+
+def test_a_silent_client_is_disconnected(tmp_path) -> None:
+    import uvicorn
+    from fastapi import FastAPI
+
+    from akka_optimize.service.connections import TimedH11Protocol
+
+    proto = type("Quick", (TimedH11Protocol,), {"read_timeout": 0.3})
+    app = FastAPI()
+
+    @app.post("/echo")
+    async def echo(body: dict) -> dict:
+        return body
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, http=proto, log_level="error")
+    )
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    try:
+        for _ in range(200):
+            if server.started:
+                break
+            threading.Event().wait(0.05)
+        for partial in (b"", b"POST /echo HTTP/1.1\r\nHost: x\r\n", _half_body()):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
+                c.sendall(partial)
+                assert c.recv(65536) == b""  # closed by the server, not by our timeout
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
+            body = b'{"a": 1}'
+            c.sendall(
+                b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            assert c.recv(65536).startswith(b"HTTP/1.1 200")
+    finally:
+        server.should_exit = True
+        t.join(10)
+
+
+def _half_body() -> bytes:
+    return (
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100\r\n\r\n{"
+    )
