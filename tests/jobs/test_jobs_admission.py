@@ -134,6 +134,7 @@ def test_a_branch_of_a_run_in_another_project_is_refused_alike(demo: LiveService
     demo.cli("training", "projects", "create", "other", check=True)
     branch = copy.deepcopy(src_plan)
     branch["project"] = "other"
+    branch["config"]["hyperparams"]["training"]["epochs"] = 2  # a branch trains on
     branch["branchFrom"] = {"run": src["id"], "snapshot": "step-2"}
     dry = demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=branch).json()
     start = demo.api("POST", "/v1/training/runs", json=branch)

@@ -199,6 +199,7 @@ async def register_model_route(
         with tempfile.TemporaryDirectory(dir=_uploads(ctx)) as tmp:
             _extract_tar(path, Path(tmp), limits)
             with ctx.db.session() as s:
+                checked = check_upload(ctx, s, Path(tmp), base_model)
                 before = {v.digest for v in _safe_versions(s, namespace, name)}
                 rv = register_adapter(
                     s,
@@ -208,13 +209,38 @@ async def register_model_route(
                     Path(tmp),
                     base_model=base_model,
                     run_id=run_id,
-                    metadata={"registeredBy": "upload"},
+                    metadata={"registeredBy": "upload", **checked},
                     parent_model=parent_model,
                     alias=alias,
                 )
                 return rv, rv.digest not in before
 
     return _answer(*await _with_upload(path, work))
+
+
+def check_upload(ctx: Any, s: Any, folder: Path, base_model: str) -> dict[str, Any]:
+    """Check an uploaded PEFT adapter against its base model's cached weights (F118,
+    :func:`akka_optimize.registry.adapter_checks.check_adapter`); returns its summary.
+
+    Raises:
+        InvalidRequest: the adapter breaks a rule, or the base model's weights are not
+            cached here, so the adapter cannot be checked (the sentence names the select
+            command).
+    """
+    from ...catalog.cache import ready_model_dir
+    from ...errors import AkkaError
+    from ...registry.adapter_checks import check_adapter
+
+    try:
+        base_dir, _ = ready_model_dir(s, ctx.settings, base_model)
+    except AkkaError as exc:
+        raise InvalidRequest(
+            f"The adapter cannot be checked against base model {base_model}: {exc.message}",
+            field="baseModel",
+            code=exc.code,
+        ) from exc
+    max_rank = load_deployment(ctx.settings.resolved_deployment_file()).serving.maxLoraRank
+    return check_adapter(folder, base_dir, max_rank=max_rank)
 
 
 def _safe_versions(s: Any, namespace: str, name: str) -> list[Any]:
