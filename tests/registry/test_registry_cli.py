@@ -9,8 +9,11 @@ import threading
 from pathlib import Path
 
 from registry_testkit import row, write_jsonl
+from test_adapter_checks import make_adapter
 
 from helpers import LiveService
+
+TINY = "akka-optimize/tiny-smollm2"
 
 
 def _json(svc: LiveService, *args: str, prog: str = "akka-optimize") -> dict:
@@ -110,7 +113,9 @@ def test_upload_over_the_deployment_limit_is_413_naming_it(service: LiveService)
     assert list((service.home / "uploads").iterdir()) == []
 
 
-def test_bundle_and_model_round_trip(service: LiveService, tmp_path: Path) -> None:
+def test_bundle_and_model_round_trip(
+    service: LiveService, tmp_path: Path, tiny_model_dir: Path
+) -> None:
     b = tmp_path / "scoring"
     b.mkdir()
     (b / "reward.py").write_text("def compute_score(x):\n    return 1.0\n")
@@ -128,33 +133,40 @@ def test_bundle_and_model_round_trip(service: LiveService, tmp_path: Path) -> No
     assert r.status_code == 400 and "escapes the bundle root" in r.json()["error"]["message"]
     assert service.api("GET", "/v1/registry/bundles/t/evil").status_code == 404
 
-    # Models: a base model is registered by the catalog; here through the Python API.
-    from akka_optimize.db import Database
-    from akka_optimize.registry import register_base_model
-
-    db = Database(f"sqlite:///{service.home / 'state.db'}")
-    with db.session() as s:
-        base = register_base_model(s, "Qwen/Qwen3-0.6B", commit="abc", metadata={})
-    db.dispose()
-    ad = tmp_path / "adapter"
-    ad.mkdir()
-    (ad / "adapter_config.json").write_text("{}")
-    (ad / "adapter_model.safetensors").write_bytes(b"\1\2\3")
-    m = _json(service, "registry", "models", "register", "triage/qwen3-0.6b", "-f", str(ad),
-              "--base-model", "qwen/qwen3-0.6b:v1", "--run-id", "run-7")  # fmt: skip
-    assert m["version"] == "v1" and m["baseModel"] == base.pinned and m["runId"] == "run-7"
-    refused = service.cli("registry", "models", "register", "qwen/qwen3-0.6b", "-f", str(ad),
-                          "--base-model", "qwen/qwen3-0.6b:v1")  # fmt: skip
+    # Models: the catalog registers the base model when it is selected.
+    service.cli("training", "base-models", "select", TINY, "--wait", check=True)
+    base = _json(service, "registry", "models", "get", "akka-optimize/tiny-smollm2")
+    ad = make_adapter(tiny_model_dir, tmp_path / "adapter")
+    m = _json(service, "registry", "models", "register", "triage/tiny", "-f", str(ad),
+              "--base-model", "akka-optimize/tiny-smollm2:v1", "--run-id", "run-7")  # fmt: skip
+    assert m["version"] == "v1" and m["baseModel"] == base["ref"] and m["runId"] == "run-7"
+    assert m["metadata"]["rank"] == 8
+    refused = service.cli("registry", "models", "register", "akka-optimize/tiny-smollm2",
+                          "-f", str(ad), "--base-model", "akka-optimize/tiny-smollm2:v1")  # fmt: skip
     assert refused.returncode == 1 and "holds base-model versions" in refused.stderr
-    _json(service, "registry", "models", "alias", "set", "triage/qwen3-0.6b:champion",
+    # An adapter the endpoint could not serve is refused with its reason; nothing registers.
+    dora = make_adapter(tiny_model_dir, tmp_path / "dora", use_dora=True)
+    refused = service.cli("registry", "models", "register", "triage/dora", "-f", str(dora),
+                          "--base-model", "akka-optimize/tiny-smollm2:v1")  # fmt: skip
+    assert refused.returncode == 1 and "use_dora is true" in refused.stderr
+    assert service.api("GET", "/v1/registry/models/triage/dora").status_code == 404
+    _json(service, "registry", "models", "alias", "set", "triage/tiny:champion",
           "--version", "v1")  # fmt: skip
-    got = _json(service, "registry", "models", "get", "triage/qwen3-0.6b:champion")
+    got = _json(service, "registry", "models", "get", "triage/tiny:champion")
     assert got["ref"] == m["ref"]
-    _json(service, "registry", "models", "annotate", "triage/qwen3-0.6b:v1", "--set", "owner=ana")
-    text = service.cli("registry", "models", "get", "triage/qwen3-0.6b:v1", check=True).stdout
-    assert '"owner": "ana"' in text and base.pinned in text and "run-7" in text
+    _json(service, "registry", "models", "annotate", "triage/tiny:v1", "--set", "owner=ana")
+    text = service.cli("registry", "models", "get", "triage/tiny:v1", check=True).stdout
+    assert '"owner": "ana"' in text and base["ref"] in text and "run-7" in text
+    # training adapters import runs the same checks, under both spellings.
+    head = make_adapter(tiny_model_dir, tmp_path / "head", target_modules=["q_proj", "lm_head"])
+    refused = service.cli("training", "adapters", "import", "triage/head", "--base", TINY,
+                          "-d", str(head), prog="akka-registry")  # fmt: skip
+    assert refused.returncode == 1 and "target_modules includes 'lm_head'" in refused.stderr
+    imported = _json(service, "training", "adapters", "import", "triage/ext", "--base", TINY,
+                     "-d", str(ad), prog="akka-registry")  # fmt: skip
+    assert imported["version"] == "v1" and imported["baseModel"] == base["ref"]
     names = [x["name"] for x in _json(service, "registry", "models", "list")["items"]]
-    assert names == ["qwen/qwen3-0.6b", "triage/qwen3-0.6b"]
+    assert names == ["akka-optimize/tiny-smollm2", "triage/ext", "triage/tiny"]
 
 
 def test_images_push_and_examples_naming_local_images(service: LiveService, tmp_path: Path):

@@ -14,6 +14,7 @@ import sys
 import typer
 
 from . import (
+    adapters,
     base_models,
     data,
     endpoints,
@@ -49,6 +50,7 @@ training_app.add_typer(base_models.app, name="base-models")
 training_app.add_typer(endpoints.app, name="endpoints")
 training_app.add_typer(data.app, name="data")
 training_app.add_typer(run_states.snapshots_app, name="snapshots")
+training_app.add_typer(adapters.app, name="adapters")
 app.add_typer(training_app, name="training")
 app.add_typer(registry.app, name="registry")
 app.add_typer(server.app, name="server")

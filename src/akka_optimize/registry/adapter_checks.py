@@ -149,7 +149,9 @@ def _check_tensors(
 
 def _check_targets(cfg: dict[str, Any], base: dict[str, tuple[int, ...]]) -> None:
     targets = cfg.get("target_modules") or []
-    linear = [k[: -len(".weight")] for k, s in base.items() if k.endswith(".weight") and len(s) == 2]
+    linear = [
+        k[: -len(".weight")] for k, s in base.items() if k.endswith(".weight") and len(s) == 2
+    ]
     if isinstance(targets, str):
         if not any(re.fullmatch(targets, n) for n in linear):
             _refuse(
