@@ -136,7 +136,7 @@ def test_bundle_and_model_round_trip(
     # Models: the catalog registers the base model when it is selected.
     service.cli("training", "base-models", "select", TINY, "--wait", check=True)
     base = _json(service, "registry", "models", "get", "akka-optimize/tiny-smollm2")
-    ad = make_adapter(tiny_model_dir, tmp_path / "adapter")
+    ad = make_adapter(tiny_model_dir, tmp_path / "adapter", init_lora_weights=False)
     m = _json(service, "registry", "models", "register", "triage/tiny", "-f", str(ad),
               "--base-model", "akka-optimize/tiny-smollm2:v1", "--run-id", "run-7")  # fmt: skip
     assert m["version"] == "v1" and m["baseModel"] == base["ref"] and m["runId"] == "run-7"
@@ -157,6 +157,14 @@ def test_bundle_and_model_round_trip(
     _json(service, "registry", "models", "annotate", "triage/tiny:v1", "--set", "owner=ana")
     text = service.cli("registry", "models", "get", "triage/tiny:v1", check=True).stdout
     assert '"owner": "ana"' in text and base["ref"] in text and "run-7" in text
+    # Adapters out: the version as a PEFT folder that peft loads, with the same logits.
+    got_dir = tmp_path / "downloaded"
+    service.cli("registry", "models", "object", "triage/tiny:v1", "-o", str(got_dir), check=True)
+    downloaded, uploaded = _peft_logits(tiny_model_dir, got_dir), _peft_logits(tiny_model_dir, ad)
+    assert (downloaded - uploaded).abs().max() < 1e-4
+    assert (uploaded - _base_logits(tiny_model_dir)).abs().max() > 1e-3  # the adapter acts
+    base_only = service.cli("registry", "models", "object", TINY, "-o", str(tmp_path / "b"))
+    assert base_only.returncode == 1 and "weights cache" in base_only.stderr
     # training adapters import runs the same checks, under both spellings.
     head = make_adapter(tiny_model_dir, tmp_path / "head", target_modules=["q_proj", "lm_head"])
     refused = service.cli("training", "adapters", "import", "triage/head", "--base", TINY,
@@ -167,6 +175,24 @@ def test_bundle_and_model_round_trip(
     assert imported["version"] == "v1" and imported["baseModel"] == base["ref"]
     names = [x["name"] for x in _json(service, "registry", "models", "list")["items"]]
     assert names == ["akka-optimize/tiny-smollm2", "triage/ext", "triage/tiny"]
+
+
+def _peft_logits(base_dir: Path, adapter_dir: Path | None):
+    """fp32 logits of ``PeftModel.from_pretrained(base, adapter_dir)`` (the base model alone
+    without ``adapter_dir``) on a fixed prompt."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32)
+    if adapter_dir is not None:
+        model = PeftModel.from_pretrained(model, adapter_dir)
+    with torch.no_grad():
+        return model.eval()(torch.tensor([[1, 17, 42, 99, 7]])).logits
+
+
+def _base_logits(base_dir: Path):
+    return _peft_logits(base_dir, None)
 
 
 def test_images_push_and_examples_naming_local_images(service: LiveService, tmp_path: Path):

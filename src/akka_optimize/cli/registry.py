@@ -454,3 +454,34 @@ def images_push(
         print_table(items, [("FILE", "filename"), ("DIGEST", "digest"), ("SIZE", "size")])
 
     emit(results, output, text)
+
+
+@models_app.command("object")
+def models_object(
+    ref: Annotated[str, typer.Argument(help="NS/NAME[:vN|:ALIAS|@sha256:…]")],
+    out: Annotated[
+        Path, typer.Option("-o", "--output", help="The folder to write the adapter to.")
+    ],
+) -> None:
+    """Write a model version as a PEFT adapter folder (`PeftModel.from_pretrained` loads it).
+
+    Example: {prog} registry models object triage/tiny:v1 -o ./adapter
+    """
+    import io
+
+    if out.exists() and any(out.iterdir()):
+        raise CliError(f"{out} is not empty; give a new or empty folder.", exit_code=2)
+    c = Client("registry")
+    try:
+        resp = httpx.get(
+            c.url + _path("model", _ref(ref)) + "/object", headers=c.headers(), timeout=ANSWER_S
+        )
+    except httpx.ConnectError as exc:
+        raise CliError(f"Cannot reach the registry at {c.url}.") from exc
+    if resp.status_code >= 400:
+        decode(resp)
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r") as tf:
+        tf.extractall(out, filter="data")
+    names = sorted(p.name for p in out.iterdir())
+    print(f"Wrote {resp.headers.get('X-Akka-Ref', ref)} to {out}: {', '.join(names)}.")

@@ -351,6 +351,32 @@ def dataset_object(
     return resp
 
 
+@router.get("/models/{namespace}/{name}/object")
+def model_object(namespace: str, name: str, ctx: CtxDep) -> StreamingResponse:
+    """A trained or imported model version's files as a tar of its PEFT adapter folder
+    (``adapter_config.json``, ``adapter_model.safetensors``…), as registered; a base-model
+    version has no files here (400 naming the weights cache)."""
+    from ...registry import download_model_files
+
+    with ctx.db.session() as s:
+        rv = resolve(s, "model", f"{namespace}/{name}")
+    tmp = Path(tempfile.mkdtemp(dir=_uploads(ctx)))
+    try:
+        folder = download_model_files(ctx.store, rv, tmp / "adapter")
+        archive = tmp / "adapter.tar"
+        with tarfile.open(archive, "w") as tf:
+            for p in sorted(folder.rglob("*")):
+                if p.is_file():
+                    tf.add(p, arcname=p.relative_to(folder).as_posix())
+        f = archive.open("rb")
+    finally:
+        # the open handle keeps the archive's bytes until the stream ends
+        shutil.rmtree(tmp, ignore_errors=True)
+    resp = _stream(f, "application/x-tar")
+    resp.headers["X-Akka-Ref"] = rv.pinned
+    return resp
+
+
 class AliasBody(BaseModel):
     """Body of ``PUT …/aliases/{alias}``."""
 
