@@ -163,6 +163,10 @@ def test_bundle_and_model_round_trip(
     downloaded, uploaded = _peft_logits(tiny_model_dir, got_dir), _peft_logits(tiny_model_dir, ad)
     assert (downloaded - uploaded).abs().max() < 1e-4
     assert (uploaded - _base_logits(tiny_model_dir)).abs().max() > 1e-3  # the adapter acts
+    merged_dir = tmp_path / "merged"
+    service.cli("registry", "models", "export", "triage/tiny:v1", "--merged", "-o",
+                str(merged_dir), check=True)  # fmt: skip
+    assert (_merged_logits(merged_dir) - uploaded).abs().max() < 1e-4
     base_only = service.cli("registry", "models", "object", TINY, "-o", str(tmp_path / "b"))
     assert base_only.returncode == 1 and "weights cache" in base_only.stderr
     # training adapters import runs the same checks, under both spellings.
@@ -189,6 +193,16 @@ def _peft_logits(base_dir: Path, adapter_dir: Path | None):
         model = PeftModel.from_pretrained(model, adapter_dir)
     with torch.no_grad():
         return model.eval()(torch.tensor([[1, 17, 42, 99, 7]])).logits
+
+
+def _merged_logits(folder: Path):
+    """Logits of ``AutoModelForCausalLM.from_pretrained(folder)`` on the same prompt."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(torch.tensor([[1, 17, 42, 99, 7]])).logits
 
 
 def _base_logits(base_dir: Path):

@@ -351,6 +351,16 @@ def dataset_object(
     return resp
 
 
+def _tar_of(folder: Path, archive: Path) -> Any:
+    """Write ``folder``'s files to an uncompressed tar and return it open for reading (the
+    open handle keeps the bytes once the folder holding it is removed)."""
+    with tarfile.open(archive, "w") as tf:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                tf.add(p, arcname=p.relative_to(folder).as_posix())
+    return archive.open("rb")
+
+
 @router.get("/models/{namespace}/{name}/object")
 def model_object(namespace: str, name: str, ctx: CtxDep) -> StreamingResponse:
     """A trained or imported model version's files as a tar of its PEFT adapter folder
@@ -363,14 +373,36 @@ def model_object(namespace: str, name: str, ctx: CtxDep) -> StreamingResponse:
     tmp = Path(tempfile.mkdtemp(dir=_uploads(ctx)))
     try:
         folder = download_model_files(ctx.store, rv, tmp / "adapter")
-        archive = tmp / "adapter.tar"
-        with tarfile.open(archive, "w") as tf:
-            for p in sorted(folder.rglob("*")):
-                if p.is_file():
-                    tf.add(p, arcname=p.relative_to(folder).as_posix())
-        f = archive.open("rb")
+        f = _tar_of(folder, tmp / "adapter.tar")
     finally:
-        # the open handle keeps the archive's bytes until the stream ends
+        shutil.rmtree(tmp, ignore_errors=True)
+    resp = _stream(f, "application/x-tar")
+    resp.headers["X-Akka-Ref"] = rv.pinned
+    return resp
+
+
+@router.get("/models/{namespace}/{name}/merged")
+def model_merged(namespace: str, name: str, ctx: CtxDep) -> StreamingResponse:
+    """The version's adapter merged into its base model (fp32 arithmetic, saved in the base
+    model's dtype), as a tar of a transformers folder (:mod:`akka_optimize.engine.merge`).
+    Needs the base model's weights cached here (selected and READY)."""
+    from ...catalog.cache import ready_model_dir
+    from ...engine.merge import merge_adapter
+    from ...registry import download_model_files
+
+    with ctx.db.session() as s:
+        rv = resolve(s, "model", f"{namespace}/{name}")
+        if rv.source != "adapter" or not rv.base_model:
+            raise InvalidRequest(
+                f"{rv.pinned} is not an adapter; only adapters merge.", field="ref"
+            )
+        base_dir, _ = ready_model_dir(s, ctx.settings, rv.base_model)
+    tmp = Path(tempfile.mkdtemp(dir=_uploads(ctx)))
+    try:
+        adapter = download_model_files(ctx.store, rv, tmp / "adapter")
+        folder = merge_adapter(base_dir, adapter, tmp / "merged")
+        f = _tar_of(folder, tmp / "merged.tar")
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
     resp = _stream(f, "application/x-tar")
     resp.headers["X-Akka-Ref"] = rv.pinned
