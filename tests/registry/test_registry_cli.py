@@ -9,11 +9,8 @@ import threading
 from pathlib import Path
 
 from registry_testkit import row, write_jsonl
-from test_adapter_checks import make_adapter
 
 from helpers import LiveService
-
-TINY = "akka-optimize/tiny-smollm2"
 
 
 def _json(svc: LiveService, *args: str, prog: str = "akka-optimize") -> dict:
@@ -113,9 +110,7 @@ def test_upload_over_the_deployment_limit_is_413_naming_it(service: LiveService)
     assert list((service.home / "uploads").iterdir()) == []
 
 
-def test_bundle_and_model_round_trip(
-    service: LiveService, tmp_path: Path, tiny_model_dir: Path
-) -> None:
+def test_bundle_round_trip(service: LiveService, tmp_path: Path) -> None:
     b = tmp_path / "scoring"
     b.mkdir()
     (b / "reward.py").write_text("def compute_score(x):\n    return 1.0\n")
@@ -132,81 +127,6 @@ def test_bundle_and_model_round_trip(
     r = service.api("POST", "/v1/registry/bundles/t/evil", content=buf.getvalue())
     assert r.status_code == 400 and "escapes the bundle root" in r.json()["error"]["message"]
     assert service.api("GET", "/v1/registry/bundles/t/evil").status_code == 404
-
-    # Models: the catalog registers the base model when it is selected.
-    service.cli("training", "base-models", "select", TINY, "--wait", check=True)
-    base = _json(service, "registry", "models", "get", "akka-optimize/tiny-smollm2")
-    ad = make_adapter(tiny_model_dir, tmp_path / "adapter", init_lora_weights=False)
-    m = _json(service, "registry", "models", "register", "triage/tiny", "-f", str(ad),
-              "--base-model", "akka-optimize/tiny-smollm2:v1", "--run-id", "run-7")  # fmt: skip
-    assert m["version"] == "v1" and m["baseModel"] == base["ref"] and m["runId"] == "run-7"
-    assert m["metadata"]["rank"] == 8
-    refused = service.cli("registry", "models", "register", "akka-optimize/tiny-smollm2",
-                          "-f", str(ad), "--base-model", "akka-optimize/tiny-smollm2:v1")  # fmt: skip
-    assert refused.returncode == 1 and "holds base-model versions" in refused.stderr
-    # An adapter the endpoint could not serve is refused with its reason; nothing registers.
-    dora = make_adapter(tiny_model_dir, tmp_path / "dora", use_dora=True)
-    refused = service.cli("registry", "models", "register", "triage/dora", "-f", str(dora),
-                          "--base-model", "akka-optimize/tiny-smollm2:v1")  # fmt: skip
-    assert refused.returncode == 1 and "use_dora is true" in refused.stderr
-    assert service.api("GET", "/v1/registry/models/triage/dora").status_code == 404
-    _json(service, "registry", "models", "alias", "set", "triage/tiny:champion",
-          "--version", "v1")  # fmt: skip
-    got = _json(service, "registry", "models", "get", "triage/tiny:champion")
-    assert got["ref"] == m["ref"]
-    _json(service, "registry", "models", "annotate", "triage/tiny:v1", "--set", "owner=ana")
-    text = service.cli("registry", "models", "get", "triage/tiny:v1", check=True).stdout
-    assert '"owner": "ana"' in text and base["ref"] in text and "run-7" in text
-    # Adapters out: the version as a PEFT folder that peft loads, with the same logits.
-    got_dir = tmp_path / "downloaded"
-    service.cli("registry", "models", "object", "triage/tiny:v1", "-o", str(got_dir), check=True)
-    downloaded, uploaded = _peft_logits(tiny_model_dir, got_dir), _peft_logits(tiny_model_dir, ad)
-    assert (downloaded - uploaded).abs().max() < 1e-4
-    assert (uploaded - _base_logits(tiny_model_dir)).abs().max() > 1e-3  # the adapter acts
-    merged_dir = tmp_path / "merged"
-    service.cli("registry", "models", "export", "triage/tiny:v1", "--merged", "-o",
-                str(merged_dir), check=True)  # fmt: skip
-    assert (_merged_logits(merged_dir) - uploaded).abs().max() < 1e-4
-    base_only = service.cli("registry", "models", "object", TINY, "-o", str(tmp_path / "b"))
-    assert base_only.returncode == 1 and "weights cache" in base_only.stderr
-    # training adapters import runs the same checks, under both spellings.
-    head = make_adapter(tiny_model_dir, tmp_path / "head", target_modules=["q_proj", "lm_head"])
-    refused = service.cli("training", "adapters", "import", "triage/head", "--base", TINY,
-                          "-d", str(head), prog="akka-registry")  # fmt: skip
-    assert refused.returncode == 1 and "target_modules includes 'lm_head'" in refused.stderr
-    imported = _json(service, "training", "adapters", "import", "triage/ext", "--base", TINY,
-                     "-d", str(ad), prog="akka-registry")  # fmt: skip
-    assert imported["version"] == "v1" and imported["baseModel"] == base["ref"]
-    names = [x["name"] for x in _json(service, "registry", "models", "list")["items"]]
-    assert names == ["akka-optimize/tiny-smollm2", "triage/ext", "triage/tiny"]
-
-
-def _peft_logits(base_dir: Path, adapter_dir: Path | None):
-    """fp32 logits of ``PeftModel.from_pretrained(base, adapter_dir)`` (the base model alone
-    without ``adapter_dir``) on a fixed prompt."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32)
-    if adapter_dir is not None:
-        model = PeftModel.from_pretrained(model, adapter_dir)
-    with torch.no_grad():
-        return model.eval()(torch.tensor([[1, 17, 42, 99, 7]])).logits
-
-
-def _merged_logits(folder: Path):
-    """Logits of ``AutoModelForCausalLM.from_pretrained(folder)`` on the same prompt."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
-    with torch.no_grad():
-        return model(torch.tensor([[1, 17, 42, 99, 7]])).logits
-
-
-def _base_logits(base_dir: Path):
-    return _peft_logits(base_dir, None)
 
 
 def test_images_push_and_examples_naming_local_images(service: LiveService, tmp_path: Path):
