@@ -17,11 +17,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
-from ..errors import Conflict, InvalidRequest
 from . import states as S
 from .admission import admit
 from .branches import branch_origin, record_origin
-from .kinds import JobKind, register_kind, registered_kinds
+from .kinds import JobKind, register_kind
 from .mapping import build_spec, job_fields
 from .results import complete
 from .saves import record_save

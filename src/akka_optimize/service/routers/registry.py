@@ -362,14 +362,16 @@ def _tar_of(folder: Path, archive: Path) -> Any:
 
 
 @router.get("/models/{namespace}/{name}/object")
-def model_object(namespace: str, name: str, ctx: CtxDep) -> StreamingResponse:
+def model_object(
+    namespace: str, name: str, ctx: CtxDep, principal: PrincipalDep
+) -> StreamingResponse:
     """A trained or imported model version's files as a tar of its PEFT adapter folder
     (``adapter_config.json``, ``adapter_model.safetensors``…), as registered; a base-model
     version has no files here (400 naming the weights cache)."""
     from ...registry import download_model_files
 
     with ctx.db.session() as s:
-        rv = resolve(s, "model", f"{namespace}/{name}")
+        rv = access.resolve(principal, s, "model", f"{namespace}/{name}")
     tmp = Path(tempfile.mkdtemp(dir=_uploads(ctx)))
     try:
         folder = download_model_files(ctx.store, rv, tmp / "adapter")
@@ -382,7 +384,9 @@ def model_object(namespace: str, name: str, ctx: CtxDep) -> StreamingResponse:
 
 
 @router.get("/models/{namespace}/{name}/merged")
-def model_merged(namespace: str, name: str, ctx: CtxDep) -> StreamingResponse:
+def model_merged(
+    namespace: str, name: str, ctx: CtxDep, principal: PrincipalDep
+) -> StreamingResponse:
     """The version's adapter merged into its base model (fp32 arithmetic, saved in the base
     model's dtype), as a tar of a transformers folder (:mod:`akka_optimize.engine.merge`).
     Needs the base model's weights cached here (selected and READY)."""
@@ -391,7 +395,7 @@ def model_merged(namespace: str, name: str, ctx: CtxDep) -> StreamingResponse:
     from ...registry import download_model_files
 
     with ctx.db.session() as s:
-        rv = resolve(s, "model", f"{namespace}/{name}")
+        rv = access.resolve(principal, s, "model", f"{namespace}/{name}")
         if rv.source != "adapter" or not rv.base_model:
             raise InvalidRequest(
                 f"{rv.pinned} is not an adapter; only adapters merge.", field="ref"
