@@ -153,16 +153,24 @@ def test_projects_create_list_get(svc: LiveService) -> None:
     )
 
 
+def unselected_dry_run(svc: LiveService, *args: str) -> str:
+    """A CLI dry run of a plan whose base model this service never selected: the report is
+    printed, then the refusal the start would give, and the command exits 1."""
+    out = svc.cli("training", "runs", "start", *args, "--dry-run")
+    assert out.returncode == 1, out.stderr
+    assert "The start would be refused (1 reason):" in out.stderr
+    assert "akka-optimize training base-models select" in out.stderr
+    return out.stdout
+
+
 def test_cli_dry_run_prints_settings_hash_and_refusals(svc: LiveService, tmp_path: Path) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(SEED_040_PLAN))
-    out = svc.cli(
-        "training", "runs", "start", "-f", str(plan), "--dry-run", "--show-resolved", check=True
-    )
-    assert "Configuration hash: " in out.stdout and "nothing was created" in out.stdout
-    assert "lora: rank=16* alpha=32 dropout=0.05" in out.stdout
-    assert "data types: compute=bf16* weights=fp32" in out.stdout
-    brief = svc.cli("training", "runs", "start", "-f", str(plan), "--dry-run", check=True).stdout
+    out = unselected_dry_run(svc, "-f", str(plan), "--show-resolved")
+    assert "Configuration hash: " in out and "nothing was created" in out
+    assert "lora: rank=16* alpha=32 dropout=0.05" in out
+    assert "data types: compute=bf16* weights=fp32" in out
+    brief = unselected_dry_run(svc, "-f", str(plan))
     assert "optimizer: learningRate=0.0001 weightDecay=0.05" in brief and "dropout" not in brief
     bad = copy.deepcopy(FULL_SFT_PLAN)
     bad["baseModel"] = "google/gemma-4-12B-it"
@@ -216,5 +224,5 @@ def test_dry_run_reports_duplicate_rows(svc: LiveService, tmp_path: Path) -> Non
     assert "tokenizer" in findings["tokenFindings"]
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
-    out = svc.cli("training", "runs", "start", "-f", str(path), "--dry-run", check=True).stdout
+    out = unselected_dry_run(svc, "-f", str(path))
     assert "exact duplicates (row groups): 1: [[1, 3]]" in out

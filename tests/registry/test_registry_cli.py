@@ -110,7 +110,7 @@ def test_upload_over_the_deployment_limit_is_413_naming_it(service: LiveService)
     assert list((service.home / "uploads").iterdir()) == []
 
 
-def test_bundle_and_model_round_trip(service: LiveService, tmp_path: Path) -> None:
+def test_bundle_round_trip(service: LiveService, tmp_path: Path) -> None:
     b = tmp_path / "scoring"
     b.mkdir()
     (b / "reward.py").write_text("def compute_score(x):\n    return 1.0\n")
@@ -127,34 +127,6 @@ def test_bundle_and_model_round_trip(service: LiveService, tmp_path: Path) -> No
     r = service.api("POST", "/v1/registry/bundles/t/evil", content=buf.getvalue())
     assert r.status_code == 400 and "escapes the bundle root" in r.json()["error"]["message"]
     assert service.api("GET", "/v1/registry/bundles/t/evil").status_code == 404
-
-    # Models: a base model is registered by the catalog; here through the Python API.
-    from akka_optimize.db import Database
-    from akka_optimize.registry import register_base_model
-
-    db = Database(f"sqlite:///{service.home / 'state.db'}")
-    with db.session() as s:
-        base = register_base_model(s, "Qwen/Qwen3-0.6B", commit="abc", metadata={})
-    db.dispose()
-    ad = tmp_path / "adapter"
-    ad.mkdir()
-    (ad / "adapter_config.json").write_text("{}")
-    (ad / "adapter_model.safetensors").write_bytes(b"\1\2\3")
-    m = _json(service, "registry", "models", "register", "triage/qwen3-0.6b", "-f", str(ad),
-              "--base-model", "qwen/qwen3-0.6b:v1", "--run-id", "run-7")  # fmt: skip
-    assert m["version"] == "v1" and m["baseModel"] == base.pinned and m["runId"] == "run-7"
-    refused = service.cli("registry", "models", "register", "qwen/qwen3-0.6b", "-f", str(ad),
-                          "--base-model", "qwen/qwen3-0.6b:v1")  # fmt: skip
-    assert refused.returncode == 1 and "holds base-model versions" in refused.stderr
-    _json(service, "registry", "models", "alias", "set", "triage/qwen3-0.6b:champion",
-          "--version", "v1")  # fmt: skip
-    got = _json(service, "registry", "models", "get", "triage/qwen3-0.6b:champion")
-    assert got["ref"] == m["ref"]
-    _json(service, "registry", "models", "annotate", "triage/qwen3-0.6b:v1", "--set", "owner=ana")
-    text = service.cli("registry", "models", "get", "triage/qwen3-0.6b:v1", check=True).stdout
-    assert '"owner": "ana"' in text and base.pinned in text and "run-7" in text
-    names = [x["name"] for x in _json(service, "registry", "models", "list")["items"]]
-    assert names == ["qwen/qwen3-0.6b", "triage/qwen3-0.6b"]
 
 
 def test_images_push_and_examples_naming_local_images(service: LiveService, tmp_path: Path):

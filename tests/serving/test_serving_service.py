@@ -144,10 +144,13 @@ def test_create_refuses_an_adapter_above_the_rank_and_a_base_model_without_proje
 ):
     svc = ready_service
     big = make_random_adapter(tiny_model_dir, tmp_path / "big", seed=3, rank=128)
-    _upload(svc, big, "big")
+    r = svc.api(
+        "POST", "/v1/registry/models/proj/big", content=_tar(big), params={"base_model": TINY}
+    )  # refused when registered (F118), so no endpoint can be asked to load it
+    assert r.status_code == 400 and "rank 128 is above" in r.json()["error"]["message"]
+    assert "largest, 64" in r.json()["error"]["message"]
     r = svc.cli("training", "endpoints", "create", "--model", "proj/big")
-    assert r.returncode == 1
-    assert "rank 128" in r.stderr and "(64" in r.stderr
+    assert r.returncode == 1 and "proj/big" in r.stderr
     r = svc.cli("training", "endpoints", "create", "--model", TINY)
     assert r.returncode == 1 and "--project" in r.stderr
     assert svc.api("GET", "/v1/training/endpoints").json()["endpoints"] == []

@@ -1,8 +1,10 @@
 """Entry points ``akka-optimize`` and ``akka``.
 
-``akka optimize …`` is the same command tree as ``akka-optimize …``, and
-``akka registry …`` is ``akka-optimize registry …``. Help texts may contain
-``{prog}``, replaced by the command as it was run (seeds/001).
+``akka optimize …`` is the same command tree as ``akka-optimize …``, and so is ``akka …``
+itself (``akka training …``, the spelling of the 0.8 examples, and ``akka registry …``;
+FEATURES.md F137). Help texts may contain ``{prog}``, replaced by the command as it was
+run, and hints name commands under that same spelling. A command 0.8 removed answers
+with the one that replaced it (:mod:`akka_optimize.cli.removed`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 import typer
 
 from . import (
+    adapters,
     base_models,
     data,
     endpoints,
@@ -26,6 +29,7 @@ from . import (
     training,
 )
 from .context import CliError, set_prog
+from .removed import removed_hint
 
 RUNS_COMMANDS = (runs, run_commands, run_lineage, run_states)
 """The modules that add ``training runs`` commands to ``runs.app``; they are imported in this
@@ -46,6 +50,7 @@ training_app.add_typer(base_models.app, name="base-models")
 training_app.add_typer(endpoints.app, name="endpoints")
 training_app.add_typer(data.app, name="data")
 training_app.add_typer(run_states.snapshots_app, name="snapshots")
+training_app.add_typer(adapters.app, name="adapters")
 app.add_typer(training_app, name="training")
 app.add_typer(registry.app, name="registry")
 app.add_typer(server.app, name="server")
@@ -61,7 +66,11 @@ akka = typer.Typer(
     pretty_exceptions_enable=False,
 )
 akka.add_typer(app, name="optimize")
+akka.add_typer(training_app, name="training")
 akka.add_typer(registry.app, name="registry")
+akka.add_typer(server.app, name="server")
+akka.command("login")(server.login)
+akka.command("config-schema")(plan.config_schema)
 
 
 def _substitute(cmd: object, prog_name: str) -> None:
@@ -90,6 +99,11 @@ def _click_exit(exc: Exception) -> None:
 
 def _run(tree: typer.Typer, root: str, prog_name: str) -> None:
     set_prog(prog_name)
+    args = sys.argv[1:]
+    hint = removed_hint(args[1:] if prog_name == "akka optimize" else args, prog_name)
+    if hint is not None:
+        print(f"Error: {hint}", file=sys.stderr)
+        sys.exit(2)
     cmd = typer.main.get_command(tree)
     _substitute(cmd, prog_name)
     try:
@@ -108,6 +122,7 @@ def main() -> None:
 
 
 def akka_main() -> None:
-    """``akka``: ``akka optimize …`` prints hints as ``akka optimize``."""
+    """``akka``: ``akka optimize …`` prints hints as ``akka optimize``; ``akka training …``
+    and ``akka registry …`` print them as ``akka``."""
     is_optimize = len(sys.argv) > 1 and sys.argv[1] == "optimize"
     _run(akka, "akka", "akka optimize" if is_optimize else "akka")

@@ -454,3 +454,64 @@ def images_push(
         print_table(items, [("FILE", "filename"), ("DIGEST", "digest"), ("SIZE", "size")])
 
     emit(results, output, text)
+
+
+def _download_folder(ref: str, route: str, out: Path, timeout: float | None = None) -> None:
+    """GET ``…/models/NS/NAME[:SEL]/{route}`` (a tar) and unpack it into ``out`` (new or
+    empty)."""
+    import io
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CliError(f"{out} is not an empty folder; give a new or empty one.", exit_code=2)
+    c = Client("registry")
+    try:
+        resp = httpx.get(
+            c.url + _path("model", _ref(ref)) + f"/{route}",
+            headers=c.headers(),
+            timeout=timeout or ANSWER_S,
+        )
+    except httpx.ConnectError as exc:
+        raise CliError(f"Cannot reach the registry at {c.url}.") from exc
+    if resp.status_code >= 400:
+        decode(resp)
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r") as tf:
+        tf.extractall(out, filter="data")
+    names = sorted(p.name for p in out.iterdir())
+    print(f"Wrote {resp.headers.get('X-Akka-Ref', ref)} to {out}: {', '.join(names)}.")
+
+
+@models_app.command("object")
+def models_object(
+    ref: Annotated[str, typer.Argument(help="NS/NAME[:vN|:ALIAS|@sha256:…]")],
+    out: Annotated[
+        Path, typer.Option("-o", "--output", help="The folder to write the adapter to.")
+    ],
+) -> None:
+    """Write a model version as a PEFT adapter folder (`PeftModel.from_pretrained` loads it).
+
+    Example: {prog} registry models object triage/tiny:v1 -o ./adapter
+    """
+    _download_folder(ref, "object", out)
+
+
+@models_app.command("export")
+def models_export(
+    ref: Annotated[str, typer.Argument(help="NS/NAME[:vN|:ALIAS|@sha256:…]")],
+    out: Annotated[Path, typer.Option("-o", "--output", help="The folder to write.")],
+    merged: Annotated[
+        bool, typer.Option("--merged", help="Merge the adapter into its base model.")
+    ] = False,
+) -> None:
+    """Write the base model with the version's adapter merged, as a transformers folder
+    (fp32 merge, saved in the base model's dtype; its base model must be selected).
+
+    Example: {prog} registry models export triage/tiny:v1 --merged -o ./merged
+    """
+    if not merged:
+        raise CliError(
+            f"export writes merged weights: give --merged, or use `{prog()} registry models "
+            "object REF -o DIR` for the adapter folder.",
+            exit_code=2,
+        )
+    _download_folder(ref, "merged", out, timeout=600)

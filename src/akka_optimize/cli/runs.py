@@ -80,12 +80,14 @@ def post_plan(plan: Any, dry_run: bool) -> tuple[int, dict[str, Any]]:
     return r.status_code, body
 
 
-def print_refusals(error: dict[str, Any]) -> None:
-    """Every refusal of a refused plan, one per line, on stderr."""
+def print_refusals(error: dict[str, Any], start: bool = False) -> None:
+    """Every refusal of a refused plan, one per line, on stderr; with ``start``, those of
+    a dry run whose plan resolves but whose start would be refused."""
     details = error.get("details") or []
     if isinstance(details, list) and details and all(isinstance(d, dict) for d in details):
         n = len(details)
-        print(f"The plan is refused ({n} {'reason' if n == 1 else 'reasons'}):", file=sys.stderr)
+        what = "The start would be refused" if start else "The plan is refused"
+        print(f"{what} ({n} {'reason' if n == 1 else 'reasons'}):", file=sys.stderr)
         for d in details:
             print(f"  - {with_prog(str(d.get('message')))}", file=sys.stderr)
     else:
@@ -95,7 +97,10 @@ def print_refusals(error: dict[str, Any]) -> None:
 def print_dry_run(report: dict[str, Any], show_resolved: bool) -> None:
     """The dry run as text: hash, identity, pinned references, settings one line per group
     (all of them with ``--show-resolved``, else only the stated values), findings."""
-    print("Dry run: the plan is accepted; nothing was created.")
+    if report.get("accepted") is False:
+        print("Dry run: the plan resolves but a start would be refused; nothing was created.")
+    else:
+        print("Dry run: the plan is accepted; nothing was created.")
     print(f"Configuration hash: {report['configHash']}")
     ex = report["resolved"]["execution"]
     print(f"Project: {report['project']}   Method: {report['method']}")
@@ -184,6 +189,9 @@ def start(
         )
     else:
         print(f"Run {body.get('id', '?')} {body.get('state', 'submitted')}.")
+    if dry_run and body.get("accepted") is False:
+        print_refusals({"details": body.get("refusals")}, start=True)
+        raise typer.Exit(1)
     if wait and not dry_run and body.get("state") != "SUCCEEDED":
         print(
             f"Error: the run ended {body.get('state')}: {body.get('failure') or ''}",

@@ -319,6 +319,11 @@ def _messages_of(obj: dict[str, Any], line: int) -> Any:
             {"role": "user", "content": obj["prompt"]},
             {"role": "assistant", "content": obj["completion"]},
         ]
+    from .shapes import foreign_shape
+
+    hint = foreign_shape(obj)
+    if hint is not None:
+        raise RowError(line, "messages", hint)
     raise RowError(
         line,
         "messages",

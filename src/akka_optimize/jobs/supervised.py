@@ -18,10 +18,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
-from ..errors import Conflict, InvalidRequest
 from . import states as S
+from .admission import admit
 from .branches import branch_origin, record_origin
-from .kinds import JobKind, register_kind, registered_kinds
+from .kinds import JobKind, register_kind
 from .mapping import build_spec, job_fields
 from .results import complete
 from .saves import record_save
@@ -43,17 +43,13 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
     """Record a run from a resolved plan; it waits in ``QUEUED`` until the scheduler starts it.
 
     A repeated ``submissionId`` in the same project returns the existing run.
+
+    Raises:
+        InvalidRequest, Conflict: :func:`akka_optimize.jobs.admission.admit` refuses the
+            plan (the first refusal its dry run reports); nothing is created.
     """
     f = job_fields(resolved)
-    if f["method"] not in registered_kinds():
-        raise InvalidRequest(
-            f"config.method {f['method']!r}: this release trains supervised (sft) runs only; "
-            "a reinforcement plan passes a dry run but cannot start yet.",
-            field="config.method",
-            code="method_not_available",
-        )
-    _refuse_unsupported(f["resolved"], f)
-    _refuse_unselected_base_model(ctx, session, f["base_model"])
+    admit(ctx, session, resolved)  # the refusals a dry run reports, checked the same way
     if f["submission_id"]:
         existing = session.scalar(
             select(Run).where(Run.project == f["project"], Run.submission_id == f["submission_id"])
@@ -100,38 +96,3 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
         session.flush()
     wake(ctx)
     return run_view(session, run)
-
-
-def _refuse_unselected_base_model(ctx: Any, session: Session, base_model: str) -> None:
-    """Refuse a run whose base model nobody selected (or whose selection failed): it
-    would wait in ``QUEUED`` for a selection no one started. A model still fetching is
-    fine; the run waits for it."""
-    from ..catalog.cache import ready_model_dir
-
-    try:
-        ready_model_dir(session, ctx.settings, base_model)
-    except Conflict as exc:
-        if exc.code in ("base_model_not_selected", "base_model_failed"):
-            raise InvalidRequest(exc.message, field="baseModel", code=exc.code) from exc
-
-
-def _refuse_unsupported(plan: dict[str, Any], f: dict[str, Any]) -> None:
-    """Refuse (400, naming the field) what the plan accepts but this release cannot train,
-    rather than start a run that silently ignores it."""
-    unsupported = [
-        ("smoke", plan.get("smoke"), "smoke runs are not available yet"),
-    ]
-    for field, value, why in unsupported:
-        if value:
-            raise InvalidRequest(
-                f"{field}: {why}; remove it to train from the base model.",
-                field=field,
-                code="not_available",
-            )
-    if f["device_kind"] == "cuda" and f["gpus"] > 1:
-        raise InvalidRequest(
-            f"execution.gpus {f['gpus']}: the local executor trains on one device; "
-            "set execution.gpus to 1.",
-            field="execution.gpus",
-            code="not_available",
-        )

@@ -146,11 +146,14 @@ def submit_sweep(
         InvalidRequest: a bad grid, or a point whose plan is refused (the sentence names
             the point); nothing is created.
     """
+    from .admission import admit
+
     points = grid_points(grid)
     resolved = []
     for i, plan in enumerate(branch_plans(source, snapshot, steps, points, dataset), start=1):
         try:
             r = resolve(plan)  # also checks the branch and any warm start
+            admit(ctx, session, r)  # what start_run would refuse, before any is created
         except AkkaError as exc:
             raise InvalidRequest(
                 f"grid point {i} {points[i - 1]}: {exc.message}", field=exc.field or "grid"

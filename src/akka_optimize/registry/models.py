@@ -97,6 +97,53 @@ def _base_repo(pinned: str | None) -> str | None:
     return parse_ref(pinned).repo if pinned else None
 
 
+def _name_refusal(
+    sources: list[tuple[str | None, str | None]], repo: str, base_repo: str
+) -> Conflict | None:
+    for src, other in sources:
+        if src == "base":
+            return Conflict(
+                f"Model {repo} holds base-model versions, so a trained model cannot be "
+                f"registered under it. Set modelName to give the trained model its own name.",
+                field="modelName",
+                code="model_name_taken",
+            )
+        if src == "adapter" and _base_repo(other) != base_repo:
+            return Conflict(
+                f"Model {repo} holds versions trained on {_base_repo(other)}, not "
+                f"{base_repo}. Set modelName to give the models separate names.",
+                field="modelName",
+                code="model_name_taken",
+            )
+    return None
+
+
+def trained_name_refusal(
+    session: Session, namespace: str, name: str, base_model: str
+) -> Conflict | None:
+    """The refusal a trained model under ``namespace/name`` would meet (F049), or None.
+
+    A run checks this when it is submitted, so a name that holds base-model versions, or
+    versions trained on another base model, is refused before any training (seeds/001
+    "Registered names"); :func:`register_adapter` applies the same rule when it registers.
+
+    Args:
+        base_model: the run's base model, a repository (``Qwen/Qwen3-0.6B``) or a
+            registry reference of a base-model version (``qwen/qwen3-0.6b:v1``).
+
+    Returns:
+        A :class:`Conflict` (``code`` ``model_name_taken``, field ``modelName``) or None.
+    """
+    from .core import find_name
+
+    n = find_name(session, "model", namespace.lower(), name.lower())
+    if n is None:
+        return None
+    return _name_refusal(
+        _sources(session, n), f"{namespace}/{name}".lower(), _base_repo(base_model)
+    )
+
+
 def register_adapter(
     session: Session,
     store: BlobStore,
@@ -140,19 +187,9 @@ def register_adapter(
     parent = resolve(session, "model", parent_model, field="parentModel") if parent_model else None
 
     def check(s: Session, n: RegistryName) -> None:
-        for src, other in _sources(s, n):
-            if src == "base":
-                raise Conflict(
-                    f"Model {ref.repo} holds base-model versions, so a trained model cannot be "
-                    f"registered under it. Set modelName to give the trained model its own name.",
-                    field="modelName",
-                )
-            if src == "adapter" and _base_repo(other) != base.repo:
-                raise Conflict(
-                    f"Model {ref.repo} holds versions trained on {_base_repo(other)}, not "
-                    f"{base.repo}. Set modelName to give the models separate names.",
-                    field="modelName",
-                )
+        refusal = _name_refusal(_sources(s, n), ref.repo, base.repo)
+        if refusal is not None:
+            raise refusal
 
     files: dict[str, Any] = {}
     for rel, p in _adapter_files(adapter_dir):

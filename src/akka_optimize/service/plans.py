@@ -190,6 +190,16 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
 def dry_run(
     ctx: ServiceContext, session: Session, raw: Any, principal: Principal | None = None
 ) -> dict[str, Any]:
-    """The dry-run report of ``raw``; creates nothing. Raises PlanRefused when refused."""
+    """The dry-run report of ``raw``; creates nothing. Raises PlanRefused when the plan is
+    refused. A plan that resolves but that a start would refuse (:mod:`akka_optimize.jobs.
+    admission`) gets the report with ``accepted: false`` and ``refusals``: every such
+    refusal as ``{code, field, message, status}``, the first being the start's error."""
+    from ..jobs.admission import admission_refusals, refusal_entry
+
     resolved = resolve_run_plan(ctx, session, raw, principal)
-    return dry_run_report(resolved, dataset_findings(ctx, session, resolved))
+    report = dry_run_report(resolved, dataset_findings(ctx, session, resolved))
+    refused = [refusal_entry(e) for e in admission_refusals(ctx, session, resolved)]
+    if refused:
+        report["accepted"] = False
+        report["refusals"] = refused
+    return report

@@ -198,6 +198,7 @@ async def register_model_route(
         with tempfile.TemporaryDirectory(dir=_uploads(ctx)) as tmp:
             _extract_tar(path, Path(tmp), limits)
             with ctx.db.session() as s:
+                checked = check_upload(ctx, s, Path(tmp), base_model)
                 before = {v.digest for v in _safe_versions(s, namespace, name)}
                 rv = register_adapter(
                     s,
@@ -207,13 +208,38 @@ async def register_model_route(
                     Path(tmp),
                     base_model=base_model,
                     run_id=run_id,
-                    metadata={"registeredBy": "upload"},
+                    metadata={"registeredBy": "upload", **checked},
                     parent_model=parent_model,
                     alias=alias,
                 )
                 return rv, rv.digest not in before
 
     return _answer(*await _with_upload(path, work))
+
+
+def check_upload(ctx: Any, s: Any, folder: Path, base_model: str) -> dict[str, Any]:
+    """Check an uploaded PEFT adapter against its base model's cached weights (F118,
+    :func:`akka_optimize.registry.adapter_checks.check_adapter`); returns its summary.
+
+    Raises:
+        InvalidRequest: the adapter breaks a rule, or the base model's weights are not
+            cached here, so the adapter cannot be checked (the sentence names the select
+            command).
+    """
+    from ...catalog.cache import ready_model_dir
+    from ...errors import AkkaError
+    from ...registry.adapter_checks import check_adapter
+
+    try:
+        base_dir, _ = ready_model_dir(s, ctx.settings, base_model)
+    except AkkaError as exc:
+        raise InvalidRequest(
+            f"The adapter cannot be checked against base model {base_model}: {exc.message}",
+            field="baseModel",
+            code=exc.code,
+        ) from exc
+    max_rank = load_deployment(ctx.settings.resolved_deployment_file()).serving.maxLoraRank
+    return check_adapter(folder, base_dir, max_rank=max_rank)
 
 
 def _safe_versions(s: Any, namespace: str, name: str) -> list[Any]:
@@ -335,6 +361,68 @@ def dataset_object(
         rv = access.resolve(principal, s, "dataset", f"{namespace}/{name}")
     media = "application/zip" if rv.metadata.get("format") == "zip" else "application/x-ndjson"
     resp = _stream(open_object(ctx.store, rv), media)
+    resp.headers["X-Akka-Ref"] = rv.pinned
+    return resp
+
+
+def _tar_of(folder: Path, archive: Path) -> Any:
+    """Write ``folder``'s files to an uncompressed tar and return it open for reading (the
+    open handle keeps the bytes once the folder holding it is removed)."""
+    with tarfile.open(archive, "w") as tf:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                tf.add(p, arcname=p.relative_to(folder).as_posix())
+    return archive.open("rb")
+
+
+@router.get("/models/{namespace}/{name}/object")
+def model_object(
+    namespace: str, name: str, ctx: CtxDep, principal: PrincipalDep
+) -> StreamingResponse:
+    """A trained or imported model version's files as a tar of its PEFT adapter folder
+    (``adapter_config.json``, ``adapter_model.safetensors``…), as registered; a base-model
+    version has no files here (400 naming the weights cache)."""
+    from ...registry import download_model_files
+
+    with ctx.db.session() as s:
+        rv = access.resolve(principal, s, "model", f"{namespace}/{name}")
+    tmp = Path(tempfile.mkdtemp(dir=_uploads(ctx)))
+    try:
+        folder = download_model_files(ctx.store, rv, tmp / "adapter")
+        f = _tar_of(folder, tmp / "adapter.tar")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    resp = _stream(f, "application/x-tar")
+    resp.headers["X-Akka-Ref"] = rv.pinned
+    return resp
+
+
+@router.get("/models/{namespace}/{name}/merged")
+def model_merged(
+    namespace: str, name: str, ctx: CtxDep, principal: PrincipalDep
+) -> StreamingResponse:
+    """The version's adapter merged into its base model (fp32 arithmetic, saved in the base
+    model's dtype), as a tar of a transformers folder (:mod:`akka_optimize.engine.merge`).
+    Needs the base model's weights cached here (selected and READY)."""
+    from ...catalog.cache import ready_model_dir
+    from ...engine.merge import merge_adapter
+    from ...registry import download_model_files
+
+    with ctx.db.session() as s:
+        rv = access.resolve(principal, s, "model", f"{namespace}/{name}")
+        if rv.source != "adapter" or not rv.base_model:
+            raise InvalidRequest(
+                f"{rv.pinned} is not an adapter; only adapters merge.", field="ref"
+            )
+        base_dir, _ = ready_model_dir(s, ctx.settings, rv.base_model)
+    tmp = Path(tempfile.mkdtemp(dir=_uploads(ctx)))
+    try:
+        adapter = download_model_files(ctx.store, rv, tmp / "adapter")
+        folder = merge_adapter(base_dir, adapter, tmp / "merged")
+        f = _tar_of(folder, tmp / "merged.tar")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    resp = _stream(f, "application/x-tar")
     resp.headers["X-Akka-Ref"] = rv.pinned
     return resp
 

@@ -1,0 +1,138 @@
+"""Admission: whether a resolved plan may start, decided once for the dry run and the start.
+
+A plan that resolves (:func:`akka_optimize.service.plans.resolve_run_plan`) can still be
+one this release cannot start: a method or device count not available yet, ``smoke``,
+a base model nobody selected, a ``modelName`` the registry would refuse at the end of
+training (F049), or a branch of a run in another project. :func:`admission_refusals`
+lists every such refusal; the dry run reports them (``accepted: false``) and
+:func:`admit`, which :func:`akka_optimize.jobs.service.start_run` calls before it creates
+anything, raises the first. Both read the same list, so a dry run and a start give the
+same ``code``, ``field`` and message (issue 16 "The dry run is the start").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from ..db.models.jobs import Run
+from ..errors import AkkaError, Conflict, InvalidRequest
+from .mapping import job_fields
+
+
+def _method(f: dict[str, Any]) -> AkkaError | None:
+    from .kinds import registered_kinds
+
+    if f["method"] in registered_kinds():
+        return None
+    return InvalidRequest(
+        f"config.method {f['method']!r}: this release trains supervised (sft) runs only; "
+        "set config.method to sft.",
+        field="config.method",
+        code="method_not_available",
+    )
+
+
+def _smoke(f: dict[str, Any]) -> AkkaError | None:
+    if not f["resolved"].get("smoke"):
+        return None
+    return InvalidRequest(
+        "smoke: smoke runs are not available yet; remove it to train from the base model.",
+        field="smoke",
+        code="not_available",
+    )
+
+
+def _gpus(f: dict[str, Any]) -> AkkaError | None:
+    if not (f["device_kind"] == "cuda" and f["gpus"] > 1):
+        return None
+    return InvalidRequest(
+        f"execution.gpus {f['gpus']}: the local executor trains on one device; "
+        "set execution.gpus to 1.",
+        field="execution.gpus",
+        code="not_available",
+    )
+
+
+def _base_model(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+    """A base model nobody selected (or whose selection failed) would leave the run
+    ``QUEUED`` for a selection no one started; one still fetching is fine (the run
+    waits). The message names the select command."""
+    from ..catalog.cache import ready_model_dir
+
+    try:
+        ready_model_dir(session, ctx.settings, f["base_model"])
+    except Conflict as exc:
+        if exc.code in ("base_model_not_selected", "base_model_failed"):
+            return InvalidRequest(exc.message, field="baseModel", code=exc.code)
+    return None
+
+
+def _model_name(session: Session, f: dict[str, Any]) -> AkkaError | None:
+    from ..registry.models import trained_name_refusal
+
+    return trained_name_refusal(session, f["project"], f["model_name"], f["base_model"])
+
+
+def _branch_project(session: Session, f: dict[str, Any]) -> AkkaError | None:
+    ref = f["resolved"].get("branchFrom")
+    if not ref:
+        return None
+    source = session.get(Run, str(ref.get("run")))
+    if source is None or source.project == f["project"]:
+        return None
+    return InvalidRequest(
+        f"branchFrom.run: run {source.id} belongs to project {source.project!r}, not "
+        f"{f['project']!r}; a branch trains in its source run's project, so set project "
+        f"to {source.project!r}.",
+        field="branchFrom.run",
+        code="branch_other_project",
+    )
+
+
+def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaError]:
+    """Every reason the start of ``resolved`` would be refused, in the order a start checks
+    them; empty when it may start. Reads the database, creates nothing.
+
+    Args:
+        resolved: a :class:`akka_optimize.plan.resolve.ResolvedPlan` (already resolved:
+            its plan refusals, warm start and ``branchFrom`` have been checked).
+
+    Returns:
+        Errors, each with ``code``, ``field`` and a sentence naming what to change.
+    """
+    f = job_fields(resolved)
+    found = [
+        _method(f),
+        _smoke(f),
+        _gpus(f),
+        _base_model(ctx, session, f),
+        _model_name(session, f),
+        _branch_project(session, f),
+    ]
+    return [e for e in found if e is not None]
+
+
+def admit(ctx: Any, session: Session, resolved: Any) -> None:
+    """Raise the first of :func:`admission_refusals`; return when the run may start.
+
+    Raises:
+        InvalidRequest, Conflict: the same error the dry run reports first.
+    """
+    refusals = admission_refusals(ctx, session, resolved)
+    if refusals:
+        raise refusals[0]
+
+
+def refusal_entry(exc: AkkaError) -> dict[str, Any]:
+    """A dry run's ``refusals`` entry for an admission refusal: ``{code, field, message,
+    status, value, limit}`` (``value`` and ``limit`` None, as plan refusals may carry)."""
+    return {
+        "code": exc.code,
+        "field": exc.field,
+        "message": exc.message,
+        "status": exc.status,
+        "value": None,
+        "limit": None,
+    }

@@ -1,0 +1,147 @@
+"""The dry run is the start (issue 16): every refusal a start makes, a dry run reports with
+the same code, field and message, and neither creates a run."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from jobs_helpers import TINY, gsm8k_rows, run_json
+
+from helpers import LiveService
+
+BASE: dict[str, Any] = {
+    "kind": "run",
+    "project": "demo",
+    "baseModel": TINY,
+    "config": {"dataset": "demo/train", "method": "sft", "maxSeqLength": 512},
+}
+
+
+def _plan(**changes: Any) -> dict[str, Any]:
+    plan = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        *parents, last = path.split("__")
+        cur = plan
+        for p in parents:
+            cur = cur.setdefault(p, {})
+        cur[last] = value
+    return plan
+
+
+# (name, plan, code, field, words the message must hold)
+REFUSALS = [
+    ("rl", _plan(config__method="rl"), "method_not_available", "config.method", "sft"),
+    ("smoke", _plan(smoke=True), "not_available", "smoke", "smoke runs"),
+    (
+        "two-gpus",
+        _plan(execution={"gpus": 2, "deviceProfile": "H100"}),
+        "not_available",
+        "execution.gpus",
+        "set execution.gpus to 1",
+    ),
+    (
+        "unselected-base-model",
+        _plan(baseModel="HuggingFaceTB/SmolLM2-135M-Instruct"),
+        "base_model_not_selected",
+        "baseModel",
+        "training base-models select HuggingFaceTB/SmolLM2-135M-Instruct --wait",
+    ),
+    (
+        "model-name-holds-base-versions",  # F049: akka-optimize/tiny-smollm2 is the base model
+        _plan(project="akka-optimize", config__dataset="demo/train"),
+        "model_name_taken",
+        "modelName",
+        "holds base-model versions",
+    ),
+]
+
+
+@pytest.fixture
+def demo(service: LiveService, tmp_path) -> LiveService:
+    """Projects ``demo`` and ``akka-optimize``, the tiny model selected, ``demo/train``."""
+    for name in ("demo", "akka-optimize"):
+        service.cli("training", "projects", "create", name, check=True)
+    service.cli("training", "base-models", "select", TINY, "--wait", check=True)
+    data = gsm8k_rows(tmp_path / "train.jsonl", 4)
+    service.cli("registry", "datasets", "register", "demo/train", "-f", str(data), check=True)
+    return service
+
+
+def _same_refusal(svc: LiveService, plan: dict[str, Any]) -> dict[str, Any]:
+    """POST the plan as a dry run and as a start; assert they refuse alike, create nothing,
+    and return the start's error."""
+    dry = svc.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=plan)
+    assert dry.status_code == 200, dry.text
+    report = dry.json()
+    assert report["accepted"] is False and report["configHash"]
+    start = svc.api("POST", "/v1/training/runs", json=plan)
+    assert start.status_code in (400, 409), start.text
+    err = start.json()["error"]
+    first = report["refusals"][0]
+    assert (first["code"], first["field"], first["message"], first["status"]) == (
+        err["code"],
+        err["field"],
+        err["message"],
+        start.status_code,
+    )
+    assert svc.api("GET", "/v1/training/runs").json()["runs"] == []
+    return err
+
+
+def test_every_start_refusal_is_the_dry_runs(demo: LiveService, tmp_path) -> None:
+    for name, plan, code, field, words in REFUSALS:
+        err = _same_refusal(demo, plan)
+        assert (err["code"], err["field"]) == (code, field), name
+        assert words in err["message"], (name, err["message"])
+    # The CLI's dry run prints the report, then the start's refusal, and exits 1.
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(REFUSALS[0][1]))
+    out = demo.cli("training", "runs", "start", "-f", str(path), "--dry-run")
+    assert out.returncode == 1
+    assert "Configuration hash:" in out.stdout and "a start would be refused" in out.stdout
+    assert "The start would be refused (1 reason):" in out.stderr
+    assert "config.method 'rl'" in out.stderr
+    # Every refusal at once in the dry run: rl on two devices under a taken name.
+    both = _plan(
+        project="akka-optimize",
+        config__method="rl",
+        execution={"gpus": 2, "deviceProfile": "H100"},
+    )
+    fields = [
+        r["field"]
+        for r in demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=both).json()[
+            "refusals"
+        ]
+    ]
+    assert fields == ["config.method", "execution.gpus", "modelName"]
+    # A plan the start accepts is accepted by the dry run, with no refusals.
+    ok = demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=BASE).json()
+    assert ok["accepted"] is True and ok["refusals"] == []
+
+
+def test_a_branch_of_a_run_in_another_project_is_refused_alike(demo: LiveService, tmp_path) -> None:
+    src_plan = _plan(
+        config__hyperparams={"training": {"epochs": 1, "microBatchPerGpu": 2}},
+        execution={"saveEverySteps": 1, "keepRecoverable": 2},
+    )
+    path = tmp_path / "src.json"
+    path.write_text(json.dumps(src_plan))
+    src = run_json(demo, "training", "runs", "start", "-f", str(path), "--wait")
+    assert src["state"] == "SUCCEEDED", src
+    demo.cli("training", "projects", "create", "other", check=True)
+    branch = copy.deepcopy(src_plan)
+    branch["project"] = "other"
+    branch["config"]["hyperparams"]["training"]["epochs"] = 2  # a branch trains on
+    branch["branchFrom"] = {"run": src["id"], "snapshot": "step-2"}
+    dry = demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=branch).json()
+    start = demo.api("POST", "/v1/training/runs", json=branch)
+    assert start.status_code == 400, start.text
+    err = start.json()["error"]
+    assert err["field"] == "branchFrom.run" and "belongs to project 'demo'" in err["message"]
+    assert dry["refusals"][0]["message"] == err["message"]
+    assert dry["refusals"][0]["code"] == err["code"] == "branch_other_project"
+    runs = demo.api("GET", "/v1/training/runs").json()["runs"]
+    assert [r["id"] for r in runs] == [src["id"]]
