@@ -32,6 +32,7 @@ def base_env(home: Path, config_dir: Path) -> dict[str, str]:
     env["AKKA_OPTIMIZE_HOME"] = str(home)
     env["AKKA_OPTIMIZE_CONFIG"] = str(config_dir)
     env["PYTHONUNBUFFERED"] = "1"
+    env["AKKA_OPTIMIZE_TEST_HOLD"] = str(home / "test-hold")  # see hold_at
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
@@ -172,3 +173,25 @@ class LiveService:
                 f"stdout:\n{out.stdout}\nstderr:\n{out.stderr}"
             )
         return out
+
+
+def hold_at(svc: LiveService, point: str) -> None:
+    """Make the service's workers wait at ``point`` (``step-N``: after update N is
+    scored, before its metrics are reported; ``answer``: before a worker answers a chat
+    request) until :func:`release` (:mod:`akka_optimize.testhooks`)."""
+    held = svc.home / "test-hold.held"
+    held.unlink(missing_ok=True)
+    (svc.home / "test-hold").write_text(point)
+
+
+def wait_held(svc: LiveService, timeout: float = 300) -> None:
+    """Wait until a worker is waiting at the point :func:`hold_at` named."""
+    deadline = time.monotonic() + timeout
+    while not (svc.home / "test-hold.held").exists():
+        assert time.monotonic() < deadline, f"no worker reached the hold point in {timeout}s"
+        time.sleep(0.05)
+
+
+def release(svc: LiveService) -> None:
+    """Let a worker held by :func:`hold_at` go on."""
+    (svc.home / "test-hold").unlink(missing_ok=True)

@@ -7,7 +7,7 @@ import signal
 
 from jobs_helpers import run_json, setup_project, wait_state, worker_pid, write_plan
 
-from helpers import LiveService
+from helpers import LiveService, hold_at, release, wait_held
 
 METRIC_FIELDS = {
     "loss",
@@ -79,15 +79,16 @@ def test_sigkilled_worker_fails_with_a_sentence_and_resume_matches(
     assert whole["state"] == "SUCCEEDED"
     expected = run_json(service, "training", "runs", "metrics", whole["id"])["metrics"]
 
+    hold_at(service, "step-5")  # the save of step 4 is in; update 5 is not reported
     started = run_json(service, "training", "runs", "start", "-f", str(plan))
     run_id = started["id"]
-    wait_state(
-        service, run_id, ("RUNNING",), predicate=lambda r: (r["results"]["lastSavedStep"] or 0) >= 4
-    )
+    wait_held(service)
     os.kill(worker_pid(run_id), signal.SIGKILL)
+    release(service)  # the resumed attempt must not stop there again
     failed = wait_state(service, run_id, ("FAILED",), timeout=60)
     assert "signal 9" in failed["failure"] and "resume" in failed["failure"]
     saved = failed["results"]["lastSavedStep"]
+    assert saved == 4
 
     service.cli("training", "runs", "resume", run_id, "--wait", check=True)
     got = run_json(service, "training", "runs", "metrics", run_id)["metrics"]
@@ -104,8 +105,9 @@ def test_sigkilled_worker_fails_with_a_sentence_and_resume_matches(
 def test_second_run_waits_for_the_device_with_its_reason(service: LiveService, tmp_path) -> None:
     setup_project(service, tmp_path)
     plan = write_plan(tmp_path / "plan.json", epochs=2)
+    hold_at(service, "step-1")  # run a holds the device until the test lets it go
     a = run_json(service, "training", "runs", "start", "-f", str(plan))
-    wait_state(service, a["id"], ("PREPARING", "RUNNING"))
+    wait_held(service)
     b = run_json(service, "training", "runs", "start", "-f", str(plan))
     queued = wait_state(
         service, b["id"], ("QUEUED",), predicate=lambda r: "held by run" in (r["queueReason"] or "")
@@ -113,6 +115,7 @@ def test_second_run_waits_for_the_device_with_its_reason(service: LiveService, t
     assert a["id"] in queued["queueReason"]
     service.cli("training", "runs", "cancel", b["id"], check=True)
     assert wait_state(service, b["id"], ("CANCELLED",))["state"] == "CANCELLED"
+    release(service)
     assert wait_state(service, a["id"], ("SUCCEEDED",))["results"]["model"]
 
 
@@ -121,29 +124,33 @@ def test_pause_then_resume_from_a_step(service: LiveService, tmp_path) -> None:
     plan = write_plan(
         tmp_path / "plan.json", epochs=2, execution={"saveEverySteps": 1, "keepRecoverable": 3}
     )
+    whole = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    expected = run_json(service, "training", "runs", "metrics", whole["id"])["metrics"]
+    assert [m["step"] for m in expected] == list(range(1, 9))
+
+    hold_at(service, "step-3")  # paused while update 3 is being reported: it stops there
     r = run_json(service, "training", "runs", "start", "-f", str(plan))
-    wait_state(service, r["id"], ("RUNNING",), predicate=lambda x: x["results"]["step"] >= 1)
+    wait_held(service)
     service.cli("training", "runs", "pause", r["id"], check=True)
+    release(service)
     paused = wait_state(service, r["id"], ("PAUSED",), timeout=120)
-    step = paused["results"]["lastSavedStep"]
-    assert step is not None and step < 8
+    assert paused["results"]["lastSavedStep"] == paused["results"]["step"] == 3
     snaps = run_json(service, "training", "runs", "snapshots", r["id"])["snapshots"]
     resumable = [s["step"] for s in snaps if s["recoverable"]]
-    assert len(resumable) <= 3 and step in resumable
+    assert resumable == [1, 2, 3]  # keepRecoverable 3
     bad = service.cli("training", "runs", "resume", r["id"], "--step", "999")
     assert bad.returncode == 1 and "no resumable save at step 999" in bad.stderr
-    service.cli(
-        "training",
-        "runs",
-        "resume",
-        r["id"],
-        "--step",
-        f"step-{resumable[0]}",
-        "--wait",
-        check=True,
-    )
+    service.cli("training", "runs", "resume", r["id"], "--step", "step-1", "--wait", check=True)
     done = run_json(service, "training", "runs", "get", r["id"])
     assert done["state"] == "SUCCEEDED" and done["results"]["step"] == 8
+    # Resumed from step 1, updates 2-8 are the uninterrupted run's, bit for bit.
+    got = run_json(service, "training", "runs", "metrics", r["id"])["metrics"]
+    assert [m["step"] for m in got] == list(range(1, 9))
+    for a, b in zip(expected, got, strict=True):
+        assert b["attempt"] == (2 if a["step"] > 1 else 1), b
+        for k in ("loss", "learningRate", "gradNorm", "adapterNorm", "supervisedTokens"):
+            assert a[k] == b[k], (a["step"], k, a[k], b[k])
+    assert done["results"]["finalLoss"] == whole["results"]["finalLoss"]
 
 
 def test_refused_rows_fail_before_training_with_the_reason(service: LiveService, tmp_path) -> None:
