@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
-from jobs_helpers import run_json, setup_project, wait_state, worker_pid, write_plan
+from jobs_helpers import gsm8k_rows, run_json, setup_project, wait_state, worker_pid, write_plan
 
 from helpers import LiveService, hold_at, release, wait_held
 
@@ -103,20 +104,64 @@ def test_sigkilled_worker_fails_with_a_sentence_and_resume_matches(
 
 
 def test_second_run_waits_for_the_device_with_its_reason(service: LiveService, tmp_path) -> None:
+    """Run b waits while run a holds the device. Both name the dataset by an alias that
+    moves to another version after they were accepted (README "References"): neither
+    record changes and a trains on the version it was accepted with."""
     setup_project(service, tmp_path)
-    plan = write_plan(tmp_path / "plan.json", epochs=2)
+    data = tmp_path / "train.jsonl"
+    service.cli(
+        "registry",
+        "datasets",
+        "register",
+        "demo/train",
+        "-f",
+        str(data),
+        "--alias",
+        "champion",
+        check=True,
+    )
+    plan = json.loads(write_plan(tmp_path / "plan.json", epochs=2).read_text())
+    plan["config"]["dataset"] = "demo/train:champion"
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
     hold_at(service, "step-1")  # run a holds the device until the test lets it go
-    a = run_json(service, "training", "runs", "start", "-f", str(plan))
+    a = run_json(service, "training", "runs", "start", "-f", str(tmp_path / "plan.json"))
     wait_held(service)
-    b = run_json(service, "training", "runs", "start", "-f", str(plan))
+    b = run_json(service, "training", "runs", "start", "-f", str(tmp_path / "plan.json"))
     queued = wait_state(
         service, b["id"], ("QUEUED",), predicate=lambda r: "held by run" in (r["queueReason"] or "")
     )
     assert a["id"] in queued["queueReason"]
+    pinned = {r["id"]: _dataset_of(service, r["id"]) for r in (a, b)}
+    assert all(p.startswith("demo/train:v1@sha256:") for p in pinned.values()), pinned
+    other = gsm8k_rows(tmp_path / "other.jsonl", 8, offset=50)
+    service.cli(
+        "registry",
+        "datasets",
+        "register",
+        "demo/train",
+        "-f",
+        str(other),
+        "--alias",
+        "champion",
+        check=True,
+    )
+    moved = service.api("GET", "/v1/registry/datasets/demo/train:champion").json()
+    assert moved["version"] == "v2", moved
+    assert {r["id"]: _dataset_of(service, r["id"]) for r in (a, b)} == pinned
     service.cli("training", "runs", "cancel", b["id"], check=True)
     assert wait_state(service, b["id"], ("CANCELLED",))["state"] == "CANCELLED"
     release(service)
-    assert wait_state(service, a["id"], ("SUCCEEDED",))["results"]["model"]
+    done = wait_state(service, a["id"], ("SUCCEEDED",))
+    assert _dataset_of(service, a["id"]) == pinned[a["id"]]
+    versions = service.api("GET", "/v1/registry/models/demo/tiny-smollm2/versions").json()
+    [model] = [v for v in versions["items"] if v["runId"] == a["id"]]
+    assert model["metadata"]["dataset"] == pinned[a["id"]] and done["results"]["model"]
+
+
+def _dataset_of(service: LiveService, run_id: str) -> str:
+    """The dataset version a run recorded at acceptance (``runs get --settings``)."""
+    view = service.api("GET", f"/v1/training/runs/{run_id}", params={"settings": "true"}).json()
+    return view["settings"]["config"]["dataset"]
 
 
 def test_pause_then_resume_from_a_step(service: LiveService, tmp_path) -> None:
