@@ -64,7 +64,7 @@ class LiveService:
         env.update(overrides)
         return env
 
-    def start(self, wait_started: bool = True, timeout: float = 60) -> LiveService:
+    def start(self, wait_started: bool = True, timeout: float = 180) -> LiveService:
         self.home.mkdir(parents=True, exist_ok=True)
         env = base_env(self.home, self.config_dir)
         env.update(self.extra_env)
@@ -112,7 +112,7 @@ class LiveService:
         out = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
         return out.stdout.strip().splitlines()[-1]
 
-    def wait_started(self, timeout: float = 60) -> None:
+    def wait_started(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             r = httpx.get(self.url + "/v1/training/info", headers=self.headers(), timeout=2)
