@@ -85,22 +85,26 @@ class LiveService:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited: {self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise RuntimeError("service did not answer /healthz in time")
-        if self.token is None:
-            self.token = self.create_token()
-        if wait_started:
-            self.wait_started(deadline - time.monotonic())
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"service exited: {self.log_path.read_text()[-3000:]}")
+                try:
+                    if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
+            else:
+                raise RuntimeError("service did not answer /healthz in time")
+            if self.token is None:
+                self.token = self.create_token()
+            if wait_started:
+                self.wait_started(deadline - time.monotonic())
+        except BaseException:  # a service that did not start is not left running
+            self.stop()
+            raise
         return self
 
     def create_token(self, project: str | None = None) -> str:
