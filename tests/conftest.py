@@ -67,4 +67,5 @@ def service(tmp_path: Path) -> Iterator[LiveService]:
     try:
         yield svc
     finally:
+        (svc.home / "test-hold").unlink(missing_ok=True)  # no worker stays held
         svc.stop()

@@ -32,6 +32,7 @@ def base_env(home: Path, config_dir: Path) -> dict[str, str]:
     env["AKKA_OPTIMIZE_HOME"] = str(home)
     env["AKKA_OPTIMIZE_CONFIG"] = str(config_dir)
     env["PYTHONUNBUFFERED"] = "1"
+    env["AKKA_OPTIMIZE_TEST_HOLD"] = str(home / "test-hold")  # see hold_at
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
@@ -63,7 +64,7 @@ class LiveService:
         env.update(overrides)
         return env
 
-    def start(self, wait_started: bool = True, timeout: float = 60) -> LiveService:
+    def start(self, wait_started: bool = True, timeout: float = 180) -> LiveService:
         self.home.mkdir(parents=True, exist_ok=True)
         env = base_env(self.home, self.config_dir)
         env.update(self.extra_env)
@@ -84,22 +85,26 @@ class LiveService:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited: {self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise RuntimeError("service did not answer /healthz in time")
-        if self.token is None:
-            self.token = self.create_token()
-        if wait_started:
-            self.wait_started(deadline - time.monotonic())
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"service exited: {self.log_path.read_text()[-3000:]}")
+                try:
+                    if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
+            else:
+                raise RuntimeError("service did not answer /healthz in time")
+            if self.token is None:
+                self.token = self.create_token()
+            if wait_started:
+                self.wait_started(deadline - time.monotonic())
+        except BaseException:  # a service that did not start is not left running
+            self.stop()
+            raise
         return self
 
     def create_token(self, project: str | None = None) -> str:
@@ -111,7 +116,7 @@ class LiveService:
         out = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
         return out.stdout.strip().splitlines()[-1]
 
-    def wait_started(self, timeout: float = 60) -> None:
+    def wait_started(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             r = httpx.get(self.url + "/v1/training/info", headers=self.headers(), timeout=2)
@@ -172,3 +177,25 @@ class LiveService:
                 f"stdout:\n{out.stdout}\nstderr:\n{out.stderr}"
             )
         return out
+
+
+def hold_at(svc: LiveService, point: str) -> None:
+    """Make the service's workers wait at ``point`` (``step-N``: after update N is
+    scored, before its metrics are reported; ``answer``: before a worker answers a chat
+    request) until :func:`release` (:mod:`akka_optimize.testhooks`)."""
+    held = svc.home / "test-hold.held"
+    held.unlink(missing_ok=True)
+    (svc.home / "test-hold").write_text(point)
+
+
+def wait_held(svc: LiveService, timeout: float = 300) -> None:
+    """Wait until a worker is waiting at the point :func:`hold_at` named."""
+    deadline = time.monotonic() + timeout
+    while not (svc.home / "test-hold.held").exists():
+        assert time.monotonic() < deadline, f"no worker reached the hold point in {timeout}s"
+        time.sleep(0.05)
+
+
+def release(svc: LiveService) -> None:
+    """Let a worker held by :func:`hold_at` go on."""
+    (svc.home / "test-hold").unlink(missing_ok=True)

@@ -151,3 +151,69 @@ def test_no_update_reports_nan_or_a_silent_zero_loss(tiny_model_dir, tmp_path):
     session.forward_backward([pack_examples([unsupervised])])
     with pytest.raises(EngineError, match="no supervised token"):
         session.optim_step()
+
+
+def _reference_update(model_dir, cfg, rows, lr):
+    """What one AdamW update over ``rows`` must do, computed without the engine's passes:
+    a plain forward per row, the loss summed over supervised tokens and divided by their
+    count (behaviours.md 1), torch's ``clip_grad_norm_`` and a fresh ``torch.optim.AdamW``.
+
+    Returns (loss per token, gradient norm before clipping, adapter after the step).
+    """
+    ref = TrainingSession(model_dir, cfg)  # same seed: the same initial adapter
+    total = torch.zeros(())
+    tokens = 0
+    for r in rows:
+        ids = torch.tensor([r.input_ids])
+        logits = ref.model(input_ids=ids, use_cache=False).logits[0]
+        lp = torch.log_softmax(logits.float(), -1)[:-1].gather(1, ids[0, 1:, None]).squeeze(1)
+        w = torch.tensor(r.weights[1:])
+        total = total - (w * lp).sum()
+        tokens += int((w != 0).sum())
+    (total / tokens).backward()
+    params = list(ref.params.values())
+    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    opt = torch.optim.AdamW(
+        params,
+        lr=lr,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_epsilon,
+        weight_decay=cfg.weight_decay,
+    )
+    opt.step()
+    return (
+        float(total.detach()) / tokens,
+        norm,
+        {n: p.detach().clone() for n, p in ref.params.items()},
+    )
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.0, 1e-3], ids=["unclipped", "clipped"])
+def test_optim_step_applies_the_token_mean_gradient_like_adamw(tiny_model_dir, max_grad_norm):
+    """``optim_step`` reports the norm of the per-token gradient and applies it (clipped
+    to ``maxGradNorm``) with AdamW at the scheduled rate: the adapter after the step equals
+    a plain torch reference. A large epsilon keeps Adam's first step sensitive to the
+    gradient's scale, so a gradient not divided by the token count moves other weights."""
+    cfg = fp32_config(
+        max_grad_norm=max_grad_norm, adam_epsilon=1e-3, weight_decay=0.1, learning_rate=1e-2
+    )
+    session = TrainingSession(tiny_model_dir, cfg)
+    session.forward_backward([pack_examples([ONE])])
+    session.forward_backward([pack_examples([NINE])])
+    got = session.optim_step()
+    loss, norm, after = _reference_update(tiny_model_dir, cfg, [ONE, NINE], got["learningRate"])
+    assert got["learningRate"] == cfg.learning_rate and got["supervisedTokens"] == 10
+    assert got["loss"] == pytest.approx(loss, rel=1e-6)
+    assert got["gradNorm"] == pytest.approx(norm, rel=1e-5)
+    if max_grad_norm:
+        assert norm > 10 * max_grad_norm  # the clip was in force
+        assert got["gradClipFactor"] == pytest.approx(max_grad_norm / (norm + 1e-6), rel=1e-5)
+    else:
+        assert got["gradClipFactor"] == 1.0
+    for name, p in session.params.items():
+        assert torch.allclose(p.detach(), after[name], atol=1e-5, rtol=0), (
+            name,
+            float((p.detach() - after[name]).abs().max()),
+        )
+    assert any(p.abs().max() > 0 for n, p in after.items() if "lora_B" in n)  # B left 0

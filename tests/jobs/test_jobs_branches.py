@@ -135,7 +135,51 @@ def test_a_branch_that_changes_the_row_order_or_names_a_pruned_snapshot_is_refus
     (tmp_path / "w.json").write_text(json.dumps(warm))
     both = service.cli("training", "runs", "start", "-f", str(tmp_path / "w.json"))
     assert both.returncode == 1 and "remove one of branchFrom and warmStartModelId" in both.stderr
+    _every_fixed_setting_is_refused(service, tmp_path, src["id"])
     assert len(run_json(service, "training", "runs", "list")["runs"]) == before
+
+
+# README "Branches": each setting a branch must share with its source, the value the
+# branch states (the source has the write_plan defaults) and what the refusal names.
+FIXED_CHANGES = [
+    ("baseModel", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    ("config.dataset", "demo/other"),
+    ("config.maxSeqLength", 256),
+    ("config.hyperparams.lora.rank", 8),
+    ("config.hyperparams.lora.alpha", 16.0),
+    ("config.hyperparams.training.seed", 8),
+    ("config.hyperparams.training.microBatchPerGpu", 1),
+    ("config.hyperparams.training.gradientAccumulation", 2),
+]
+
+
+def _every_fixed_setting_is_refused(service: LiveService, tmp_path: Path, src_id: str) -> None:
+    """Every setting of ``jobs.branches.FIXED`` changed alone is refused at start and by
+    the dry run, naming the field. (Another baseModel is refused first as not selected,
+    naming baseModel: the tests select one base model.)"""
+    from akka_optimize.jobs.branches import FIXED
+
+    # config.method: an rl plan is refused before any branch check (rl is not built).
+    assert sorted(f for f, _ in FIXED_CHANGES) == sorted(set(FIXED) - {"config.method"})
+    rows = tmp_path / "other.jsonl"
+    rows.write_text((tmp_path / "train.jsonl").read_text())
+    service.cli("registry", "datasets", "register", "demo/other", "-f", str(rows), check=True)
+    plan = json.loads(
+        Path(_branch_plan(tmp_path / "f.json", src_id, "step-4", epochs=2)).read_text()
+    )
+    for field, value in FIXED_CHANGES:
+        changed = json.loads(json.dumps(plan))
+        node = changed
+        *parents, last = field.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+        for params in ({"dryRun": "true"}, {}):
+            r = service.api("POST", "/v1/training/runs", params=params, json=changed)
+            assert r.status_code == 400, (field, params, r.text)
+            err = r.json()["error"]
+            named = [err.get("field")] + [d.get("field") for d in err.get("details") or []]
+            assert field in named, (field, params, err)
 
 
 def test_a_warm_start_trains_on_from_a_registered_adapter(service: LiveService, tmp_path) -> None:
@@ -183,6 +227,11 @@ def test_a_warm_start_trains_on_from_a_registered_adapter(service: LiveService, 
     bad = service.cli("training", "runs", "start", "-f", str(tmp_path / "c.json"))
     assert bad.returncode == 1
     assert "config.hyperparams.lora.rank 8 differs from warmStartModelId" in bad.stderr
+    # README "Warm starts": the plan's rank and alpha; each refusal names its field.
+    plan["config"]["hyperparams"]["lora"] = {"alpha": 16.0}
+    r = service.api("POST", "/v1/training/runs", json=plan)
+    assert r.status_code == 400 and r.json()["error"]["field"] == "config.hyperparams.lora.alpha"
+    assert "alpha 16.0 differs from warmStartModelId" in r.json()["error"]["message"]
 
 
 def test_a_sweep_branches_every_grid_point_from_one_snapshot(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
-from jobs_helpers import run_json, setup_project, wait_state, worker_pid, write_plan
+from jobs_helpers import gsm8k_rows, run_json, setup_project, wait_state, worker_pid, write_plan
 
-from helpers import LiveService
+from helpers import LiveService, hold_at, release, wait_held
 
 METRIC_FIELDS = {
     "loss",
@@ -79,15 +80,16 @@ def test_sigkilled_worker_fails_with_a_sentence_and_resume_matches(
     assert whole["state"] == "SUCCEEDED"
     expected = run_json(service, "training", "runs", "metrics", whole["id"])["metrics"]
 
+    hold_at(service, "step-5")  # the save of step 4 is in; update 5 is not reported
     started = run_json(service, "training", "runs", "start", "-f", str(plan))
     run_id = started["id"]
-    wait_state(
-        service, run_id, ("RUNNING",), predicate=lambda r: (r["results"]["lastSavedStep"] or 0) >= 4
-    )
+    wait_held(service)
     os.kill(worker_pid(run_id), signal.SIGKILL)
+    release(service)  # the resumed attempt must not stop there again
     failed = wait_state(service, run_id, ("FAILED",), timeout=60)
     assert "signal 9" in failed["failure"] and "resume" in failed["failure"]
     saved = failed["results"]["lastSavedStep"]
+    assert saved == 4
 
     service.cli("training", "runs", "resume", run_id, "--wait", check=True)
     got = run_json(service, "training", "runs", "metrics", run_id)["metrics"]
@@ -102,18 +104,64 @@ def test_sigkilled_worker_fails_with_a_sentence_and_resume_matches(
 
 
 def test_second_run_waits_for_the_device_with_its_reason(service: LiveService, tmp_path) -> None:
+    """Run b waits while run a holds the device. Both name the dataset by an alias that
+    moves to another version after they were accepted (README "References"): neither
+    record changes and a trains on the version it was accepted with."""
     setup_project(service, tmp_path)
-    plan = write_plan(tmp_path / "plan.json", epochs=2)
-    a = run_json(service, "training", "runs", "start", "-f", str(plan))
-    wait_state(service, a["id"], ("PREPARING", "RUNNING"))
-    b = run_json(service, "training", "runs", "start", "-f", str(plan))
+    data = tmp_path / "train.jsonl"
+    service.cli(
+        "registry",
+        "datasets",
+        "register",
+        "demo/train",
+        "-f",
+        str(data),
+        "--alias",
+        "champion",
+        check=True,
+    )
+    plan = json.loads(write_plan(tmp_path / "plan.json", epochs=2).read_text())
+    plan["config"]["dataset"] = "demo/train:champion"
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    hold_at(service, "step-1")  # run a holds the device until the test lets it go
+    a = run_json(service, "training", "runs", "start", "-f", str(tmp_path / "plan.json"))
+    wait_held(service)
+    b = run_json(service, "training", "runs", "start", "-f", str(tmp_path / "plan.json"))
     queued = wait_state(
         service, b["id"], ("QUEUED",), predicate=lambda r: "held by run" in (r["queueReason"] or "")
     )
     assert a["id"] in queued["queueReason"]
+    pinned = {r["id"]: _dataset_of(service, r["id"]) for r in (a, b)}
+    assert all(p.startswith("demo/train:v1@sha256:") for p in pinned.values()), pinned
+    other = gsm8k_rows(tmp_path / "other.jsonl", 8, offset=50)
+    service.cli(
+        "registry",
+        "datasets",
+        "register",
+        "demo/train",
+        "-f",
+        str(other),
+        "--alias",
+        "champion",
+        check=True,
+    )
+    moved = service.api("GET", "/v1/registry/datasets/demo/train:champion").json()
+    assert moved["version"] == "v2", moved
+    assert {r["id"]: _dataset_of(service, r["id"]) for r in (a, b)} == pinned
     service.cli("training", "runs", "cancel", b["id"], check=True)
     assert wait_state(service, b["id"], ("CANCELLED",))["state"] == "CANCELLED"
-    assert wait_state(service, a["id"], ("SUCCEEDED",))["results"]["model"]
+    release(service)
+    done = wait_state(service, a["id"], ("SUCCEEDED",))
+    assert _dataset_of(service, a["id"]) == pinned[a["id"]]
+    versions = service.api("GET", "/v1/registry/models/demo/tiny-smollm2/versions").json()
+    [model] = [v for v in versions["items"] if v["runId"] == a["id"]]
+    assert model["metadata"]["dataset"] == pinned[a["id"]] and done["results"]["model"]
+
+
+def _dataset_of(service: LiveService, run_id: str) -> str:
+    """The dataset version a run recorded at acceptance (``runs get --settings``)."""
+    view = service.api("GET", f"/v1/training/runs/{run_id}", params={"settings": "true"}).json()
+    return view["settings"]["config"]["dataset"]
 
 
 def test_pause_then_resume_from_a_step(service: LiveService, tmp_path) -> None:
@@ -121,29 +169,33 @@ def test_pause_then_resume_from_a_step(service: LiveService, tmp_path) -> None:
     plan = write_plan(
         tmp_path / "plan.json", epochs=2, execution={"saveEverySteps": 1, "keepRecoverable": 3}
     )
+    whole = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    expected = run_json(service, "training", "runs", "metrics", whole["id"])["metrics"]
+    assert [m["step"] for m in expected] == list(range(1, 9))
+
+    hold_at(service, "step-3")  # paused while update 3 is being reported: it stops there
     r = run_json(service, "training", "runs", "start", "-f", str(plan))
-    wait_state(service, r["id"], ("RUNNING",), predicate=lambda x: x["results"]["step"] >= 1)
+    wait_held(service)
     service.cli("training", "runs", "pause", r["id"], check=True)
+    release(service)
     paused = wait_state(service, r["id"], ("PAUSED",), timeout=120)
-    step = paused["results"]["lastSavedStep"]
-    assert step is not None and step < 8
+    assert paused["results"]["lastSavedStep"] == paused["results"]["step"] == 3
     snaps = run_json(service, "training", "runs", "snapshots", r["id"])["snapshots"]
     resumable = [s["step"] for s in snaps if s["recoverable"]]
-    assert len(resumable) <= 3 and step in resumable
+    assert resumable == [1, 2, 3]  # keepRecoverable 3
     bad = service.cli("training", "runs", "resume", r["id"], "--step", "999")
     assert bad.returncode == 1 and "no resumable save at step 999" in bad.stderr
-    service.cli(
-        "training",
-        "runs",
-        "resume",
-        r["id"],
-        "--step",
-        f"step-{resumable[0]}",
-        "--wait",
-        check=True,
-    )
+    service.cli("training", "runs", "resume", r["id"], "--step", "step-1", "--wait", check=True)
     done = run_json(service, "training", "runs", "get", r["id"])
     assert done["state"] == "SUCCEEDED" and done["results"]["step"] == 8
+    # Resumed from step 1, updates 2-8 are the uninterrupted run's, bit for bit.
+    got = run_json(service, "training", "runs", "metrics", r["id"])["metrics"]
+    assert [m["step"] for m in got] == list(range(1, 9))
+    for a, b in zip(expected, got, strict=True):
+        assert b["attempt"] == (2 if a["step"] > 1 else 1), b
+        for k in ("loss", "learningRate", "gradNorm", "adapterNorm", "supervisedTokens"):
+            assert a[k] == b[k], (a["step"], k, a[k], b[k])
+    assert done["results"]["finalLoss"] == whole["results"]["finalLoss"]
 
 
 def test_refused_rows_fail_before_training_with_the_reason(service: LiveService, tmp_path) -> None:

@@ -66,6 +66,10 @@ def test_plan_cases_over_http(svc: LiveService, case: dict[str, Any]) -> None:
         assert m in text
     for m in exp.get("error_excludes", []):
         assert m not in text.lower()
+    if "limit" in exp:  # README: a refusal names the full path and the limit
+        detail = err["details"][0]
+        assert detail["field"] == err["field"] and detail["limit"] == exp["limit"], detail
+        assert exp["limit_mentions"] in err["message"]
 
 
 @pytest.mark.parametrize("case", HASH_CASES, ids=[c["name"] for c in HASH_CASES])
@@ -89,8 +93,8 @@ def test_dry_run_pins_dataset_and_creates_nothing(svc: LiveService) -> None:
     assert report["resolved"]["config"]["dataset"] == report["pinned"]["config.dataset"]
     assert report["deviceProfile"] == "cpu"
     runs = svc.api("GET", "/v1/training/runs")
-    if runs.status_code == 200:
-        assert not runs.json().get("runs")
+    assert runs.status_code == 200, runs.text
+    assert runs.json()["runs"] == []
 
 
 def test_seed_040_example_and_unqualified_reference_are_accepted(svc: LiveService) -> None:
@@ -203,9 +207,11 @@ def test_config_schema_command(svc: LiveService) -> None:
 def test_mutated_plans_over_http_never_fail_the_service(svc: LiveService, plan: Any) -> None:
     r = dry_run(svc, plan)
     assert r.status_code in (200, 400), r.text
-    if r.status_code == 400:
+    if r.status_code == 400:  # a refusal names the field it refuses
         err = r.json()["error"]
         assert err["field"] and err["field"] in err["message"]
+    else:  # an accepted plan is hashed
+        assert len(r.json()["configHash"]) == 64
 
 
 def test_dry_run_reports_duplicate_rows(svc: LiveService, tmp_path: Path) -> None:

@@ -53,6 +53,9 @@ def test_every_plan_case_gets_its_outcome(case: dict[str, Any]) -> None:
         assert m in text
     for m in exp.get("error_excludes", []):
         assert m not in text.lower()
+    if "limit" in exp:  # README: a refusal names the full path and the limit
+        assert err.details[0]["field"] == err.field and err.details[0]["limit"] == exp["limit"]
+        assert exp["limit_mentions"] in err.message
     assert all(set(d) == {"field", "message", "value", "limit"} for d in err.details)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -35,7 +36,7 @@ def _answer(engine: TransformersEngine, ids: list[int], params: SamplingParams) 
 def test_batched_answers_equal_answers_alone(tiny_model_dir, uneven) -> None:
     """With ``uneven``, answers end at different steps, so finished ones leave the batch
     (and the KV cache) while the others go on."""
-    engine = TransformersEngine(tiny_model_dir, batch_window_s=0.3)
+    engine = TransformersEngine(tiny_model_dir, batch_window_s=0.0)
     lengths = [3, 17, 8, 12] if uneven else [12] * 4
     greedy = [SamplingParams(max_tokens=k, temperature=0.0) for k in lengths]
     seeded = SamplingParams(max_tokens=12, temperature=0.9, seed=5, n=2)
@@ -51,13 +52,35 @@ def test_batched_answers_equal_answers_alone(tiny_model_dir, uneven) -> None:
     def go(i: int, p: list[int], params: SamplingParams) -> None:
         together[i] = _answer(engine, p, params)
 
+    # Deterministic, no clock: hold the decoding lock, let the batch thread take a first
+    # request and block on the lock, queue every job, then release: the jobs wait together.
+    engine.lock.acquire()
+    first = threading.Thread(target=go, args=(-1, prompts[0], greedy[0]))
     threads = [threading.Thread(target=go, args=job) for job in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    try:
+        first.start()
+        _until(lambda: len(engine.batch_sizes) == len(alone) + 1, "the first request is taken")
+        for t in threads:
+            t.start()
+        _until(lambda: len(engine._queue) == len(jobs), "every job is queued")
+    finally:
+        engine.lock.release()
+    for t in [first, *threads]:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a batched request did not finish within 120 s"
     assert [together[i] for i in range(len(jobs))] == alone
     assert all(a[0] for a in alone)  # every answer produced text
+    # Alone, each request is its own batch; queued together, all six answers (four
+    # greedy, a seeded n=2) share one decoding loop.
+    assert engine.batch_sizes == [1, 1, 1, 1, 2, 1, 6]
+
+
+def _until(ready, what: str, limit_s: float = 60.0) -> None:
+    """Wait for ``ready()`` (a state the test causes, not a duration), at most ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
 
 
 def test_an_abandoned_stream_does_not_block_the_next_request(tiny_model_dir) -> None:

@@ -105,3 +105,28 @@ def test_compare_allows_a_rounding_tie_and_nothing_more():
     assert failed["state"] == "failed" and "0.7 nats" in failed["findings"][0]
     same = compare(base, base, base)
     assert [f.split(":")[0] for f in same["findings"]] == ["adapter_changes_nothing"]
+
+
+def test_the_check_reports_a_served_adapter_that_changes_nothing(tiny_model_dir, tmp_path):
+    """An adapter whose B matrices are all zero (PEFT's initialisation: never trained)
+    is served and checked end to end: the endpoint's answers equal the trainer's and the
+    base model's, so the check finds ``adapter_changes_nothing``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"]))
+    peft.save_pretrained(tmp_path / "zero")
+    saved = load_file(tmp_path / "zero" / "adapter_model.safetensors")
+    assert all(torch.count_nonzero(t) == 0 for n, t in saved.items() if "lora_B" in n)
+    assert any(torch.count_nonzero(t) > 0 for n, t in saved.items() if "lora_A" in n)
+
+    engine = TransformersEngine(tiny_model_dir, batch_window_s=0.0)
+    engine.load_adapter("proj/zero:v1", tmp_path / "zero")
+    served = _answers(engine, "proj/zero:v1")
+    trainer = trainer_greedy(tiny_model_dir, tmp_path / "zero", served=served)
+    assert served == trainer["adapter"] == trainer["base"] == _answers(engine, None)
+    result = compare(served, trainer["adapter"], trainer["base"], trainer["shortfall"])
+    assert [f.split(":")[0] for f in result["findings"]] == ["adapter_changes_nothing"]

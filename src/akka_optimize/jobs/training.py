@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import BlobStore
+from ..testhooks import hold
 from .blobs import download_prefix, upload_dir
 from .spec import JobSpec
 
@@ -120,6 +121,7 @@ def _uploading(spec: JobSpec, store: BlobStore, events: Any, speed: dict[str, fl
 
     def emit(event: dict[str, Any]) -> None:
         if event.get("type") == "metrics":
+            hold(f"step-{event['step']}")  # tests only: stop at a known update
             speed["tokens"] += int(event.get("totalTokens") or 0)
             speed["seconds"] += float(event.get("stepTimeSeconds") or 0.0)
         if event.get("type") == "save" and event.get("stateDir"):

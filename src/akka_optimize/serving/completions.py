@@ -17,6 +17,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from ..testhooks import hold
 from .chat import render_prompt
 from .engine import SamplingParams, StepEvent
 from .parsers import StreamSplitter, parse_hermes, parsers_for
@@ -91,7 +92,12 @@ async def complete(state: WorkerState, body: Any) -> Any:
             _sse(state, req, adapter, ids, params, tools, reasoning),
             media_type="text/event-stream",
         )
-    events = await run_in_threadpool(lambda: list(state.engine.stream(ids, adapter, params)))
+
+    def generate() -> list[StepEvent]:
+        hold("answer")  # tests only: an answer that lasts until the test releases it
+        return list(state.engine.stream(ids, adapter, params))
+
+    events = await run_in_threadpool(generate)
     texts = [""] * params.n
     reasons: list[str] = ["stop"] * params.n
     used = 0

@@ -86,6 +86,8 @@ class TransformersEngine:
         self._thread: threading.Thread | None = None
         self.batch_window_s = batch_window_s
         self.max_batch_rows = max_batch_rows
+        self.batch_sizes: list[int] = []
+        """Answers (rows) decoded together, per batch, in order: what batching achieved."""
         self.merge_adapters = merge_adapters
         self.merged: str | None = None
         self._pristine: dict[int, tuple[Any, Any, Any]] = {}
@@ -247,6 +249,7 @@ class TransformersEngine:
         while True:
             batch = self._next_batch()
             adapter = batch[0].adapter
+            self.batch_sizes.append(sum(r.params.n for r in batch))
             try:
                 with self.lock:
                     with self._select(adapter):
