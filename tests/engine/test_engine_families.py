@@ -57,6 +57,11 @@ def test_family_trains_two_updates_on_language_model_layers_only(family, family_
     assert all(n.startswith(prefix) for n in res.adapted_modules), res.adapted_modules
     assert f"{prefix}0.self_attn.q_proj" in res.adapted_modules
     assert f"{prefix}1.mlp.down_proj" in res.adapted_modules
+    # Random weights start near log(vocabulary): one warning, after the first update,
+    # with the loss as measured.
+    warnings = [e for e in events if e["type"] == "warning"]
+    assert len(warnings) == 1 and warnings[0]["loss"] == losses[0]
+    assert "near log(vocabulary)" in warnings[0]["message"]
     started = next(e for e in events if e.get("phase") == "training")
     assert started["adaptedModules"] == res.adapted_modules
 

@@ -191,6 +191,8 @@ class TrainingSession:
         )
         self._causal_lm = self.model.get_base_model()
         self._body, self._head, self._cap = body_and_head(self._causal_lm)
+        self.vocab_size = int(self._head.weight.shape[0])
+        """Rows of the output head (the vocabulary the loss is over)."""
         self._pending = _Pending()
         self._tokenizer = None
         self.model.train()

@@ -23,6 +23,7 @@ from ..data.types import Example, Pass, pack_examples
 from .checks import verify_adapter
 from .config import EngineConfig
 from .errors import AdapterCheckError, EngineError
+from .sanity import first_loss_warning
 from .session import TrainingSession
 
 Emit = Callable[[dict[str, Any]], None]
@@ -139,7 +140,8 @@ def run_sft(
         stop_after_step: save and stop after this update (a pause).
         should_stop: polled after each update; True saves and stops (pause or cancel).
 
-    Events: ``phase``, ``metrics`` (per update), ``validation``, ``save``.
+    Events: ``phase``, ``metrics`` (per update), ``validation``, ``save``, and a
+    ``warning`` when a fresh run's first loss is implausible (engine/sanity.py).
 
     Raises:
         EngineError: rows without a supervised token, a resume that changes the order
@@ -196,6 +198,10 @@ def run_sft(
         session.forward_backward(passes)
         metrics = session.optim_step()
         emit({"type": "metrics", "epoch": epoch, **metrics})
+        if update == 1 and resume_step is None:  # a fresh run's first update (rule 10)
+            warning = first_loss_warning(metrics["loss"], session.vocab_size)
+            if warning:
+                emit(warning)
         log["loss_sum"] += metrics["loss"]
         log["count"] += 1
         log["last"] = metrics["loss"]

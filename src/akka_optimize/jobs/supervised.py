@@ -92,14 +92,18 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
 def _refuse_unselected_base_model(ctx: Any, session: Session, base_model: str) -> None:
     """Refuse a run whose base model nobody selected (or whose selection failed): it
     would wait in ``QUEUED`` for a selection no one started. A model still fetching is
-    fine; the run waits for it."""
+    fine; the run waits for it. A READY model whose catalog LoRA targets match none of its
+    modules is refused (jobs/lora_targets.py)."""
     from ..catalog.cache import ready_model_dir
+    from .lora_targets import refuse_unmatched_targets
 
     try:
-        ready_model_dir(session, ctx.settings, base_model)
+        path, entry = ready_model_dir(session, ctx.settings, base_model)
     except Conflict as exc:
         if exc.code in ("base_model_not_selected", "base_model_failed"):
             raise InvalidRequest(exc.message, field="baseModel", code=exc.code) from exc
+        return
+    refuse_unmatched_targets(path, entry)
 
 
 def _refuse_unsupported(plan: dict[str, Any], f: dict[str, Any]) -> None:
