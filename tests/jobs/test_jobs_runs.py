@@ -31,7 +31,9 @@ def test_run_trains_registers_v1_then_v2(service: LiveService, tmp_path) -> None
     assert first["state"] == "SUCCEEDED", first
     assert first["results"]["model"].startswith("demo/tiny-smollm2:v1@sha256:")
     assert first["results"]["step"] == 4 == first["results"]["totalSteps"]
-    assert "q_proj" in " ".join(first["results"]["adaptedModules"])
+    adapted = first["results"]["adaptedModules"]  # full paths: 2 layers × 7 projections
+    assert len(adapted) == 14 and all(n.startswith("model.layers.") for n in adapted)
+    assert "model.layers.0.self_attn.q_proj" in adapted
 
     m = run_json(service, "training", "runs", "metrics", first["id"])
     assert [x["step"] for x in m["metrics"]] == [1, 2, 3, 4]
@@ -39,10 +41,13 @@ def test_run_trains_registers_v1_then_v2(service: LiveService, tmp_path) -> None
         assert METRIC_FIELDS <= set(row), set(row) ^ METRIC_FIELDS
         assert row["supervisedTokens"] > 0 and row["loss"] > 0
     assert m["finalLoss"] == m["metrics"][-1]["loss"]
+    # rule 10: random tiny weights start near log(vocabulary); warned, loss unchanged
+    (warning,) = m["warnings"]
+    assert warning["code"] == "first_loss_high" and warning["loss"] == m["metrics"][0]["loss"]
     assert abs(m["meanLoss"] - sum(x["loss"] for x in m["metrics"]) / 4) < 1e-9
 
     text = service.cli("training", "runs", "get", first["id"], check=True).stdout
-    for part in ("State", "Results", "Cost", "demo/tiny-smollm2:v1"):
+    for part in ("State", "Results", "Cost", "demo/tiny-smollm2:v1", "Warnings", "14: "):
         assert part in text
     assert "Logs" not in text
     # F021: the settings it started with, the plan's own marked, values as JSON.

@@ -180,11 +180,13 @@ def test_gemma4_rules() -> None:
 
 def test_packing_bounds_need_dynamic_batches() -> None:
     plan = with_(FULL_SFT_PLAN, "config.data.use_dynamic_bsz", False)
+    plan = with_(plan, "config.hyperparams.training.microBatchPerGpu", 1)
     plan = with_(plan, "config.engineSettings.checks.isolation.max_logprob_error", 0.01)
     err = refused(plan)
     assert err.field == "config.engineSettings.checks.isolation.max_logprob_error"
     packing = with_(FULL_SFT_PLAN, "config.data.packing", True)
     packing = with_(packing, "config.data.use_dynamic_bsz", False)
+    packing = with_(packing, "config.hyperparams.training.microBatchPerGpu", 1)
     err = refused(packing)
     assert err.field == "config.data.packing" and "one conversation per pass" in err.message
 
@@ -307,3 +309,20 @@ def test_an_unknown_field_gets_a_did_you_mean_or_the_group_that_has_it() -> None
     err = refused(with_(MINIMAL, "config.hyperparams.training.learningRate", 1e-4))
     assert err.field == "config.hyperparams.training.learningRate"
     assert "learningRate is a field of config.hyperparams.optimizer" in err.message
+
+
+def test_one_conversation_per_pass_with_a_micro_batch_above_one_is_refused() -> None:
+    plan = with_(FULL_SFT_PLAN, "config.data.use_dynamic_bsz", False)
+    err = refused(with_(plan, "config.hyperparams.training.microBatchPerGpu", 4))
+    fields = [d["field"] for d in err.details]
+    assert "config.hyperparams.training.microBatchPerGpu" in fields
+    msg = next(d["message"] for d in err.details if d["field"].endswith("microBatchPerGpu"))
+    assert "microBatchPerGpu 4" in msg and "config.data.use_dynamic_bsz false" in msg
+
+
+def test_data_packing_is_refused_on_one_device_naming_the_field() -> None:
+    one = with_(FULL_SFT_PLAN, "execution.gpus", 1)
+    for value in (True, False):
+        err = refused(with_(one, "config.data.packing", value))
+        d = next(d for d in err.details if d["field"] == "config.data.packing")
+        assert "on one device" in d["message"] and "use_dynamic_bsz" in d["message"]

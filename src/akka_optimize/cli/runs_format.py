@@ -88,7 +88,8 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
             ("Mean loss", fmt(r.get("meanLoss"))),
             ("Validation loss", fmt(r.get("validationLoss"))),
             ("Tokens/s", fmt(r.get("tokensPerSecond"))),
-            ("Adapted modules", ", ".join(r.get("adaptedModules") or []) or None),
+            ("Adapted modules", _modules(r.get("adaptedModules") or [])),
+            ("Warnings", " | ".join(w.get("message", "") for w in r.get("warnings") or []) or None),
         ]
     )
     console.print("[bold]Cost[/bold]")
@@ -104,3 +105,10 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
         console.print("[bold]Settings[/bold] (* = stated by the plan)")
         for line in run["settings"].get("settingsText") or settings_lines(run["settings"]):
             console.print(line, highlight=False, markup=False)
+
+
+def _modules(names: list[str]) -> str | None:
+    """Full module paths, shortened past three (``-o json`` lists every one)."""
+    if len(names) <= 3:
+        return ", ".join(names) or None
+    return f"{len(names)}: {', '.join(names[:2])} and {len(names) - 2} more (-o json lists all)"

@@ -47,6 +47,21 @@ def register() -> str:
     return PACKED_ATTENTION
 
 
+def implementation_for(config: Any, name: str) -> str | dict[str, str]:
+    """The ``attn_implementation`` argument that gives a model's language model ``name``.
+
+    A text-only config takes the name itself. A multimodal config (sub-configs such as
+    ``text_config``, ``vision_config``, ``audio_config``: Gemma 3 4B, Gemma 4, Ministral 3)
+    gets ``name`` for the top level and ``text_config``, and ``eager`` for the towers:
+    training reads text only, so the towers never run, and some (Gemma 4's audio tower)
+    cannot load with ``sdpa`` at all.
+    """
+    subs = getattr(config, "sub_configs", None) or {}
+    if "text_config" not in subs:
+        return name
+    return {"": name, **{k: name if k == "text_config" else "eager" for k in subs}}
+
+
 def supports_packed(config: Any) -> bool:
     """Whether a model's attention can run per conversation with plain causal sdpa.
 

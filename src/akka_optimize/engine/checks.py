@@ -13,28 +13,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from .errors import AdapterCheckError
+from .targets import Targets, is_match, meta_model
 
 ADAPTER_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
 
 
 def expected_adapter_shapes(
-    model_dir: Path, rank: int, target_modules: tuple[str, ...] | list[str]
+    model_dir: Path, rank: int, target_modules: Targets, auto_class: str = "AutoModelForCausalLM"
 ) -> dict[str, tuple[int, int]]:
-    """Tensor name → shape that PEFT saves for a LoRA of ``rank`` on ``target_modules``."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(model_dir)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    targets = set(target_modules)
+    """Tensor name → shape that PEFT saves for a LoRA of ``rank`` on ``target_modules``
+    (suffixes or one regular expression, engine/targets.py) of the model as
+    ``auto_class`` loads it."""
+    model = meta_model(model_dir, auto_class)
     shapes: dict[str, tuple[int, int]] = {}
     for name, mod in model.named_modules():
-        if isinstance(mod, nn.Linear) and name.rsplit(".", 1)[-1] in targets:
+        if isinstance(mod, nn.Linear) and is_match(name, target_modules):
             shapes[f"base_model.model.{name}.lora_A.weight"] = (rank, mod.in_features)
             shapes[f"base_model.model.{name}.lora_B.weight"] = (mod.out_features, rank)
     return shapes
@@ -56,7 +53,11 @@ def _few(names: list[str], n: int = 3) -> str:
 
 
 def verify_adapter(
-    adapter_dir: Path, model_dir: Path, rank: int, target_modules: tuple[str, ...] | list[str]
+    adapter_dir: Path,
+    model_dir: Path,
+    rank: int,
+    target_modules: Targets,
+    auto_class: str = "AutoModelForCausalLM",
 ) -> dict[str, int]:
     """Check ``adapter_dir`` (PEFT format) against the base model at ``model_dir``.
 
@@ -69,7 +70,7 @@ def verify_adapter(
             states tensors and parameters held and expected.
     """
     adapter_dir = Path(adapter_dir)
-    expected = expected_adapter_shapes(Path(model_dir), rank, target_modules)
+    expected = expected_adapter_shapes(Path(model_dir), rank, target_modules, auto_class)
     problems: list[str] = []
     held: dict[str, tuple[int, ...]] = {}
     if not (adapter_dir / ADAPTER_FILE).exists():
@@ -123,8 +124,12 @@ def _config_problems(adapter_dir: Path, rank: int, target_modules) -> list[str]:
     out = []
     if cfg.get("r") != rank:
         out.append(f"{CONFIG_FILE} has r={cfg.get('r')}, expected {rank}")
-    if set(cfg.get("target_modules") or ()) != set(target_modules):
-        out.append(f"{CONFIG_FILE} targets {sorted(cfg.get('target_modules') or ())}")
+    saved = cfg.get("target_modules") or ()
+    if isinstance(target_modules, str) or isinstance(saved, str):
+        if saved != target_modules:  # a regular expression is saved as the one string
+            out.append(f"{CONFIG_FILE} targets {saved!r}")
+    elif set(saved) != set(target_modules):
+        out.append(f"{CONFIG_FILE} targets {sorted(saved)}")
     if cfg.get("use_dora"):
         out.append("it is a DoRA adapter")
     if cfg.get("modules_to_save"):

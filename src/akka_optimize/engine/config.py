@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .errors import EngineError
+from .targets import AUTO_CLASSES
 
 DEFAULT_TARGET_MODULES = (
     "q_proj",
@@ -41,8 +42,13 @@ class EngineConfig:
     """``hyperparams.lora.alpha``: the update is scaled by alpha / r."""
     lora_dropout: float = 0.0
     """``hyperparams.lora.dropout``: dropout on the LoRA branch's input (uses the torch RNG)."""
-    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
-    """Module-name suffixes to adapt (from the catalog family); every one must match."""
+    target_modules: tuple[str, ...] | str = DEFAULT_TARGET_MODULES
+    """The catalog entry's ``loraTargetModules``: module-name suffixes (every one must
+    match), or one regular expression matched with ``re.fullmatch`` against full module
+    names (engine/targets.py)."""
+    auto_class: str = "AutoModelForCausalLM"
+    """The catalog entry's ``autoClass``: the transformers class that loads the model
+    (``AutoModelForImageTextToText`` for multimodal models, towers included)."""
 
     learning_rate: float = 2e-4
     """``hyperparams.optimizer.learningRate``: peak AdamW learning rate."""
@@ -64,7 +70,15 @@ class EngineConfig:
     epochs: int = 1
     """Passes over the whole training set; every conversation trains every epoch."""
     micro_batch: int = 1
-    """``microBatchPerGpu``: conversations packed into one forward pass."""
+    """``microBatchPerGpu``: conversations per pass; with ``token_budget`` set, an update's
+    ``micro_batch × gradient_accumulation`` conversations are packed by tokens instead."""
+    dynamic_batches: bool = True
+    """``data.use_dynamic_bsz``: True packs whole conversations into each pass (best-fit
+    decreasing up to ``token_budget``, data/packing.py); False trains one conversation per
+    pass, which needs ``micro_batch`` 1."""
+    token_budget: int | None = None
+    """Most tokens in one pass of a dynamic batch (``config.maxSeqLength`` on one device).
+    None packs ``micro_batch`` consecutive conversations per pass, whatever their length."""
     gradient_accumulation: int = 1
     """Passes per update; an update holds micro_batch × gradient_accumulation conversations."""
 
@@ -107,7 +121,8 @@ class EngineConfig:
     """Free-form settings carried into saved state for the caller (ignored by the engine)."""
 
     def __post_init__(self) -> None:
-        self.target_modules = tuple(self.target_modules)
+        if not isinstance(self.target_modules, str):
+            self.target_modules = tuple(self.target_modules)
         self.validate()
 
     def validate(self) -> None:
@@ -189,6 +204,18 @@ class EngineConfig:
             (self.save_every_steps >= 0, "execution.saveEverySteps", "must be at least 0"),
             (self.keep_recoverable >= 1, "execution.keepRecoverable", "must be at least 1"),
             (self.device in DEVICES, "execution.device", f"must be one of {DEVICES}"),
+            (
+                self.dynamic_batches or self.micro_batch == 1,
+                "config.hyperparams.training.microBatchPerGpu",
+                f"is {self.micro_batch}, but config.data.use_dynamic_bsz false trains one "
+                "conversation per pass; set microBatchPerGpu to 1 or use_dynamic_bsz to true",
+            ),
+            (
+                self.token_budget is None or self.token_budget >= 1,
+                "config.maxSeqLength",
+                "must be at least 1",
+            ),
+            (self.auto_class in AUTO_CLASSES, "autoClass", f"must be one of {AUTO_CLASSES}"),
         ]
         for ok, path, rule in checks:
             if not ok:
@@ -205,5 +232,6 @@ class EngineConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable settings (for saved state and ``runs get --settings``)."""
         d = asdict(self)
-        d["target_modules"] = list(self.target_modules)
+        t = self.target_modules
+        d["target_modules"] = t if isinstance(t, str) else list(t)
         return d

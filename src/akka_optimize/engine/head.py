@@ -28,8 +28,40 @@ def body_and_head(causal_lm: nn.Module) -> tuple[nn.Module, nn.Module, float | N
     head = causal_lm.get_output_embeddings()
     if body is None or head is None:
         raise ValueError(f"{type(causal_lm).__name__} has no separate body and output head")
-    cap = getattr(causal_lm.config, "final_logit_softcapping", None)
-    return body, head, cap
+    return body, head, final_logit_softcap(causal_lm, body, head)
+
+
+def final_logit_softcap(
+    causal_lm: nn.Module, body: nn.Module | None = None, head: nn.Module | None = None
+) -> float | None:
+    """The ``final_logit_softcapping`` the model's own forward applies, or None.
+
+    The top-level config (Gemma 2, Gemma 3 text) is what its class reads. A cap kept only
+    in ``text_config`` is read by some multimodal classes (Gemma 4) and not by others
+    (Gemma 3 4B in this transformers release), so with ``body`` and ``head`` given it is
+    decided by one 4-token forward: the cap is used when it brings ``head(body(x))``
+    closer to ``model(x).logits``. The engine then scores what the model scores.
+    """
+    config = causal_lm.config
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap is not None:
+        return cap
+    get_text = getattr(config, "get_text_config", None)
+    text = get_text() if callable(get_text) else None
+    cap = getattr(text, "final_logit_softcapping", None) if text is not None else None
+    if cap is None or body is None or head is None:
+        return cap
+    ids = torch.arange(4, device=head.weight.device)[None]
+    was_training = causal_lm.training
+    causal_lm.eval()
+    try:
+        with torch.no_grad():
+            logits = causal_lm(input_ids=ids, use_cache=False).logits.float()
+            raw = head(body(input_ids=ids, use_cache=False).last_hidden_state).float()
+    finally:
+        causal_lm.train(was_training)
+    capped = torch.tanh(raw / cap) * cap
+    return cap if (logits - capped).abs().max() < (logits - raw).abs().max() else None
 
 
 def head_logprobs(

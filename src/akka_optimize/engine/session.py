@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from ..data.types import Pass
-from .attention import SEGMENTS_KWARG, supports_packed
+from .attention import SEGMENTS_KWARG, implementation_for, supports_packed
 from .attention import register as register_packed_attention
 from .config import EngineConfig
 from .errors import EngineError, EngineOutOfMemory
@@ -38,6 +38,7 @@ from .head import body_and_head, chunked_loss
 from .losses import LOSSES, REINFORCEMENT_INPUTS
 from .sampling import generate
 from .schedule import lr_factor
+from .targets import auto_class, check_targets, peft_targets
 
 
 class ForwardBackwardResult(NamedTuple):
@@ -113,7 +114,8 @@ class TrainingSession:
             peak rate.
 
     Attributes:
-        adapted_modules: module-name suffixes that received a LoRA pair, sorted.
+        adapted_modules: full module paths that received a LoRA pair, sorted
+            (``model.language_model.layers.0.self_attn.q_proj``).
         adapted_module_count: how many modules were adapted.
         step: updates applied so far.
 
@@ -125,7 +127,6 @@ class TrainingSession:
         self, model_dir: Path, cfg: EngineConfig, *, total_updates: int | None = None
     ) -> None:
         from peft import LoraConfig, get_peft_model
-        from transformers import AutoModelForCausalLM
 
         self.cfg = cfg
         self.model_dir = Path(model_dir)
@@ -136,29 +137,31 @@ class TrainingSession:
         self.schedule_start = 0
         """Updates before this run's own schedule began (a branch's snapshot step)."""
         self.step = 0
-        base = AutoModelForCausalLM.from_pretrained(
-            self.model_dir, dtype=self.weight_dtype, attn_implementation=cfg.attn_implementation
-        ).to(self.device)
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.model_dir)
+        base = (
+            auto_class(cfg.auto_class)
+            .from_pretrained(
+                self.model_dir,
+                dtype=self.weight_dtype,
+                attn_implementation=implementation_for(config, cfg.attn_implementation),
+            )
+            .to(self.device)
+        )
         # sdpa over a packed pass: attend per conversation, not through a T×T mask.
         self._packed_attention = cfg.attn_implementation == "sdpa" and supports_packed(base.config)
         if self._packed_attention:
-            base.set_attn_implementation(register_packed_attention())
-        linear_names = {
-            n.rsplit(".", 1)[-1] for n, m in base.named_modules() if isinstance(m, torch.nn.Linear)
-        }
-        missing = [t for t in cfg.target_modules if t not in linear_names]
-        if missing:
-            raise EngineError(
-                f"config.hyperparams.lora.targetModules names {missing}, which this model does not have; "
-                f"its linear modules are {sorted(linear_names)}.",
-                field="config.hyperparams.lora.targetModules",
+            base.set_attn_implementation(
+                implementation_for(base.config, register_packed_attention())
             )
+        check_targets(base, cfg.target_modules)
         torch.manual_seed(cfg.seed)
         lora = LoraConfig(
             r=cfg.lora_rank,
             lora_alpha=cfg.lora_alpha,
             lora_dropout=cfg.lora_dropout,
-            target_modules=list(cfg.target_modules),
+            target_modules=peft_targets(cfg.target_modules),
             bias="none",
             task_type="CAUSAL_LM",
         )
@@ -171,11 +174,13 @@ class TrainingSession:
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
         self.model.config.use_cache = False
-        adapted = [
-            n for n, m in self.model.named_modules() if hasattr(m, "lora_A") and len(m.lora_A)
-        ]
-        self.adapted_modules = sorted({n.rsplit(".", 1)[-1] for n in adapted})
-        self.adapted_module_count = len(adapted)
+        prefix = "base_model.model."
+        self.adapted_modules = sorted(
+            n.removeprefix(prefix).replace("._checkpoint_wrapped_module", "")
+            for n, m in self.model.named_modules()
+            if hasattr(m, "lora_A") and len(m.lora_A)
+        )
+        self.adapted_module_count = len(self.adapted_modules)
         self.params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
         self.optimizer = torch.optim.AdamW(
             list(self.params.values()),
@@ -186,6 +191,8 @@ class TrainingSession:
         )
         self._causal_lm = self.model.get_base_model()
         self._body, self._head, self._cap = body_and_head(self._causal_lm)
+        self.vocab_size = int(self._head.weight.shape[0])
+        """Rows of the output head (the vocabulary the loss is over)."""
         self._pending = _Pending()
         self._tokenizer = None
         self.model.train()

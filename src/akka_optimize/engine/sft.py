@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..data.packing import pack
 from ..data.types import Example, Pass, pack_examples
 from .checks import verify_adapter
 from .config import EngineConfig
 from .errors import AdapterCheckError, EngineError
+from .sanity import first_loss_warning
 from .session import TrainingSession
 
 Emit = Callable[[dict[str, Any]], None]
@@ -74,9 +76,24 @@ def update_passes(
     epoch, k = divmod(update - 1, per_epoch)
     n = cfg.conversations_per_update
     rows = epoch_order(len(train), cfg.seed, epoch + 1, cfg.shuffle)[k * n : (k + 1) * n]
+    return epoch + 1, k == per_epoch - 1, passes_of([train[i] for i in rows], cfg)
+
+
+def passes_of(rows: list[Example], cfg: EngineConfig) -> list[Pass]:
+    """The passes that train ``rows`` (one update's conversations, or a validation set).
+
+    ``data.use_dynamic_bsz`` false: one conversation per pass. Dynamic batches with a
+    ``token_budget``: whole conversations packed best-fit decreasing into passes of at
+    most that many tokens (:func:`akka_optimize.data.packing.pack`). Without a budget:
+    ``micro_batch`` consecutive conversations per pass. The loss of an update is the same
+    in every case (a token-weighted sum over the update; behaviours.md 1, 2).
+    """
+    if not cfg.dynamic_batches:
+        return [pack_examples([ex]) for ex in rows]
+    if cfg.token_budget is not None:
+        return pack(rows, cfg.token_budget)
     mb = cfg.micro_batch
-    passes = [pack_examples([train[i] for i in rows[j : j + mb]]) for j in range(0, len(rows), mb)]
-    return epoch + 1, k == per_epoch - 1, passes
+    return [pack_examples(rows[j : j + mb]) for j in range(0, len(rows), mb)]
 
 
 def state_path(state_dir: Path, step: int) -> Path:
@@ -123,7 +140,8 @@ def run_sft(
         stop_after_step: save and stop after this update (a pause).
         should_stop: polled after each update; True saves and stops (pause or cancel).
 
-    Events: ``phase``, ``metrics`` (per update), ``validation``, ``save``.
+    Events: ``phase``, ``metrics`` (per update), ``validation``, ``save``, and a
+    ``warning`` when a fresh run's first loss is implausible (engine/sanity.py).
 
     Raises:
         EngineError: rows without a supervised token, a resume that changes the order
@@ -180,6 +198,10 @@ def run_sft(
         session.forward_backward(passes)
         metrics = session.optim_step()
         emit({"type": "metrics", "epoch": epoch, **metrics})
+        if update == 1 and resume_step is None:  # a fresh run's first update (rule 10)
+            warning = first_loss_warning(metrics["loss"], session.vocab_size)
+            if warning:
+                emit(warning)
         log["loss_sum"] += metrics["loss"]
         log["count"] += 1
         log["last"] = metrics["loss"]
@@ -269,8 +291,7 @@ def _validate(
 ) -> float:
     """Token-weighted loss over the whole validation set (seeds/001 "Validate …")."""
     emit({"type": "phase", "phase": "validating", "step": step})
-    mb = cfg.micro_batch
-    res = session.forward([pack_examples(rows[i : i + mb]) for i in range(0, len(rows), mb)])
+    res = session.forward(passes_of(rows, cfg))
     loss = res.loss_sum / res.supervised_tokens
     emit(
         {
@@ -311,7 +332,7 @@ def _save(
         "adapterDir": str(adapter),
     }
     try:
-        verify_adapter(adapter, model_dir, cfg.lora_rank, cfg.target_modules)
+        verify_adapter(adapter, model_dir, cfg.lora_rank, cfg.target_modules, cfg.auto_class)
     except AdapterCheckError as exc:
         shutil.rmtree(adapter, ignore_errors=True)
         emit({**event, "adapterDir": None, "adapterCheck": exc.message})

@@ -58,14 +58,21 @@ def _gpus(f: dict[str, Any]) -> AkkaError | None:
 def _base_model(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
     """A base model nobody selected (or whose selection failed) would leave the run
     ``QUEUED`` for a selection no one started; one still fetching is fine (the run
-    waits). The message names the select command."""
+    waits). The message names the select command. A READY model whose catalog LoRA
+    targets match none of its modules is refused too (jobs/lora_targets.py)."""
     from ..catalog.cache import ready_model_dir
+    from .lora_targets import refuse_unmatched_targets
 
     try:
-        ready_model_dir(session, ctx.settings, f["base_model"])
+        path, entry = ready_model_dir(session, ctx.settings, f["base_model"])
     except Conflict as exc:
         if exc.code in ("base_model_not_selected", "base_model_failed"):
             return InvalidRequest(exc.message, field="baseModel", code=exc.code)
+        return None
+    try:
+        refuse_unmatched_targets(path, entry)
+    except InvalidRequest as exc:
+        return exc
     return None
 
 

@@ -49,7 +49,7 @@ def handle_event(
 
 
 def apply_event(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
-    """Apply one event (``phase``, ``data``, ``metrics``, ``validation``, ``failed``,
+    """Apply one event (``phase``, ``data``, ``metrics``, ``validation``, ``warning``, ``failed``,
     ``paused``, ``cancelled``, or one of the run's kind: ``save`` and ``completed`` for a
     supervised run) to ``run``. An event type nobody handles is logged and ignored."""
     kind = ev.get("type")
@@ -63,6 +63,10 @@ def apply_event(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, A
         }
     elif kind in ("metrics", "validation"):
         _measurement(s, run, att, kind, ev)
+    elif kind == "warning":  # engine/sanity.py: shown by runs get and runs metrics
+        entry = {k: v for k, v in ev.items() if k != "type"}
+        warnings = [*(run.results or {}).get("warnings", []), entry]
+        run.results = {**(run.results or {}), "warnings": warnings}
     elif kind == "failed":
         end_attempt(run, att, S.FAILED, ev.get("reason") or "The worker failed without a reason.")
         run.failure_detail = ev.get("detail")

@@ -64,8 +64,13 @@ def _settings_text(resolved: Any) -> list[str] | None:
     return [line["text"] for line in settings_lines(resolved)]
 
 
-def engine_settings(plan: dict[str, Any], target_modules: list[str] | str | None) -> dict[str, Any]:
-    """EngineConfig keyword arguments for a resolved supervised plan."""
+def engine_settings(
+    plan: dict[str, Any],
+    target_modules: list[str] | tuple[str, ...] | str | None,
+    auto_class: str | None = None,
+) -> dict[str, Any]:
+    """EngineConfig keyword arguments for a resolved supervised plan and the base model's
+    catalog entry (``loraTargetModules``, ``autoClass``)."""
     hp = _get(plan, "config.hyperparams", {})
     es = _get(plan, "config.engineSettings", {}) or {}
     precision = _get(plan, "config.model.precision", "auto")
@@ -81,6 +86,8 @@ def engine_settings(plan: dict[str, Any], target_modules: list[str] | str | None
         "min_learning_rate_ratio": float(_get(hp, "scheduler.minLearningRateRatio", 0.0)),
         "epochs": int(_get(hp, "training.epochs", 1)),
         "micro_batch": int(_get(hp, "training.microBatchPerGpu", 1)),
+        "dynamic_batches": bool(_get(plan, "config.data.use_dynamic_bsz", True)),
+        "token_budget": int(_get(plan, "config.maxSeqLength", 2048)),
         "gradient_accumulation": int(_get(hp, "training.gradientAccumulation", 1)),
         "validation_frequency_steps": int(_get(hp, "training.validationFrequencySteps", 0)),
         "validate_each_epoch": bool(_get(hp, "training.validateEachEpoch", False)),
@@ -95,10 +102,12 @@ def engine_settings(plan: dict[str, Any], target_modules: list[str] | str | None
         "keep_recoverable": int(_get(plan, "execution.keepRecoverable", 1)),
         "save_each_epoch": bool(_get(plan, "execution.saveEachEpoch", False)),
     }
-    if target_modules:
+    if target_modules:  # a regular expression stays one string (engine/targets.py)
         out["target_modules"] = (
-            list(target_modules) if not isinstance(target_modules, str) else [target_modules]
+            target_modules if isinstance(target_modules, str) else list(target_modules)
         )
+    if auto_class:
+        out["auto_class"] = auto_class
     return out
 
 
@@ -125,7 +134,7 @@ def build_spec(launch: Launch) -> JobSpec:
         if run.validation_dataset
         else None
     )
-    engine = engine_settings(plan, targets)
+    engine = engine_settings(plan, targets, getattr(entry, "auto_class", None))
     engine["device"] = "cuda" if run.device_kind == "cuda" else "cpu"
     return launch.spec(
         dataset=ds,

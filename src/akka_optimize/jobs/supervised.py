@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
+from ..errors import Conflict
 from . import states as S
 from .admission import admit
 from .branches import branch_origin, record_origin

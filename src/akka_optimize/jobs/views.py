@@ -69,6 +69,7 @@ def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
         "meanLoss": res.get("meanLoss"),
         "validationLoss": res.get("validationLoss"),
         "adaptedModules": res.get("adaptedModules"),
+        "warnings": res.get("warnings"),
         "tokensPerSecond": res.get("tokensPerSecond"),
         "data": res.get("data"),
         "epochModels": res.get("epochModels"),
@@ -101,6 +102,7 @@ def metrics(session: Session, run: Run) -> dict[str, Any]:
         "validation": [out["validation"][k] for k in sorted(out["validation"])],
         "finalLoss": (run.results or {}).get("finalLoss"),
         "meanLoss": (run.results or {}).get("meanLoss"),
+        "warnings": (run.results or {}).get("warnings") or [],
     }
 
 

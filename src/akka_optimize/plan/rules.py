@@ -406,6 +406,24 @@ def check_supervised(plan: RunPlan, resolved: dict[str, Any], facts: Facts, out:
         if t.validationFrequencySteps:
             p = f"{base}.validationFrequencySteps"
             out.add(p, f"{p} needs config.data.validationDataset.", t.validationFrequencySteps)
+    if t is not None and (t.microBatchPerGpu or 1) > 1 and data["use_dynamic_bsz"] is False:
+        p = f"{base}.microBatchPerGpu"
+        out.add(
+            p,
+            f"{p} {t.microBatchPerGpu} contradicts config.data.use_dynamic_bsz false, which "
+            "trains one conversation per pass; set microBatchPerGpu to 1 (or leave it out), "
+            "or use_dynamic_bsz to true to pack whole conversations up to the token budget.",
+            t.microBatchPerGpu,
+        )
+    if cfg.data is not None and cfg.data.packing is not None and not facts.multi:
+        out.add(
+            "config.data.packing",
+            "config.data.packing cannot be set on a supervised run on one device: there "
+            "config.data.use_dynamic_bsz decides packing (true, the default: whole "
+            "conversations packed best-fit decreasing up to config.maxSeqLength tokens per "
+            "pass; false: one conversation per pass).",
+            cfg.data.packing,
+        )
     if cfg.data is not None and cfg.data.packing is True and facts.multi:
         why = (
             "it already packs whole conversations into each pass up to its token budget"

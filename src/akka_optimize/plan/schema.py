@@ -249,14 +249,18 @@ class DataGroup(_Group):
     )
     use_dynamic_bsz: bool | None = Field(
         None,
-        description="Pack each pass with whole conversations up to a token budget (true) or "
-        "train one conversation per pass (false).",
+        description="Pack each pass with whole conversations up to a token budget (true: "
+        "best-fit decreasing, `maxSeqLength` tokens on one device; an update still holds "
+        "microBatchPerGpu × gradientAccumulation conversations) or train one conversation "
+        "per pass (false; microBatchPerGpu above 1 is then refused). The loss is the same.",
     )
     packing: bool | None = Field(
         None,
-        description="Pack conversations into each pass on a supervised run on one device. "
-        "Refused on more than one device, which packs already (or trains one conversation "
-        "per pass where use_dynamic_bsz is false).",
+        description="Refused on a supervised run: on one device `use_dynamic_bsz` decides "
+        "packing (true: whole conversations best-fit decreasing up to `maxSeqLength` tokens "
+        "per pass; false: one conversation per pass); `true` on more than one device is "
+        "refused because the run packs already (or trains one conversation per pass where "
+        "use_dynamic_bsz is false).",
     )
     onTooLong: Literal["refuse", "drop"] | None = Field(
         None,

@@ -12,6 +12,7 @@ blob and no version. ``{name}`` in these paths may carry a selector: ``train:v2`
 from __future__ import annotations
 
 import shutil
+import tarfile
 import tempfile
 import uuid
 from collections.abc import Callable
