@@ -349,6 +349,13 @@ def parse_row(obj: Any, line: int) -> dict[str, Any]:
     """
     if not isinstance(obj, dict):
         raise RowError(line, "", f"a row must be a JSON object, not {_kind(obj)}")
+    if "messages" not in obj and "prompt" not in obj:
+        from .shapes import foreign_shape
+
+        # a ShareGPT or Alpaca row is named as such (with its messages form), not as
+        # carrying unknown fields
+        if (hint := foreign_shape(obj)) is not None:
+            raise RowError(line, "messages", hint)
     _refuse_unknown(obj, ROW_FIELDS, line, "")
     messages = _maybe_json(_messages_of(obj, line), line, "messages", list)
     if not messages:

@@ -16,7 +16,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ..db.models.jobs import Run
 from ..errors import AkkaError, Conflict, InvalidRequest
 from .mapping import job_fields
 
@@ -82,22 +81,6 @@ def _model_name(session: Session, f: dict[str, Any]) -> AkkaError | None:
     return trained_name_refusal(session, f["project"], f["model_name"], f["base_model"])
 
 
-def _branch_project(session: Session, f: dict[str, Any]) -> AkkaError | None:
-    ref = f["resolved"].get("branchFrom")
-    if not ref:
-        return None
-    source = session.get(Run, str(ref.get("run")))
-    if source is None or source.project == f["project"]:
-        return None
-    return InvalidRequest(
-        f"branchFrom.run: run {source.id} belongs to project {source.project!r}, not "
-        f"{f['project']!r}; a branch trains in its source run's project, so set project "
-        f"to {source.project!r}.",
-        field="branchFrom.run",
-        code="branch_other_project",
-    )
-
-
 def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaError]:
     """Every reason the start of ``resolved`` would be refused, in the order a start checks
     them; empty when it may start. Reads the database, creates nothing.
@@ -116,7 +99,6 @@ def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaEr
         _gpus(f),
         _base_model(ctx, session, f),
         _model_name(session, f),
-        _branch_project(session, f),
     ]
     return [e for e in found if e is not None]
 
