@@ -12,14 +12,14 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..jsonvalues import MAX_INT
 
-#: Event types a worker sends (:func:`akka_optimize.jobs.events.apply_event`).
+#: Event types every kind of job sends (:func:`akka_optimize.jobs.events.apply_event`);
+#: a kind adds its own (``save`` and ``completed`` for supervised runs, jobs/kinds.py).
 EVENT_TYPES = (
     "phase",
     "data",
     "metrics",
     "validation",
-    "save",
-    "completed",
+    "warning",
     "failed",
     "paused",
     "cancelled",
@@ -44,6 +44,14 @@ def whole_number(value: Any, field: str, *, low: int = 0, high: int = MAX_INT) -
     return value
 
 
+def known_event_types() -> tuple[str, ...]:
+    """:data:`EVENT_TYPES` and the event types of every registered job kind."""
+    from ..jobs.kinds import job_kind, registered_kinds
+
+    extra = sorted({t for k in registered_kinds() for t in job_kind(k).events})
+    return (*EVENT_TYPES, *(t for t in extra if t not in EVENT_TYPES))
+
+
 def check_worker_event(event: dict[str, Any]) -> dict[str, Any]:
     """The event when its type is known and its counts are whole numbers; else raise.
 
@@ -51,9 +59,10 @@ def check_worker_event(event: dict[str, Any]) -> dict[str, Any]:
         InvalidRequest: (``type`` or the count's name) as the sentence says.
     """
     kind = event.get("type")
-    if kind not in EVENT_TYPES:
+    known = known_event_types()
+    if kind not in known:
         raise InvalidRequest(
-            f"type must be one of {', '.join(EVENT_TYPES)}, not {repr(kind)[:40]}.", field="type"
+            f"type must be one of {', '.join(known)}, not {repr(kind)[:40]}.", field="type"
         )
     if kind == "save" and "step" not in event:
         raise InvalidRequest("A save event needs step.", field="step")
