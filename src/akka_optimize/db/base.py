@@ -40,6 +40,19 @@ def utcnow() -> dt.datetime:
 write_intent: ContextVar[bool] = ContextVar("akka_write_intent", default=True)
 
 
+@contextmanager
+def intent(write: bool) -> Iterator[None]:
+    """Run the block's sessions as writing (``BEGIN IMMEDIATE`` on SQLite) or reading
+    (plain ``BEGIN``) units of work. A reading session that opens a writing one inside it
+    (a status update while the read is open) must say so, or the inner ``BEGIN IMMEDIATE``
+    of the same thread waits on nothing but itself until the busy timeout."""
+    token = write_intent.set(write)
+    try:
+        yield
+    finally:
+        write_intent.reset(token)
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     # The driver's own transaction handling is off: it would start a transaction
     # only before the first INSERT/UPDATE/DELETE, so a SAVEPOINT opened before

@@ -26,7 +26,7 @@ import httpx
 from sqlalchemy import select
 
 from ..db import Database
-from ..db.base import utcnow
+from ..db.base import intent, utcnow
 from ..db.models.serving import Endpoint, EndpointModel
 from ..deployment import ServingLimits
 from ..settings import Settings
@@ -56,7 +56,7 @@ class EndpointManager:
 
     # state ---------------------------------------------------------------------
     def _set(self, endpoint_id: str, **fields: Any) -> None:
-        with self.db.session() as s:
+        with intent(write=True), self.db.session() as s:
             ep = s.get(Endpoint, endpoint_id)
             if ep is not None:
                 for k, v in fields.items():
@@ -151,7 +151,8 @@ class EndpointManager:
     def _start_now(self, endpoint_id: str) -> None:
         from ..catalog.cache import ready_model_dir
 
-        with self.db.session() as s:
+        # a read: the status updates inside it (_set) write in their own transactions
+        with intent(write=False), self.db.session() as s:
             ep = s.get(Endpoint, endpoint_id)
             if ep is None:
                 return
