@@ -203,6 +203,12 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("GET", "/v1/registry/datasets/{namespace}/{name}/object"): [
         {"path": "/v1/registry/datasets/b/train/object", "expect": "hidden"},
     ],
+    ("GET", "/v1/registry/models/{namespace}/{name}/object"): [
+        {"path": "/v1/registry/models/b/tiny-smollm2/object", "expect": "hidden"},
+    ],
+    ("GET", "/v1/registry/models/{namespace}/{name}/merged"): [
+        {"path": "/v1/registry/models/b/tiny-smollm2/merged", "expect": "hidden"},
+    ],
     ("PUT", "/v1/registry/{kinds}/{namespace}/{name}/aliases/{alias}"): [
         {"path": "/v1/registry/datasets/b/train/aliases/champion", "json": {"version": "v1"},
          "expect": "forbid:aliases.set"},

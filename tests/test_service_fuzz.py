@@ -73,7 +73,7 @@ def _fuzz(operation, mode, headers: dict[str, str], failures: list[str]) -> int:
 def test_the_openapi_document_fuzzes_clean(tmp_path, monkeypatch) -> None:
     with in_process(tmp_path / "h", monkeypatch) as svc:
         svc.call("POST", "/v1/training/projects", json={"name": "p"})
-        schema = schemathesis.openapi.from_asgi("/openapi.json", svc.app)
+        schema = schemathesis.openapi.from_asgi("/openapi.json", svc.app, headers=svc.headers)
         failures: list[str] = []
         count = calls = 0
         for result in schema.get_all_operations():

@@ -32,6 +32,8 @@ def test_tokens_are_stored_hashed(svc: LiveService) -> None:
     from akka_optimize.db.models.auth import ApiToken
     from akka_optimize.settings import Settings
 
+    made = svc.api("POST", "/v1/training/projects", json={"name": "demo"})
+    assert made.status_code in (200, 201), made.text
     token = svc.create_token(project="demo")
     ok = httpx.get(
         f"{svc.url}/v1/training/info", headers={"Authorization": f"Bearer {token}"}, timeout=30

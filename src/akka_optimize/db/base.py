@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -67,8 +68,51 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+class NestedWriteError(RuntimeError):
+    """A thread began a writing transaction while it already held another one open.
+
+    On SQLite the inner ``BEGIN IMMEDIATE`` would wait for the outer one's write lock,
+    which the same thread releases only after the inner one returns: it would wait the
+    whole busy timeout and then fail with "database is locked". Raised at once instead,
+    naming the cause (a programming error: read with ``intent(write=False)``, or commit
+    the outer session before opening the inner one)."""
+
+
+#: Per thread: the DB-API connections whose writing transaction is open.
+_open_writes = threading.local()
+
+
+def _writes() -> set[int]:
+    held = getattr(_open_writes, "ids", None)
+    if held is None:
+        held = _open_writes.ids = set()
+    return held
+
+
+def _dbapi_id(conn: Any) -> int:
+    return id(conn.connection.dbapi_connection)
+
+
 def _sqlite_begin(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if write_intent.get() else "BEGIN")
+    write = write_intent.get()
+    if write:
+        held = _writes()
+        if held - {_dbapi_id(conn)}:
+            raise NestedWriteError(
+                "This thread already holds a writing transaction open on the state store; "
+                "a second one would wait on it until 'database is locked'."
+            )
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+    if write:
+        _writes().add(_dbapi_id(conn))
+
+
+def _sqlite_end(conn: Any) -> None:
+    _writes().discard(_dbapi_id(conn))
+
+
+def _sqlite_checkin(dbapi_conn: Any, _record: Any) -> None:
+    _writes().discard(id(dbapi_conn))
 
 
 def make_engine(url: str) -> Engine:
@@ -87,6 +131,9 @@ def make_engine(url: str) -> Engine:
         )
         event.listen(eng, "connect", _sqlite_pragmas)
         event.listen(eng, "begin", _sqlite_begin)
+        event.listen(eng, "commit", _sqlite_end)
+        event.listen(eng, "rollback", _sqlite_end)
+        event.listen(eng.pool, "checkin", _sqlite_checkin)
         return eng
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]

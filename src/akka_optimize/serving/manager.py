@@ -79,8 +79,9 @@ class EndpointManager:
             return f"queued: position {self.queue.index(endpoint_id) + 1} of {len(self.queue)}"
 
     def worker_for(self, endpoint_id: str) -> WorkerProcess | None:
-        """The running worker of an endpoint, or None."""
-        with self.db.session() as s:
+        """The running worker of an endpoint, or None. A read: a request handler calls it
+        while its own writing transaction is open."""
+        with intent(write=False), self.db.session() as s:
             ep = s.get(Endpoint, endpoint_id)
             base = ep.base_model if ep else None
         w = self.workers.get(base or "")
@@ -97,7 +98,7 @@ class EndpointManager:
     def begin(self, endpoint_id: str) -> str | None:
         """A request to ``endpoint_id`` starts; its worker will not stop as idle until
         :meth:`end`. Returns the base model to pass to :meth:`end`."""
-        with self.db.session() as s:
+        with intent(write=False), self.db.session() as s:
             ep = s.get(Endpoint, endpoint_id)
             base = ep.base_model if ep else None
         if base is not None:

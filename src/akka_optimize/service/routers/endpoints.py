@@ -289,13 +289,18 @@ def delete_endpoint(
     ep = find_endpoint(s, endpoint_id, principal)
     out = view(s, ep, ctx)
     m = manager(ctx)
+    others = s.scalars(
+        select(Endpoint.id).where(Endpoint.base_model == ep.base_model, Endpoint.id != ep.id)
+    ).first()
     for r in _models(s, ep):
         if r.kind == "adapter":
             m.detach(ep.id, r.served_name)
         s.delete(r)
     s.delete(ep)
-    s.commit()  # before the manager writes in its own session (SQLite allows one writer)
-    others = s.scalars(select(Endpoint).where(Endpoint.base_model == ep.base_model)).first()
+    # Committed before the manager writes in its own session (SQLite allows one writer),
+    # and nothing is read afterwards: a read would begin a new writing transaction on
+    # this session and hold the lock the manager's session then waits on.
+    s.commit()
     if others is None:
         m.stop_base(ep.base_model, "deleted")
     out["state"] = "DELETED"
