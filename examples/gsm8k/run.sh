@@ -20,6 +20,8 @@ akka-optimize training info
 akka-optimize training projects create gsm8k
 akka-optimize registry datasets register gsm8k/train -f demo-output/gsm8k-train.jsonl
 akka-optimize registry datasets register gsm8k/val -f demo-output/gsm8k-val.jsonl
+akka-optimize registry datasets register gsm8k/test -f demo-output/gsm8k-test.jsonl
+akka-optimize registry bundles register gsm8k/scoring -f examples/gsm8k/scoring
 akka-optimize training base-models select HuggingFaceTB/SmolLM2-135M-Instruct --wait
 
 # 4. Check the plan, then train.
@@ -30,9 +32,16 @@ akka-optimize training runs get "$RUN"
 akka-optimize training runs metrics "$RUN"
 akka-optimize registry models versions gsm8k/smollm2-gsm8k
 
-# 5. Serve the adapter and ask it something through an OpenAI-compatible address.
+# 5. Score the held-out questions before (base model) and after (adapter).
 MODEL=$(akka-optimize training runs get "$RUN" -o json \
         | python -c 'import json,sys; print(json.load(sys.stdin)["results"]["model"])')
+akka-optimize training evaluations start --model HuggingFaceTB/SmolLM2-135M-Instruct \
+  --project gsm8k --dataset gsm8k/test --grader bundle:gsm8k/scoring#reward --wait
+akka-optimize training evaluations start --model "$MODEL" \
+  --dataset gsm8k/test --grader bundle:gsm8k/scoring#reward --wait
+akka-optimize training evaluations list
+
+# 6. Serve the adapter and ask it something through an OpenAI-compatible address.
 EP=$(akka-optimize training endpoints create --model "$MODEL" --wait -o json \
      | python -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 akka-optimize training endpoints send "$EP" --input "Tom has 3 apples and buys 5 more. How many apples does he have?"

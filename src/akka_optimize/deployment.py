@@ -91,6 +91,17 @@ class ServiceLimits(_Strict):
     )
 
 
+class GraderLimits(_Strict):
+    """Limits of each call of a user's grader function (issue 17 item 1; the sandbox is
+    :mod:`akka_optimize.evals.sandbox`). A call that passes one scores its example as an
+    error, with the limit named."""
+
+    cpuSeconds: float = Field(10, gt=0, description="CPU time of one grader call.")
+    wallSeconds: float = Field(30, gt=0, description="Wall-clock time of one grader call.")
+    memoryMiB: int = Field(1024, ge=16, description="Address space of a grader process.")
+    workers: int = Field(2, ge=1, le=64, description="Grader processes of one evaluation.")
+
+
 MEMORY_SETTINGS: tuple[str, ...] = (
     "execution.memory.offload.weights",
     "execution.memory.offload.optimizer",
@@ -175,6 +186,7 @@ class Deployment(_Strict):
     serving: ServingLimits = Field(default_factory=ServingLimits)
     limits: RegistryLimits = Field(default_factory=RegistryLimits)
     service: ServiceLimits = Field(default_factory=ServiceLimits)
+    graders: GraderLimits = Field(default_factory=GraderLimits)
     memorySettings: MemorySettingsPolicy = Field(
         default_factory=MemorySettingsPolicy,
         description="Allowed execution.memory/rollout settings and values, and defaults.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from helpers import REPO
+from helpers import REPO, make_random_adapter  # noqa: F401 (the serving tests import it here)
 
 TOOLS = [
     {
@@ -25,24 +25,6 @@ CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}
 FINAL_ANSWER = "Sunny."
 INSTRUCTIONS = "You answer weather questions."
 CACHE = Path(os.environ.get("AKKA_OPTIMIZE_TEST_CACHE", REPO / ".cache" / "test-models"))
-
-
-def make_random_adapter(base_dir: Path, dest: Path, seed: int, rank: int = 8) -> Path:
-    """A LoRA adapter with random non-zero A and B (so it changes the answers)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(base_dir)
-    cfg = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj", "o_proj"])
-    peft = get_peft_model(model, cfg)
-    with torch.no_grad():
-        for name, p in peft.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.3)
-    peft.save_pretrained(dest)
-    return dest
 
 
 def train_tool_adapter(base_dir: Path, dest: Path) -> Path:

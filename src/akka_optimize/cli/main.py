@@ -18,6 +18,7 @@ from . import (
     base_models,
     data,
     endpoints,
+    evaluations,
     plan,
     projects,
     registry,
@@ -48,6 +49,7 @@ training_app.add_typer(runs.app, name="runs")
 training_app.add_typer(projects.app, name="projects")
 training_app.add_typer(base_models.app, name="base-models")
 training_app.add_typer(endpoints.app, name="endpoints")
+training_app.add_typer(evaluations.app, name="evaluations")
 training_app.add_typer(data.app, name="data")
 training_app.add_typer(run_states.snapshots_app, name="snapshots")
 training_app.add_typer(adapters.app, name="adapters")

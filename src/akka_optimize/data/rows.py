@@ -42,13 +42,24 @@ from akka_optimize.errors import InvalidRequest, excerpt
 from . import strictjson
 
 ROLES = ("system", "user", "assistant", "tool")
-ROW_FIELDS = ("messages", "tools", "prompt", "completion")
+ROW_FIELDS = (
+    "messages",
+    "tools",
+    "prompt",
+    "completion",
+    "ground_truth",
+    "data_source",
+    "extra_info",
+)
 MESSAGE_FIELDS = ("role", "content", "name", "reasoning_content", "tool_calls", "tool_call_id")
 TEXT_PART_FIELDS = ("type", "text", "content", "value", "train", "weight")
 TOOL_CALL_FIELDS = ("id", "type", "function")
 """The fields a row, a message, a text part and a tool call may have. Any other field is
 refused naming the line and the field (as a plan refuses one it does not declare), rather
-than dropped: nothing in a row is silently ignored. ``tools`` entries are kept as given."""
+than dropped: nothing in a row is silently ignored. ``tools`` entries are kept as given.
+``ground_truth``, ``data_source`` and ``extra_info`` are what a grader receives for the row
+(veRL's reward-function arguments; :mod:`akka_optimize.evals.rows`); supervised training
+does not read them."""
 MAX_LISTED_ERRORS = 10
 _SINGLE_TURN_KEYS = ("prompt", "completion")
 
@@ -342,7 +353,8 @@ def parse_row(obj: Any, line: int) -> dict[str, Any]:
         line: its 1-based line number, used in every error.
 
     Returns:
-        ``{"messages": [...], "tools"?: [...]}``, a new object (``obj`` is not changed).
+        ``{"messages": [...], "tools"?: [...], "ground_truth"?, "data_source"?,
+        "extra_info"?}``, a new object (``obj`` is not changed).
 
     Raises:
         RowError: the first thing wrong with the row, naming the line and field.
@@ -382,4 +394,16 @@ def parse_row(obj: Any, line: int) -> dict[str, Any]:
                 raise RowError(line, f"tools[{t}]", "a tool needs a function with a name")
         if tools:
             row["tools"] = tools
+    if obj.get("ground_truth") is not None:
+        row["ground_truth"] = obj["ground_truth"]
+    if obj.get("data_source") is not None:
+        if not isinstance(obj["data_source"], str):
+            raise RowError(
+                line, "data_source", f"must be a string, not {_kind(obj['data_source'])}"
+            )
+        row["data_source"] = obj["data_source"]
+    if obj.get("extra_info") is not None:
+        if not isinstance(obj["extra_info"], dict):
+            raise RowError(line, "extra_info", f"must be an object, not {_kind(obj['extra_info'])}")
+        row["extra_info"] = obj["extra_info"]
     return row

@@ -50,6 +50,8 @@ ACTIONS: dict[str, str] = {
     "runs.warmStart": "warm-start a run from a model of another project",
     "runs.compare": "compare runs of two projects",
     "endpoints.create": "create an endpoint in a project, or serve another project's model",
+    "evaluations.create": "start an evaluation in a project, or score another project's model",
+    "evaluations.cancel": "cancel an evaluation of a project",
     "datasets.register": "register a dataset version in a namespace",
     "bundles.register": "register a scoring-bundle version in a namespace",
     "models.register": "register a model version in a namespace",

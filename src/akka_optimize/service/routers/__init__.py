@@ -1,8 +1,19 @@
 """One router per resource. Each module exports ``router`` (authenticated routes)
 and may define ``on_startup(ctx)`` / ``on_shutdown(ctx)`` hooks."""
 
-from . import base_models, data, docs, endpoints, health, projects, registry, run_records, runs
+from . import (
+    base_models,
+    data,
+    docs,
+    endpoints,
+    evaluations,
+    health,
+    projects,
+    registry,
+    run_records,
+    runs,
+)
 
-ROUTERS = [health, docs, registry, projects, base_models, data, runs, run_records, endpoints]
+ROUTERS = [health, docs, registry, projects, base_models, data, runs, run_records, endpoints, evaluations]
 
 __all__ = ["ROUTERS"]

@@ -1,0 +1,224 @@
+"""``training evaluations`` commands (FEATURES F121, F123, F127): start, get, list, cancel.
+
+A thin client of ``/v1/training/evaluations``; the service decides what is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from .client import Client
+from .context import CliError
+from .output import OutputOpt, console, emit, print_kv, print_table, wait_for
+
+app = typer.Typer(
+    help="Score a model's answers to a dataset with a grader.\n\n"
+    "Example: {prog} training evaluations start --model gsm8k/smollm2:v1 --dataset gsm8k/val "
+    "--grader bundle:gsm8k/scoring#reward --wait",
+    no_args_is_help=True,
+)
+BASE = "/v1/training/evaluations"
+DONE = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def _score(ev: dict[str, Any]) -> str:
+    r = ev.get("results")
+    if not r or r.get("mean") is None:
+        return ""
+    se = f" ± {r['stderr']:.4f}" if r.get("stderr") is not None else ""
+    return f"{r['mean']:.4f}{se}"
+
+
+def _line(ev: dict[str, Any]) -> str:
+    p = ev.get("progress") or {}
+    done = f" {p.get('completed', 0)}/{p.get('total', 0)} examples" if p.get("total") else ""
+    phase = ev.get("phase") or ev.get("queueReason") or ""
+    return f"{ev['id'][:8]} {ev['state']}{done}" + (f": {phase}" if phase else "")
+
+
+def _show(ev: dict[str, Any], wide: bool) -> None:
+    r = ev.get("results") or {}
+    pairs: list[tuple[str, Any]] = [
+        ("ID", ev["id"]),
+        ("Project", ev.get("project")),
+        ("State", ev["state"]),
+        ("Model", ev.get("modelId")),
+        ("Dataset", ev.get("dataset")),
+        ("Grader", ev.get("grader")),
+        ("Bundle", ev.get("bundle")),
+        ("Instructions", ev.get("graderInstructions") or "(none: a bundle grader)"),
+        ("Progress", f"{ev['progress']['completed']}/{ev['progress']['total']} examples"),
+    ]
+    if r:
+        pairs += [
+            ("Score", f"{_score(ev)} (mean ± standard error)"),
+            ("Examples", f"{r.get('count')} ({r.get('scored')} scored, {r.get('errors')} errors)"),
+        ]
+    if ev.get("failureReason"):
+        pairs.append(("Failure", ev["failureReason"]))
+    if wide:
+        pairs += [("Sampling", json.dumps(ev.get("sampling"))), ("Created", ev.get("createdAt"))]
+    print_kv(pairs)
+    for ex in ev.get("examples") or []:
+        score = "error" if ex.get("score") is None else f"{ex['score']:g}"
+        console.print(f"\n#{ex['index']}  score {score}", highlight=False, markup=False)
+        if ex.get("error"):
+            console.print(f"  error: {ex['error']}", highlight=False, markup=False)
+        answer = (ex.get("answer") or "").strip().replace("\n", " ")
+        console.print(f"  answer: {answer[:300]}", highlight=False, markup=False)
+
+
+def _wait(client: Client, evaluation_id: str, timeout: float | None) -> dict[str, Any]:
+    last: dict[str, Any] = {}
+
+    def poll() -> tuple[bool, str]:
+        last.update(client.get(f"{BASE}/{evaluation_id}"))
+        return last["state"] in DONE, _line(last)
+
+    wait_for(poll, interval=0.5, timeout=timeout)
+    return last
+
+
+@app.command("start")
+def start(
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="Registry reference of the model: a trained adapter (its project is the "
+            "evaluation's) or a base model (needs --project).",
+        ),
+    ],
+    dataset: Annotated[
+        str,
+        typer.Option(
+            "--dataset",
+            help="Registry reference of the dataset. Each row's last assistant message is the "
+            "reference answer; the messages before it are the prompt.",
+        ),
+    ],
+    grader: Annotated[
+        str,
+        typer.Option(
+            "--grader",
+            help="bundle:REFERENCE#MODULE[:FUNCTION]; FUNCTION defaults to compute_score "
+            "(veRL's compute_score(data_source, solution_str, ground_truth, extra_info)).",
+        ),
+    ],
+    grader_instructions: Annotated[
+        str | None,
+        typer.Option(
+            "--grader-instructions",
+            help="Instructions for a model: judge (refused with a bundle grader, which does not "
+            "read them).",
+        ),
+    ] = None,
+    project: Annotated[
+        str | None, typer.Option("--project", help="Project (required for a base model).")
+    ] = None,
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="Sampling temperature; 0 is greedy.")
+    ] = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass.")] = 1.0,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="Longest answer, in tokens.")
+    ] = 256,
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Evaluate only the first N rows.")
+    ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="Follow it (completed/total examples) until it ends."),
+    ] = False,
+    output: OutputOpt = "text",
+) -> None:
+    """Start an evaluation: the model answers every row's prompt, the grader scores each answer.
+
+    The model, dataset and bundle are pinned to exact versions when it is accepted. With
+    --wait the command exits non-zero when the evaluation fails or is cancelled.
+
+    Example: {prog} training evaluations start --model gsm8k/smollm2:v1 --dataset gsm8k/val
+    --grader bundle:gsm8k/scoring#reward --limit 50 --wait
+    """
+    body: dict[str, Any] = {
+        "modelId": model,
+        "dataset": dataset,
+        "grader": grader,
+        "sampling": {
+            "temperature": temperature,
+            "topP": top_p,
+            "maxTokens": max_tokens,
+            "seed": seed,
+        },
+    }
+    if grader_instructions is not None:
+        body["graderInstructions"] = grader_instructions
+    if project:
+        body["project"] = project
+    if limit is not None:
+        body["limit"] = limit
+    c = Client()
+    ev = c.post(BASE, json=body)
+    if output == "text":
+        console.print(f"Started evaluation {ev['id']}.", highlight=False)
+    if wait:
+        ev = _wait(c, ev["id"], None)
+    emit(ev, output, _show)
+    if wait and ev["state"] != "SUCCEEDED":
+        raise CliError(
+            f"Evaluation {ev['id']} ended {ev['state']}"
+            + (f": {ev['failureReason']}" if ev.get("failureReason") else ".")
+        )
+
+
+@app.command("get")
+def get(
+    evaluation: Annotated[str, typer.Argument(help="Evaluation ID or prefix.")],
+    examples: Annotated[
+        bool, typer.Option("--examples", help="Show every example's answer and score.")
+    ] = False,
+    output: OutputOpt = "text",
+) -> None:
+    """Show an evaluation: its pinned references, progress, score and error count."""
+    params = {"examples": "true"} if examples else None
+    emit(Client().get(f"{BASE}/{evaluation}", params=params), output, _show)
+
+
+@app.command("list")
+def list_cmd(
+    project: Annotated[str | None, typer.Option("--project")] = None, output: OutputOpt = "text"
+) -> None:
+    """List evaluations, newest first."""
+    data = Client().get(BASE, params={"project": project} if project else None)
+
+    def text(d: dict[str, Any], wide: bool) -> None:
+        rows = [
+            {**e, "id": e["id"] if wide else e["id"][:8], "score": _score(e)}
+            for e in d["evaluations"]
+        ]
+        print_table(
+            rows,
+            [
+                ("ID", "id"),
+                ("PROJECT", "project"),
+                ("STATE", "state"),
+                ("MODEL", "model"),
+                ("SCORE", "score"),
+            ],
+        )
+
+    emit(data, output, text)
+
+
+@app.command("cancel")
+def cancel(
+    evaluation: Annotated[str, typer.Argument(help="Evaluation ID or prefix.")],
+    output: OutputOpt = "text",
+) -> None:
+    """Cancel an evaluation; it ends CANCELLED (what it recorded is kept)."""
+    ev = Client().post(f"{BASE}/{evaluation}/cancel")
+    emit(ev, output, lambda d, _w: console.print(_line(d), highlight=False, markup=False))

@@ -1,0 +1,1 @@
+"""Evaluations: grade a model's answers to a dataset with a registered grader."""

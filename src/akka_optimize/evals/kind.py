@@ -1,0 +1,326 @@
+"""Evaluations as jobs: the ``eval`` kind, how one is accepted, and what it reports.
+
+An evaluation is a run record whose ``method`` is ``eval`` (:mod:`akka_optimize.jobs.kinds`):
+the same scheduler, executor, states (``QUEUED`` → ``PREPARING`` → ``RUNNING`` →
+``SUCCEEDED``/``FAILED``/``CANCELLED``), cancel and recovery as a training run. Its worker
+(:func:`akka_optimize.evals.worker.evaluate`) answers the dataset's prompts with the serving
+engine and grades the answers in the sandbox (:mod:`akka_optimize.evals.sandbox`).
+
+:func:`start_evaluation` pins the model, dataset and bundle to exact versions at acceptance
+and refuses, naming the field, whatever would fail later: a grader whose module or function
+the bundle does not define, a dataset row without ground truth, a base model that is not
+ready, options a bundle grader would ignore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..db.models.jobs import Run, RunAttempt
+from ..errors import InvalidRequest, NotFound
+from ..jobs import states as S
+from ..jobs.kinds import JobKind, Launch, register_kind
+from ..jobs.records import end_attempt
+from ..jobs.scheduler import wake
+from ..jobs.spec import JobSpec
+from ..store import content_key
+from .graders import check_bundle_entry, parse_grader
+
+METHOD = "eval"
+"""The run ``method`` of an evaluation."""
+
+MAX_ERROR_SHARE = 0.5
+"""An evaluation whose example errors (grader raised, hung, exceeded a limit, returned a
+non-number) exceed this share of its examples fails, with one sentence; below it, it
+succeeds and reports the error count beside the mean."""
+
+DEFAULT_SAMPLING = {"temperature": 0.0, "topP": 1.0, "maxTokens": 256, "seed": 0}
+"""Sampling of the answers when the request leaves a setting out: greedy, 256 tokens."""
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """A validated ``POST /v1/training/evaluations`` body, its model already resolved.
+
+    Attributes:
+        project: the project the evaluation belongs to (the candidate's, or ``--project``).
+        model: the resolved model version (:class:`akka_optimize.registry.ResolvedVersion`).
+        base_key: the base model's catalog key (``ns/name:vN``) the worker loads.
+        dataset / grader / grader_instructions / sampling / limit: as given.
+        raw: the request body as given (kept with the record).
+        device_kind: ``cpu`` or ``cuda``: where the answers are generated (the deployment's
+            default device profile, else CUDA when the service's machine has it).
+    """
+
+    project: str
+    model: Any
+    base_key: str
+    dataset: str
+    grader: str
+    grader_instructions: str | None
+    sampling: dict[str, Any]
+    limit: int | None
+    raw: dict[str, Any]
+    device_kind: str = "cpu"
+
+
+def _bundle_sources(store: Any, rv: Any) -> dict[str, bytes]:
+    """The Python files of a bundle version (path → bytes), for the submit-time check."""
+    out: dict[str, bytes] = {}
+    for rel, info in (rv.files or {}).items():
+        if rel.endswith(".py"):
+            out[rel] = store.get_bytes(content_key(info["digest"].removeprefix("sha256:")))
+    return out
+
+
+def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
+    """The evaluation's pinned settings (what the worker runs and ``get`` shows)."""
+    from ..registry import load_dataset_rows
+    from .rows import eval_rows
+
+    spec = parse_grader(req.grader, field="grader")
+    if spec.kind == "model":
+        raise InvalidRequest(
+            f"grader {req.grader!r}: model: judges are not available in this release; score "
+            "with a bundle grader (bundle:REFERENCE#MODULE[:FUNCTION]).",
+            field="grader",
+            code="not_available",
+        )
+    if req.grader_instructions is not None:
+        raise InvalidRequest(
+            "graderInstructions: instructions are for a model: judge; a bundle grader's code "
+            "does not read them. Leave them out.",
+            field="graderInstructions",
+        )
+    bundle = resolve("bundle", spec.ref, field="grader")
+    check_bundle_entry(_bundle_sources(ctx.store, bundle), spec, f"{bundle.repo}:v{bundle.version}")
+    ds = resolve("dataset", req.dataset, field="dataset")
+    rows = load_dataset_rows(ctx.store, ds)
+    if req.limit is not None:
+        rows = rows[: req.limit]
+    if not rows:
+        raise InvalidRequest(f"Dataset {ds.pinned} has no rows to evaluate.", field="dataset")
+    eval_rows(rows, ds.pinned, f"{ds.namespace}/{ds.name}")  # refuses a row, naming it
+    model = req.model
+    return {
+        "kind": "evaluation",
+        "project": req.project,
+        "modelId": model.pinned,
+        "model": f"{model.repo}:v{model.version}",
+        "modelSource": "adapter" if model.source == "adapter" else "base",
+        "baseModel": req.base_key,
+        "dataset": ds.pinned,
+        "datasetRows": len(rows),
+        "grader": {
+            "spec": f"bundle:{bundle.repo}:v{bundle.version}#{spec.module}:{spec.function}",
+            "bundle": bundle.pinned,
+            "module": spec.module,
+            "function": spec.function,
+        },
+        "graderInstructions": None,
+        "sampling": req.sampling,
+        "limit": req.limit,
+        "maxErrorShare": MAX_ERROR_SHARE,
+    }
+
+
+def start_evaluation(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
+    """Record an evaluation; it waits ``QUEUED`` until the scheduler starts it.
+
+    Args:
+        resolve: ``resolve(kind, ref, field=...)`` over the registry versions the caller
+            sees in the evaluation's project (the service's access rules).
+
+    Raises:
+        InvalidRequest / NotFound / Forbidden / Conflict: the request is refused (the field
+            named); nothing is created.
+    """
+    from ..catalog.cache import ready_model_dir
+
+    ready_model_dir(s, ctx.settings, req.base_key)  # refuses a base model that is not READY
+    resolved = _resolved(ctx, s, req, resolve)
+    digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
+    run = Run(
+        id=uuid.uuid4().hex[:16],
+        project=req.project,
+        method=METHOD,
+        state=S.QUEUED,
+        plan=req.raw,
+        resolved=resolved,
+        config_hash=digest,
+        base_model=req.base_key,
+        dataset=resolved["dataset"],
+        validation_dataset=None,
+        model_name=resolved["model"],
+        device_kind=req.device_kind,
+        gpus=0,
+        total_steps=resolved["datasetRows"],
+        results={},
+        queue_reason="waiting for the scheduler",
+    )
+    s.add(run)
+    s.flush()
+    wake(ctx)
+    return evaluation_view(s, run)
+
+
+def build_spec(launch: Launch) -> JobSpec:
+    """The job spec of an evaluation attempt (the ``eval`` kind's ``build_spec``)."""
+    from ..deployment import load_deployment
+    from ..registry import resolve
+
+    s, run = launch.session, launch.run
+    r = run.resolved
+    g = load_deployment(launch.ctx.settings.resolved_deployment_file()).graders
+    limits = {
+        "cpu_seconds": g.cpuSeconds,
+        "wall_seconds": g.wallSeconds,
+        "memory_bytes": g.memoryMiB * 1024**2,
+        "workers": g.workers,
+    }
+    ev = {
+        "model": r["modelId"],
+        "adapter": resolve(s, "model", r["modelId"]).to_dict()
+        if r["modelSource"] == "adapter"
+        else None,
+        "grader": {**r["grader"], "bundle": resolve(s, "bundle", r["grader"]["bundle"]).to_dict()},
+        "sampling": r["sampling"],
+        "limit": r["limit"],
+        "limits": limits,
+    }
+    return launch.spec(
+        dataset=resolve(s, "dataset", r["dataset"]).to_dict(),
+        device="cuda" if run.device_kind == "cuda" else "cpu",
+        extra={"evaluation": ev, "hidden": [str(launch.ctx.settings.home)]},
+    )
+
+
+def _progress(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
+    run.current_step = int(event.get("completed") or 0)
+    run.total_steps = int(event.get("total") or run.total_steps or 0)
+    stage = str(event.get("stage") or "")
+    run.results = {**(run.results or {}), "stage": stage}
+
+
+def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
+    res = dict(event.get("result") or {})
+    run.results = {**(run.results or {}), **res, "stage": "graded"}
+    run.current_step = int(res.get("count") or run.current_step or 0)
+    share = float(res.get("errorShare") or 0.0)
+    if share > MAX_ERROR_SHARE:
+        end_attempt(
+            run,
+            att,
+            S.FAILED,
+            f"{res.get('errors')} of {res.get('count')} examples could not be scored (more than "
+            f"{MAX_ERROR_SHARE:.0%}); `training evaluations get {run.id[:8]} --examples` shows "
+            "each one's reason.",
+        )
+    else:
+        end_attempt(run, att, S.SUCCEEDED)
+
+
+EVALUATION = register_kind(
+    JobKind(
+        name=METHOD,
+        worker="akka_optimize.evals.worker:evaluate",
+        build_spec=build_spec,
+        events={"progress": _progress, "completed": _completed},
+    )
+)
+"""The evaluation kind, registered when this module is imported."""
+
+
+def _iso(t: Any) -> str | None:
+    return t.isoformat() if t is not None else None
+
+
+def evaluation_view(
+    s: Session, run: Run, *, examples: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The API record of an evaluation (``GET /v1/training/evaluations/ID``)."""
+    r = run.resolved or {}
+    res = run.results or {}
+    out: dict[str, Any] = {
+        "id": run.id,
+        "project": run.project,
+        "state": run.state,
+        "phase": run.phase_detail,
+        "queueReason": run.queue_reason if run.state == S.QUEUED else None,
+        "modelId": r.get("modelId"),
+        "model": r.get("model"),
+        "baseModel": r.get("baseModel"),
+        "dataset": r.get("dataset"),
+        "grader": (r.get("grader") or {}).get("spec"),
+        "bundle": (r.get("grader") or {}).get("bundle"),
+        "graderInstructions": r.get("graderInstructions"),
+        "instructionsSource": None,
+        "sampling": r.get("sampling"),
+        "limit": r.get("limit"),
+        "progress": {"completed": run.current_step or 0, "total": run.total_steps or 0},
+        "results": {
+            k: res.get(k) for k in ("mean", "stderr", "count", "scored", "errors", "errorShare")
+        }
+        if "mean" in res
+        else None,
+        "maxErrorShare": r.get("maxErrorShare"),
+        "failureReason": run.failure_reason,
+        "createdAt": _iso(run.created_at),
+        "startedAt": _iso(run.started_at),
+        "finishedAt": _iso(run.finished_at),
+    }
+    if examples is not None:
+        out["examples"] = examples
+    return out
+
+
+def find_evaluation(s: Session, evaluation_id: str, project: str | None) -> Run:
+    """The evaluation with this ID or unambiguous ID prefix (in ``project`` when given).
+
+    Raises:
+        NotFound: no such evaluation (field ``evaluation``).
+        InvalidRequest: the prefix matches several.
+    """
+    run = s.get(Run, evaluation_id)
+    if run is not None and run.method == METHOD and (project is None or run.project == project):
+        return run
+    q = (
+        select(Run)
+        .where(Run.method == METHOD, Run.id.startswith(evaluation_id.lower(), autoescape=True))
+        .limit(3)
+    )
+    if project is not None:
+        q = q.where(Run.project == project)
+    found = s.scalars(q).all()
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise NotFound(f"No evaluation {evaluation_id!r}.", field="evaluation")
+    raise InvalidRequest(
+        f"The evaluation ID prefix {evaluation_id!r} matches several evaluations; give more of it.",
+        field="evaluation",
+    )
+
+
+def list_evaluations(s: Session, project: str | None, limit: int = 100) -> list[dict[str, Any]]:
+    """Newest evaluations first, optionally of one project."""
+    q = select(Run).where(Run.method == METHOD).order_by(Run.created_at.desc()).limit(limit)
+    if project:
+        q = q.where(Run.project == project)
+    return [evaluation_view(s, r) for r in s.scalars(q)]
+
+
+def read_examples(store: Any, run: Run) -> list[dict[str, Any]]:
+    """Every scored example of a finished evaluation (prompt, answer, score, details, error)."""
+    key = (run.results or {}).get("examplesKey")
+    if not key:
+        return []
+    text = store.get_bytes(key).decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -1,0 +1,160 @@
+"""Evaluations: ``/v1/training/evaluations`` (seeds/001 "Scoring bundles live in the
+registry"; FEATURES F058, F121, F123, F127).
+
+An evaluation scores one model's answers to a dataset's prompts with a grader; it runs as a
+job (:mod:`akka_optimize.evals.kind`). The model, dataset and bundle are pinned to exact
+versions when the evaluation is accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...errors import InvalidRequest
+from ...evals import kind as evals
+from ...jobs import control
+from .. import access
+from ..deps import CtxDep, PrincipalDep, SessionDep
+from .projects import find_project
+
+router = APIRouter(prefix="/v1/training/evaluations")
+
+
+class Sampling(BaseModel):
+    """How the answers are sampled; a setting left out takes its default (greedy, 256 tokens)."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float = Field(0.0, ge=0, le=2, description="0 is greedy.")
+    topP: float = Field(1.0, gt=0, le=1)  # noqa: N815 (the API's camelCase)
+    maxTokens: int = Field(256, ge=1, le=32768)  # noqa: N815
+    seed: int | None = Field(0, ge=0, le=2**31 - 1)
+
+
+class EvaluationCreate(BaseModel):
+    """Body of ``POST /v1/training/evaluations``."""
+
+    model_config = ConfigDict(extra="forbid")
+    modelId: str = Field(  # noqa: N815
+        min_length=1,
+        description="Registry reference of the model: a trained adapter or a base model.",
+    )
+    dataset: str = Field(min_length=1, description="Registry reference of the dataset.")
+    grader: str = Field(
+        min_length=1, description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default)."
+    )
+    graderInstructions: str | None = Field(  # noqa: N815
+        None, description="A model: judge's instructions (not read by a bundle grader)."
+    )
+    project: str | None = Field(
+        None, description="Project (name or ID); a base model needs one, an adapter takes its own."
+    )
+    sampling: Sampling = Field(default_factory=Sampling)
+    limit: int | None = Field(None, ge=1, description="Evaluate only the first N rows.")
+
+
+def _project_of(s: Any, principal: Any, model: Any, project: Any) -> Any:
+    if model.source == "adapter":
+        if project is None:
+            return find_project(s, model.namespace, principal)
+        if project.name != model.namespace:
+            raise access.refusal(
+                "evaluations.create",
+                f"{model.repo} is a model of project {model.namespace!r}; an evaluation of "
+                f"project {project.name!r} scores only that project's models and base models",
+                field="modelId",
+            )
+        return project
+    if project is None:
+        raise InvalidRequest(
+            f"{model.repo} is a base model, which belongs to no project; name one with --project.",
+            field="project",
+        )
+    return project
+
+
+@router.post("", status_code=201)
+def start_evaluation(
+    body: EvaluationCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
+) -> JSONResponse:
+    """Accept an evaluation: pin its references, refuse what would fail, queue it."""
+    from ...refs import parse_ref
+
+    project = None
+    if body.project:
+        access.check_project_key_write(principal, s, body.project, "evaluations.create")
+        project = find_project(s, body.project, principal)
+    model = access.resolve(
+        principal, s, "model", body.modelId, project.name if project else None, field="modelId"
+    )
+    project = _project_of(s, principal, model, project)
+    access.check_project_write(principal, project.name, "evaluations.create")
+    if model.source == "adapter":
+        b = parse_ref(model.base_model or "")
+        base_key = f"{b.repo}:v{b.version}" if b.version else b.repo
+    else:
+        base_key = f"{model.repo}:v{model.version}"
+
+    def resolve(kind: str, ref: str, *, field: str) -> Any:
+        return access.resolve(principal, s, kind, ref, project.name, field=field)
+
+    from ...deployment import load_deployment
+    from ..plans import cuda_available
+
+    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    prof = dep.profile(dep.defaultDeviceProfile) if dep.defaultDeviceProfile else None
+    device = prof.kind if prof is not None else ("cuda" if cuda_available() else "cpu")
+    req = evals.EvalRequest(
+        project=project.name,
+        model=model,
+        base_key=base_key,
+        dataset=body.dataset,
+        grader=body.grader,
+        grader_instructions=body.graderInstructions,
+        sampling=body.sampling.model_dump(),
+        limit=body.limit,
+        raw=body.model_dump(exclude_none=True),
+        device_kind=device,
+    )
+    return JSONResponse(evals.start_evaluation(ctx, s, req, resolve), status_code=201)
+
+
+@router.get("")
+def list_evaluations(
+    s: SessionDep,
+    principal: PrincipalDep,
+    project: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Newest evaluations first, of the projects the caller sees."""
+    visible, project = access.list_scope(principal, project)
+    return {"evaluations": evals.list_evaluations(s, project, limit) if visible else []}
+
+
+@router.get("/{evaluation_id}")
+def get_evaluation(
+    evaluation_id: str,
+    s: SessionDep,
+    ctx: CtxDep,
+    principal: PrincipalDep,
+    examples: bool = False,
+) -> dict[str, Any]:
+    """One evaluation (ID or unambiguous prefix); ``examples=true`` adds every scored example."""
+    run = evals.find_evaluation(s, evaluation_id, access.scope(principal))
+    rows = evals.read_examples(ctx.store, run) if examples else None
+    return evals.evaluation_view(s, run, examples=rows)
+
+
+@router.post("/{evaluation_id}/cancel")
+def cancel_evaluation(
+    evaluation_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    """Cancel an evaluation: a queued one ends ``CANCELLED`` at once, a running one at its
+    next example."""
+    run = evals.find_evaluation(s, evaluation_id, access.scope(principal))
+    access.check_project_write(principal, run.project, "evaluations.cancel")
+    control.request_control(ctx, s, run, "cancel")
+    return evals.evaluation_view(s, run)

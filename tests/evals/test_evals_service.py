@@ -1,0 +1,237 @@
+"""Evaluations end to end through the live service and the real CLI (issue 17 items 1–2):
+a bundle grader scores a base model and a trained adapter; bad requests are refused at
+submit, naming what does not resolve; hostile grader code is an example error; a cancelled
+evaluation ends CANCELLED without a failure.
+
+One service for the module: the tiny base model is selected once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helpers import REPO, LiveService, free_port, hold_at, make_random_adapter, release, wait_held
+
+TINY = "akka-optimize/tiny-smollm2"
+
+REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Share of the reference answer's words the answer uses (a deterministic number)."""
+    truth = set(str(ground_truth).lower().split())
+    words = set(solution_str.lower().split())
+    return {"score": len(truth & words) / max(1, len(truth)), "words": len(words),
+            "source": data_source, "index": extra_info["index"]}
+
+
+def exact(data_source, solution_str, ground_truth, extra_info=None):
+    return float(solution_str.strip() == str(ground_truth).split("####")[-1].strip())
+'''
+
+
+def _hostile(home: Path) -> str:
+    return f"""
+import os, time
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    i = extra_info["index"]
+    if i == 0:  # the service's state store and its environment
+        with open({str(home / "state.db")!r}, "rb") as f:
+            return {{"score": 1.0, "leak": f.read(64).hex()}}
+    if i == 1:
+        block = bytearray(2 * 1024**3)
+        return float(len(block))
+    if i == 2:
+        while True:
+            time.sleep(1)
+    return {{"score": 1.0, "env": sorted(k for k in os.environ if k.startswith("AKKA"))}}
+"""
+
+
+def _rows(path: Path, n: int, offset: int = 0) -> Path:
+    items = [json.loads(x) for x in (REPO / "data/gsm8k/train.jsonl").open()][offset : offset + n]
+    with path.open("w") as f:
+        for it in items:
+            msgs = [
+                {"role": "system", "content": "Answer with #### N."},
+                {"role": "user", "content": it["question"]},
+                {"role": "assistant", "content": it["answer"]},
+            ]
+            f.write(json.dumps({"messages": msgs}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[Any]:
+    tmp = tmp_path_factory.mktemp("evals")
+    home = tmp / "home"
+    home.mkdir()
+    dep = yaml.safe_load((REPO / "src/akka_optimize/deployment.yaml").read_text())
+    dep["graders"] = {"cpuSeconds": 5, "wallSeconds": 3, "memoryMiB": 512, "workers": 2}
+    (home / "deployment.yaml").write_text(yaml.safe_dump(dep))
+    s = LiveService(home=home, config_dir=tmp / "config", port=free_port())
+    s.start()
+    try:
+        s.cli("training", "projects", "create", "proj", check=True)
+        s.cli("training", "base-models", "select", TINY, "--wait", check=True)
+        bundle = tmp / "scoring"
+        bundle.mkdir()
+        (bundle / "reward.py").write_text(REWARD)
+        s.cli("registry", "bundles", "register", "proj/scoring", "-f", str(bundle), check=True)
+        hostile = tmp / "hostile"
+        hostile.mkdir()
+        (hostile / "evil.py").write_text(_hostile(home))
+        s.cli("registry", "bundles", "register", "proj/hostile", "-f", str(hostile), check=True)
+        data = _rows(tmp / "val.jsonl", 5)
+        s.cli("registry", "datasets", "register", "proj/val", "-f", str(data), check=True)
+        seven = _rows(tmp / "seven.jsonl", 7, offset=5)
+        s.cli("registry", "datasets", "register", "proj/seven", "-f", str(seven), check=True)
+        folder = make_random_adapter(tiny_model_dir, tmp / "cand", seed=5, rank=24)
+        s.cli("registry", "models", "register", "proj/cand", "-f", str(folder),
+              "--base-model", TINY, check=True)  # fmt: skip
+        s.bundle_dir = bundle
+        yield s
+    finally:
+        (home / "test-hold").unlink(missing_ok=True)
+        s.stop()
+
+
+def _start(svc: Any, *args: str, check: bool = True) -> Any:
+    return svc.cli("training", "evaluations", "start", *args, check=check)
+
+
+def _json_of(out: Any) -> dict[str, Any]:
+    return json.loads(out.stdout[out.stdout.index("{") :])
+
+
+def _local_scores(bundle: Path, examples: list[dict[str, Any]], dataset: str) -> list[float]:
+    spec = importlib.util.spec_from_file_location("reward_local", bundle / "reward.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return [
+        mod.compute_score(dataset, ex["answer"], ex["groundTruth"], {"index": ex["index"]})["score"]
+        for ex in examples
+    ]
+
+
+def test_a_base_model_and_an_adapter_are_scored_through_the_cli(svc) -> None:
+    common = ("--dataset", "proj/val", "--grader", "bundle:proj/scoring#reward", "--max-tokens",
+              "12", "--wait", "-o", "json")  # fmt: skip
+    base = _json_of(_start(svc, "--model", TINY, "--project", "proj", *common))
+    cand = _json_of(_start(svc, "--model", "proj/cand", *common))  # takes the adapter's project
+    got = {}
+    for ev in (base, cand):
+        assert ev["state"] == "SUCCEEDED", ev
+        assert ev["project"] == "proj"
+        assert ev["dataset"].startswith("proj/val:v1@sha256:")
+        assert ev["bundle"].startswith("proj/scoring:v1@sha256:")
+        assert ev["grader"] == "bundle:proj/scoring:v1#reward:compute_score"
+        assert ev["progress"] == {"completed": 5, "total": 5}
+        full = json.loads(
+            svc.cli(
+                "training",
+                "evaluations",
+                "get",
+                ev["id"][:8],
+                "--examples",
+                "-o",
+                "json",
+                check=True,
+            ).stdout  # fmt: skip
+        )
+        examples = full["examples"]
+        assert [e["index"] for e in examples] == [0, 1, 2, 3, 4]
+        assert all(e["error"] is None and e["answer"] for e in examples)
+        assert examples[0]["groundTruth"].rstrip().endswith("#### 72")  # the reference answer
+        # the score a user recomputes from the shown answers with the bundle's own code
+        local = _local_scores(svc.bundle_dir, examples, "proj/val")
+        assert [e["score"] for e in examples] == pytest.approx(local)
+        assert ev["results"]["mean"] == pytest.approx(sum(local) / 5)
+        assert ev["results"]["count"] == 5 and ev["results"]["errors"] == 0
+        assert examples[0]["details"] == {"words": len(set(examples[0]["answer"].lower().split())),
+                                          "source": "proj/val", "index": 0}  # fmt: skip
+        got[ev["modelId"]] = [e["answer"] for e in examples]
+    assert base["modelId"].startswith(f"{TINY}:v1@sha256:")
+    assert cand["modelId"].startswith("proj/cand:v1@sha256:")  # rank 24 runs (F122)
+    assert got[base["modelId"]] != got[cand["modelId"]]  # the adapter was applied
+
+    listed = svc.cli("training", "evaluations", "list", check=True).stdout
+    assert base["id"][:8] in listed and cand["id"][:8] in listed
+    shown = svc.cli("training", "evaluations", "get", cand["id"][:8], check=True).stdout
+    assert f"{cand['results']['mean']:.4f}" in shown and "proj/cand:v1" in shown
+    runs = svc.api("GET", "/v1/training/runs").json()["runs"]
+    assert all(r["id"] not in (base["id"], cand["id"]) for r in runs)
+
+
+@pytest.mark.parametrize(
+    "body, field, words",
+    [
+        ({"grader": "bundle:proj/scoring#nomodule"}, "grader", "has no module nomodule"),
+        ({"grader": "bundle:proj/scoring#reward:absent"}, "grader", "absent"),
+        ({"grader": "bundle:scoring/reward:compute_score"}, "grader",
+         "bundle:scoring#reward:compute_score"),  # the 0.7 spelling
+        ({"grader": "bundle:proj/nothere#reward"}, "grader", "proj/nothere"),
+        ({"grader": "model:judge"}, "grader", "model: judges"),
+        ({"graderInstructions": "Be strict."}, "graderInstructions", "bundle grader"),
+        ({"modelId": TINY, "project": None}, "project", "base model"),
+        ({"dataset": "proj/missing"}, "dataset", "proj/missing"),
+        ({"shuffle": True}, "shuffle", "shuffle"),
+    ],
+)  # fmt: skip
+def test_bad_requests_are_refused_naming_the_field(svc, body, field, words) -> None:
+    before = svc.api("GET", "/v1/training/evaluations").json()["evaluations"]
+    req = {"modelId": "proj/cand", "dataset": "proj/val", "grader": "bundle:proj/scoring#reward"}
+    req.update(body)
+    req = {k: v for k, v in req.items() if v is not None}
+    r = svc.api("POST", "/v1/training/evaluations", json=req)
+    assert r.status_code in (400, 404, 422), r.text
+    err = r.json()["error"]
+    assert field in (err.get("field") or "") + err["message"], err
+    assert words in err["message"], err
+    assert svc.api("GET", "/v1/training/evaluations").json()["evaluations"] == before
+
+
+def test_hostile_grader_calls_are_example_errors_and_the_evaluation_finishes(svc) -> None:
+    out = _start(svc, "--model", "proj/cand", "--dataset", "proj/seven", "--grader",
+                 "bundle:proj/hostile#evil", "--max-tokens", "4", "--wait", "-o", "json")  # fmt: skip
+    ev = _json_of(out)
+    assert ev["state"] == "SUCCEEDED", ev  # 3 errors of 7 is under the failing share
+    assert ev["results"]["errors"] == 3 and ev["results"]["scored"] == 4
+    full = svc.api("GET", f"/v1/training/evaluations/{ev['id']}?examples=true").json()
+    by = {e["index"]: e for e in full["examples"]}
+    assert by[0]["score"] is None and "leak" not in json.dumps(by[0])
+    assert "memory" in by[1]["error"]
+    assert "wall-clock" in by[2]["error"]
+    assert by[3]["score"] == 1.0 and by[3]["details"]["env"] == []  # no AKKA_* variable
+    assert "SQLite format" not in json.dumps(full)
+    # the service is still up and serving
+    assert svc.api("GET", "/v1/training/info").json()["startedCompletely"]
+
+
+def test_a_cancelled_evaluation_ends_cancelled_without_a_failure(svc) -> None:
+    hold_at(svc, "answering")
+    try:
+        out = _start(svc, "--model", "proj/cand", "--dataset", "proj/val", "--grader",
+                     "bundle:proj/scoring#reward", "-o", "json")  # fmt: skip
+        ev = _json_of(out)
+        wait_held(svc)
+        cancelled = svc.cli("training", "evaluations", "cancel", ev["id"][:8], check=True)
+        assert ev["id"][:8] in cancelled.stdout
+    finally:
+        release(svc)
+    for _ in range(600):
+        got = svc.api("GET", f"/v1/training/evaluations/{ev['id']}").json()
+        if got["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            break
+        time.sleep(0.2)
+    assert got["state"] == "CANCELLED", got
+    assert got["failureReason"] is None and got["results"] is None
+    assert got["progress"]["completed"] == 0
