@@ -85,6 +85,7 @@ class World:
             i["b_run"],
             i["b_endpoint"],
             i["b_evaluation"],
+            i["b_comparison"],
             i["b_project_id"],
             "b/train",
             "b/pics",
@@ -148,6 +149,8 @@ def _populate(w: World, tmp: Path) -> World:
     w.ok(b, "POST", "/v1/registry/bundles/b/grader", content=_tar({"g.py": GRADER}))
     ev = w.ok(b, "POST", "/v1/training/evaluations", json=_evaluation("b"))
     w.ids["b_evaluation"] = ev["id"]
+    cmp = w.ok(b, "POST", "/v1/training/comparisons", json=_comparison("b"))
+    w.ids["b_comparison"] = cmp["id"]
     return w
 
 
@@ -163,6 +166,10 @@ def _evaluation(owner: str, **kw: Any) -> dict[str, Any]:
         "sampling": {"maxTokens": 2},
     }
     return {**body, **kw}
+
+
+def _comparison(owner: str, **kw: Any) -> dict[str, Any]:
+    return _evaluation(owner, **{"baselineModelId": TINY_MODEL, **kw})
 
 
 # -- the table -------------------------------------------------------------------------
@@ -355,6 +362,26 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("POST", "/v1/training/evaluations/{evaluation_id}/cancel"): [
         {"path": "/v1/training/evaluations/{evaluation}/cancel", "expect": "hidden"},
     ],
+    ("POST", "/v1/training/comparisons"): [
+        {"path": "/v1/training/comparisons", "json": _comparison("b"), "expect": "hidden"},
+        {"path": "/v1/training/comparisons", "token": "admin",
+         "json": _comparison("b", project="a"), "expect": "forbid:comparisons.create"},
+        {"path": "/v1/training/comparisons", "token": "admin",
+         "json": _comparison("a", modelId=TINY_MODEL, project="a",
+                             baselineModelId="b/tiny-smollm2:v1"),
+         "expect": "forbid:comparisons.create"},
+    ],
+    ("GET", "/v1/training/comparisons"): [
+        {"path": "/v1/training/comparisons", "expect": "list"},
+        {"path": "/v1/training/comparisons", "params": {"project": "b"}, "expect": "list"},
+    ],
+    ("GET", "/v1/training/comparisons/{comparison_id}"): [
+        {"path": "/v1/training/comparisons/{comparison}", "expect": "hidden"},
+        {"path": "/v1/training/comparisons/{comparison_prefix}", "expect": "hidden"},
+    ],
+    ("POST", "/v1/training/comparisons/{comparison_id}/cancel"): [
+        {"path": "/v1/training/comparisons/{comparison}/cancel", "expect": "hidden"},
+    ],
     ("POST", "/v1/training/endpoints"): [
         {"path": "/v1/training/endpoints", "json": {"model": "b/tiny-smollm2:v1"},
          "expect": "hidden"},
@@ -413,6 +440,8 @@ def _fill(value: Any, w: World) -> Any:
         "{a_run}": i["a_run"],
         "{endpoint}": i["b_endpoint"],
         "{evaluation}": i["b_evaluation"],
+        "{comparison}": i["b_comparison"],
+        "{comparison_prefix}": i["b_comparison"][:10],
         "{evaluation_prefix}": i["b_evaluation"][:10],
         "{endpoint_prefix}": i["b_endpoint"][:10],
         "{image}": i["b_image"],
@@ -531,6 +560,8 @@ def test_refused_requests_changed_nothing_of_b(world: World) -> None:
     assert ep["state"] != "DELETED"
     ev = world.ok(b, "GET", f"/v1/training/evaluations/{world.ids['b_evaluation']}")
     assert ev["state"] != "CANCELLED"
+    cmp = world.ok(b, "GET", f"/v1/training/comparisons/{world.ids['b_comparison']}")
+    assert cmp["state"] != "CANCELLED"
     names = [p["name"] for p in world.ok(world.admin, "GET", "/v1/training/projects")["projects"]]
     assert names == ["a", "b"]
 

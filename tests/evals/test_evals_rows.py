@@ -66,3 +66,20 @@ def test_summary_is_the_mean_and_its_standard_error_over_scored_examples():
     assert got["mean"] == 0.5 and got["count"] == 5 and got["errors"] == 1
     assert got["stderr"] == pytest.approx((1 / 3) ** 0.5 / 2)  # sd 0.577 / sqrt(4)
     assert summary([None])["mean"] is None and summary([None])["errorShare"] == 1.0
+
+
+def test_paired_statistics_leave_out_pairs_with_an_error():
+    from akka_optimize.evals.stats import paired
+
+    got = paired([1.0, 0.5, 0.0, None, 1.0], [0.0, 0.5, 1.0, 1.0, 0.0])
+    assert (got["wins"], got["losses"], got["ties"], got["pairs"], got["errors"]) == (2, 1, 1, 4, 1)
+    d = [1.0, 0.0, -1.0, 1.0]
+    mean = sum(d) / 4
+    sd = (sum((x - mean) ** 2 for x in d) / 3) ** 0.5
+    assert got["meanDifference"] == pytest.approx(0.25)
+    assert got["ci95"] == pytest.approx(
+        [mean - 3.182 * sd / 2, mean + 3.182 * sd / 2]
+    )  # t(0.975, 3)
+    assert paired([None], [1.0])["meanDifference"] is None
+    with pytest.raises(ValueError, match="2 candidate scores but 1"):
+        paired([1.0, 1.0], [1.0])

@@ -235,3 +235,48 @@ def test_a_cancelled_evaluation_ends_cancelled_without_a_failure(svc) -> None:
     assert got["state"] == "CANCELLED", got
     assert got["failureReason"] is None and got["results"] is None
     assert got["progress"]["completed"] == 0
+
+
+def test_a_comparison_counts_wins_and_the_paired_difference(svc) -> None:
+    args = ("--model", "proj/cand", "--baseline", TINY, "--dataset", "proj/val", "--grader",
+            "bundle:proj/scoring#reward", "--max-tokens", "12")  # fmt: skip
+    out = svc.cli("training", "comparisons", "create", *args, "--wait", "-o", "json", check=True)
+    cmp = _json_of(out)
+    assert cmp["state"] == "SUCCEEDED", cmp
+    assert cmp["modelId"].startswith("proj/cand:v1@sha256:")
+    assert cmp["baselineModelId"].startswith(f"{TINY}:v1@sha256:")
+    assert cmp["progress"] == {"completed": 10, "total": 10}
+    full = svc.api("GET", f"/v1/training/comparisons/{cmp['id'][:8]}?examples=true").json()
+    ex = full["examples"]
+    assert [e["index"] for e in ex] == [0, 1, 2, 3, 4]
+    a = _local_scores(svc.bundle_dir, [{**e, "answer": e["answerA"]} for e in ex], "proj/val")
+    b = _local_scores(svc.bundle_dir, [{**e, "answer": e["answerB"]} for e in ex], "proj/val")
+    assert [e["scoreA"] for e in ex] == pytest.approx(a)
+    assert [e["scoreB"] for e in ex] == pytest.approx(b)
+    r = cmp["results"]
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    assert (r["wins"], r["losses"], r["ties"]) == (
+        sum(x > 1e-9 for x in d),
+        sum(x < -1e-9 for x in d),
+        sum(abs(x) <= 1e-9 for x in d),
+    )
+    mean = sum(d) / 5
+    sd = (sum((x - mean) ** 2 for x in d) / 4) ** 0.5
+    assert r["meanDifference"] == pytest.approx(mean)
+    assert r["ci95"] == pytest.approx([mean - 2.776 * sd / 5**0.5, mean + 2.776 * sd / 5**0.5])
+    assert r["candidate"]["mean"] == pytest.approx(sum(a) / 5)
+    differ = [e for e in ex if e["scoreA"] != e["scoreB"]]
+    assert len(full["mostDifferent"]) == min(5, len(differ))
+    listed = svc.cli("training", "comparisons", "list", check=True).stdout
+    assert cmp["id"][:8] in listed  # recovers the ID without repeating the submission
+    shown = svc.cli("training", "comparisons", "get", cmp["id"][:8], check=True).stdout
+    assert "Wins/losses/ties" in shown and "proj/cand" in shown
+    same = svc.api("POST", "/v1/training/comparisons", json={
+        "modelId": "proj/cand", "baselineModelId": "proj/cand:v1", "dataset": "proj/val",
+        "grader": "bundle:proj/scoring#reward"})  # fmt: skip
+    assert same.status_code == 400 and same.json()["error"]["field"] == "baselineModelId"
+    assert svc.api("GET", "/v1/training/evaluations").json()["evaluations"]  # kept apart
+    assert all(
+        e["id"] != cmp["id"]
+        for e in svc.api("GET", "/v1/training/evaluations").json()["evaluations"]
+    )

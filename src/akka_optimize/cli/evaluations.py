@@ -23,6 +23,18 @@ app = typer.Typer(
 BASE = "/v1/training/evaluations"
 DONE = ("SUCCEEDED", "FAILED", "CANCELLED")
 
+TemperatureOpt = Annotated[
+    float, typer.Option("--temperature", help="Sampling temperature; 0 is greedy.")
+]
+TopPOpt = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass.")]
+MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Longest answer, in tokens.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Sampling seed.")]
+
+
+def sampling_body(temperature: float, top_p: float, max_tokens: int, seed: int) -> dict[str, Any]:
+    """The request's ``sampling`` object from the sampling options."""
+    return {"temperature": temperature, "topP": top_p, "maxTokens": max_tokens, "seed": seed}
+
 
 def _score(ev: dict[str, Any]) -> str:
     r = ev.get("results")
@@ -119,14 +131,10 @@ def start(
     project: Annotated[
         str | None, typer.Option("--project", help="Project (required for a base model).")
     ] = None,
-    temperature: Annotated[
-        float, typer.Option("--temperature", help="Sampling temperature; 0 is greedy.")
-    ] = 0.0,
-    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass.")] = 1.0,
-    max_tokens: Annotated[
-        int, typer.Option("--max-tokens", help="Longest answer, in tokens.")
-    ] = 256,
-    seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
+    temperature: TemperatureOpt = 0.0,
+    top_p: TopPOpt = 1.0,
+    max_tokens: MaxTokensOpt = 256,
+    seed: SeedOpt = 0,
     limit: Annotated[
         int | None, typer.Option("--limit", help="Evaluate only the first N rows.")
     ] = None,
@@ -148,12 +156,7 @@ def start(
         "modelId": model,
         "dataset": dataset,
         "grader": grader,
-        "sampling": {
-            "temperature": temperature,
-            "topP": top_p,
-            "maxTokens": max_tokens,
-            "seed": seed,
-        },
+        "sampling": sampling_body(temperature, top_p, max_tokens, seed),
     }
     if grader_instructions is not None:
         body["graderInstructions"] = grader_instructions

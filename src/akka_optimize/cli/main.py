@@ -16,6 +16,7 @@ import typer
 from . import (
     adapters,
     base_models,
+    comparisons,
     data,
     endpoints,
     evaluations,
@@ -50,6 +51,7 @@ training_app.add_typer(projects.app, name="projects")
 training_app.add_typer(base_models.app, name="base-models")
 training_app.add_typer(endpoints.app, name="endpoints")
 training_app.add_typer(evaluations.app, name="evaluations")
+training_app.add_typer(comparisons.app, name="comparisons")
 training_app.add_typer(data.app, name="data")
 training_app.add_typer(run_states.snapshots_app, name="snapshots")
 training_app.add_typer(adapters.app, name="adapters")

@@ -36,6 +36,9 @@ from .graders import check_bundle_entry, parse_grader
 METHOD = "eval"
 """The run ``method`` of an evaluation."""
 
+COMPARE = "compare"
+"""The run ``method`` of a comparison (two models, one dataset, one grader)."""
+
 MAX_ERROR_SHARE = 0.5
 """An evaluation whose example errors (grader raised, hung, exceeded a limit, returned a
 non-number) exceed this share of its examples fails, with one sentence; below it, it
@@ -57,6 +60,8 @@ class EvalRequest:
         raw: the request body as given (kept with the record).
         device_kind: ``cpu`` or ``cuda``: where the answers are generated (the deployment's
             default device profile, else CUDA when the service's machine has it).
+        baseline: a comparison's baseline model version (None for an evaluation); it
+            shares the candidate's base model.
     """
 
     project: str
@@ -69,6 +74,7 @@ class EvalRequest:
     limit: int | None
     raw: dict[str, Any]
     device_kind: str = "cpu"
+    baseline: Any = None
 
 
 def _bundle_sources(store: Any, rv: Any) -> dict[str, bytes]:
@@ -78,6 +84,14 @@ def _bundle_sources(store: Any, rv: Any) -> dict[str, bytes]:
         if rel.endswith(".py"):
             out[rel] = store.get_bytes(content_key(info["digest"].removeprefix("sha256:")))
     return out
+
+
+def _side(model: Any) -> dict[str, Any]:
+    return {
+        "modelId": model.pinned,
+        "model": f"{model.repo}:v{model.version}",
+        "modelSource": "adapter" if model.source == "adapter" else "base",
+    }
 
 
 def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
@@ -109,12 +123,14 @@ def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str,
         raise InvalidRequest(f"Dataset {ds.pinned} has no rows to evaluate.", field="dataset")
     eval_rows(rows, ds.pinned, f"{ds.namespace}/{ds.name}")  # refuses a row, naming it
     model = req.model
+    sides = [_side(model)] + ([_side(req.baseline)] if req.baseline is not None else [])
     return {
-        "kind": "evaluation",
+        "kind": "evaluation" if req.baseline is None else "comparison",
         "project": req.project,
         "modelId": model.pinned,
         "model": f"{model.repo}:v{model.version}",
-        "modelSource": "adapter" if model.source == "adapter" else "base",
+        "modelSource": sides[0]["modelSource"],
+        "sides": sides,
         "baseModel": req.base_key,
         "dataset": ds.pinned,
         "datasetRows": len(rows),
@@ -132,7 +148,8 @@ def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str,
 
 
 def start_evaluation(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
-    """Record an evaluation; it waits ``QUEUED`` until the scheduler starts it.
+    """Record an evaluation (a comparison when ``req.baseline`` is set); it waits
+    ``QUEUED`` until the scheduler starts it.
 
     Args:
         resolve: ``resolve(kind, ref, field=...)`` over the registry versions the caller
@@ -150,7 +167,7 @@ def start_evaluation(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> di
     run = Run(
         id=uuid.uuid4().hex[:16],
         project=req.project,
-        method=METHOD,
+        method=METHOD if req.baseline is None else COMPARE,
         state=S.QUEUED,
         plan=req.raw,
         resolved=resolved,
@@ -161,14 +178,14 @@ def start_evaluation(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> di
         model_name=resolved["model"],
         device_kind=req.device_kind,
         gpus=0,
-        total_steps=resolved["datasetRows"],
+        total_steps=resolved["datasetRows"] * len(resolved["sides"]),
         results={},
         queue_reason="waiting for the scheduler",
     )
     s.add(run)
     s.flush()
     wake(ctx)
-    return evaluation_view(s, run)
+    return evaluation_view(s, run) if req.baseline is None else comparison_view(s, run)
 
 
 def build_spec(launch: Launch) -> JobSpec:
@@ -185,11 +202,17 @@ def build_spec(launch: Launch) -> JobSpec:
         "memory_bytes": g.memoryMiB * 1024**2,
         "workers": g.workers,
     }
+    sides = r.get("sides") or [r]
     ev = {
-        "model": r["modelId"],
-        "adapter": resolve(s, "model", r["modelId"]).to_dict()
-        if r["modelSource"] == "adapter"
-        else None,
+        "sides": [
+            {
+                "model": side["modelId"],
+                "adapter": resolve(s, "model", side["modelId"]).to_dict()
+                if side["modelSource"] == "adapter"
+                else None,
+            }
+            for side in sides
+        ],
         "grader": {**r["grader"], "bundle": resolve(s, "bundle", r["grader"]["bundle"]).to_dict()},
         "sampling": r["sampling"],
         "limit": r["limit"],
@@ -211,16 +234,22 @@ def _progress(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, 
 
 def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
     res = dict(event.get("result") or {})
+    if run.method == COMPARE:
+        res["mostDifferent"] = most_different(read_examples(ctx.store, run, res))
+        count, errors = res.get("pairs", 0) + res.get("errors", 0), res.get("errors", 0)
+        what, cmd = "example pairs", "comparisons"
+    else:
+        count, errors = res.get("count", 0), res.get("errors", 0)
+        what, cmd = "examples", "evaluations"
     run.results = {**(run.results or {}), **res, "stage": "graded"}
-    run.current_step = int(res.get("count") or run.current_step or 0)
-    share = float(res.get("errorShare") or 0.0)
-    if share > MAX_ERROR_SHARE:
+    run.current_step = run.total_steps or run.current_step or 0
+    if count and errors / count > MAX_ERROR_SHARE:
         end_attempt(
             run,
             att,
             S.FAILED,
-            f"{res.get('errors')} of {res.get('count')} examples could not be scored (more than "
-            f"{MAX_ERROR_SHARE:.0%}); `training evaluations get {run.id[:8]} --examples` shows "
+            f"{errors} of {count} {what} could not be scored (more than "
+            f"{MAX_ERROR_SHARE:.0%}); `training {cmd} get {run.id[:8]} --examples` shows "
             "each one's reason.",
         )
     else:
@@ -236,6 +265,16 @@ EVALUATION = register_kind(
     )
 )
 """The evaluation kind, registered when this module is imported."""
+
+COMPARISON = register_kind(
+    JobKind(
+        name=COMPARE,
+        worker="akka_optimize.evals.worker:evaluate",
+        build_spec=build_spec,
+        events={"progress": _progress, "completed": _completed},
+    )
+)
+"""The comparison kind: both models answer on one engine, one grader scores both."""
 
 
 def _iso(t: Any) -> str | None:
@@ -281,19 +320,23 @@ def evaluation_view(
     return out
 
 
-def find_evaluation(s: Session, evaluation_id: str, project: str | None) -> Run:
-    """The evaluation with this ID or unambiguous ID prefix (in ``project`` when given).
+def find_evaluation(
+    s: Session, evaluation_id: str, project: str | None, method: str = METHOD
+) -> Run:
+    """The evaluation (``method`` ``eval``) or comparison (``compare``) with this ID or
+    unambiguous ID prefix, in ``project`` when given.
 
     Raises:
-        NotFound: no such evaluation (field ``evaluation``).
+        NotFound: no such evaluation (field ``evaluation`` or ``comparison``).
         InvalidRequest: the prefix matches several.
     """
+    what = "evaluation" if method == METHOD else "comparison"
     run = s.get(Run, evaluation_id)
-    if run is not None and run.method == METHOD and (project is None or run.project == project):
+    if run is not None and run.method == method and (project is None or run.project == project):
         return run
     q = (
         select(Run)
-        .where(Run.method == METHOD, Run.id.startswith(evaluation_id.lower(), autoescape=True))
+        .where(Run.method == method, Run.id.startswith(evaluation_id.lower(), autoescape=True))
         .limit(3)
     )
     if project is not None:
@@ -302,24 +345,68 @@ def find_evaluation(s: Session, evaluation_id: str, project: str | None) -> Run:
     if len(found) == 1:
         return found[0]
     if not found:
-        raise NotFound(f"No evaluation {evaluation_id!r}.", field="evaluation")
+        raise NotFound(f"No {what} {evaluation_id!r}.", field=what)
     raise InvalidRequest(
-        f"The evaluation ID prefix {evaluation_id!r} matches several evaluations; give more of it.",
-        field="evaluation",
+        f"The {what} ID prefix {evaluation_id!r} matches several {what}s; give more of it.",
+        field=what,
     )
 
 
-def list_evaluations(s: Session, project: str | None, limit: int = 100) -> list[dict[str, Any]]:
-    """Newest evaluations first, optionally of one project."""
-    q = select(Run).where(Run.method == METHOD).order_by(Run.created_at.desc()).limit(limit)
+def list_evaluations(
+    s: Session, project: str | None, limit: int = 100, method: str = METHOD
+) -> list[dict[str, Any]]:
+    """Newest evaluations (or comparisons, ``method="compare"``) first, optionally of one
+    project."""
+    q = select(Run).where(Run.method == method).order_by(Run.created_at.desc()).limit(limit)
     if project:
         q = q.where(Run.project == project)
-    return [evaluation_view(s, r) for r in s.scalars(q)]
+    view = evaluation_view if method == METHOD else comparison_view
+    return [view(s, r) for r in s.scalars(q)]
 
 
-def read_examples(store: Any, run: Run) -> list[dict[str, Any]]:
-    """Every scored example of a finished evaluation (prompt, answer, score, details, error)."""
-    key = (run.results or {}).get("examplesKey")
+def comparison_view(
+    s: Session, run: Run, *, examples: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The API record of a comparison (``GET /v1/training/comparisons/ID``): both models,
+    wins/losses/ties of the candidate, the mean score difference with its paired 95%
+    confidence interval, each side's mean, and the examples that differ most."""
+    out = evaluation_view(s, run)
+    r = run.resolved or {}
+    res = run.results or {}
+    sides = r.get("sides") or []
+    out["baselineModelId"] = sides[1]["modelId"] if len(sides) > 1 else None
+    out["baselineModel"] = sides[1]["model"] if len(sides) > 1 else None
+    keys = ("wins", "losses", "ties", "pairs", "errors", "meanDifference", "ci95")
+    out["results"] = (
+        {
+            **{k: res.get(k) for k in keys},
+            "candidate": res.get("candidate"),
+            "baseline": res.get("baseline"),
+        }
+        if "wins" in res
+        else None
+    )
+    out["mostDifferent"] = res.get("mostDifferent")
+    if examples is not None:
+        out["examples"] = examples
+    return out
+
+
+def most_different(examples: list[dict[str, Any]], n: int = 5) -> list[dict[str, Any]]:
+    """The ``n`` example pairs whose scores differ most (both scored), largest first."""
+    pairs = [e for e in examples if e.get("scoreA") is not None and e.get("scoreB") is not None]
+    pairs = [e for e in pairs if e["scoreA"] != e["scoreB"]]
+    pairs.sort(key=lambda e: (-abs(e["scoreA"] - e["scoreB"]), e["index"]))
+    keep = ("index", "scoreA", "scoreB", "answerA", "answerB")
+    return [{k: e.get(k) for k in keep} for e in pairs[:n]]
+
+
+def read_examples(
+    store: Any, run: Run, results: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Every scored example of a finished evaluation (prompt, answer, score, details, error;
+    a comparison's carry both sides' as ``answerA``/``answerB``, ``scoreA``/``scoreB``…)."""
+    key = (results if results is not None else run.results or {}).get("examplesKey")
     if not key:
         return []
     text = store.get_bytes(key).decode()

@@ -110,123 +110,150 @@ def answer_all(
     return answers
 
 
-def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
-    """The ``eval`` kind's worker function (see the module docstring).
+def _limits(ev: dict[str, Any]) -> Any:
+    from .sandbox import Limits
 
-    ``spec.extra`` holds ``evaluation`` (the resolved evaluation: ``model``, ``adapter``
-    record or None, ``grader`` with its bundle record, ``sampling``, ``limit``, ``limits``)
-    and ``hidden`` (folders the grader must not see: the service's home).
+    lim = ev.get("limits") or {}
+    keys = ("cpu_seconds", "wall_seconds", "memory_bytes", "workers")
+    return Limits(**{k: lim[k] for k in keys if k in lim})
+
+
+def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
+    """The worker function of evaluations and comparisons (see the module docstring).
+
+    ``spec.extra`` holds ``evaluation`` (the resolved job: ``sides``, one entry per model
+    with its ``model`` and ``adapter`` record or None — one side for an evaluation, two for
+    a comparison, the candidate first —, ``grader`` with its bundle record, ``sampling``,
+    ``limit``, ``limits``) and ``hidden`` (folders the grader must not see: the service's
+    home). Every side answers every row on one engine (the sides share a base model).
     """
+    from ..registry import download_bundle, download_model_files, load_dataset_rows
     from ..serving.engine import SamplingParams
     from ..serving.transformers_engine import TransformersEngine
-    from .sandbox import GraderPool, Limits
+    from .sandbox import GraderPool
 
     ev = spec.extra["evaluation"]
+    sides = ev.get("sides") or [{"model": ev["model"], "adapter": ev.get("adapter")}]
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
-    from ..registry import load_dataset_rows
-
     dataset = _version("dataset", spec.dataset)
     rows = load_dataset_rows(store, dataset)
     if ev.get("limit"):
         rows = rows[: int(ev["limit"])]
     examples = eval_rows(rows, dataset.pinned, f"{dataset.namespace}/{dataset.name}")
-    total = len(examples)
+    n = len(examples)
+    total = n * len(sides)
 
     grader = ev["grader"]
-    bundle_dir = work / "bundle"
-    from ..registry import download_bundle
-
-    download_bundle(store, _version("bundle", grader["bundle"]), bundle_dir)
+    bundle_dir = download_bundle(store, _version("bundle", grader["bundle"]), work / "bundle")
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "loading the model"})
+    rows_at_once = int(ev.get("batchRows") or 16)
     engine = TransformersEngine(
         Path(spec.model_dir),
         device=spec.device,
         max_context=int(ev.get("maxContext") or 8192),
-        max_batch_rows=int(ev.get("batchRows") or 16),
+        max_batch_rows=rows_at_once,
     )
-    adapter = None
-    if ev.get("adapter"):
-        from ..registry import download_model_files
-
-        folder = download_model_files(store, _version("model", ev["adapter"]), work / "adapter")
-        engine.load_adapter(ADAPTER, folder)
-        adapter = ADAPTER
-    s = ev["sampling"]
+    names: list[str | None] = []
+    for i, side in enumerate(sides):
+        if side.get("adapter"):
+            folder = work / f"adapter-{i}"
+            download_model_files(store, _version("model", side["adapter"]), folder)
+            engine.load_adapter(f"{ADAPTER}-{i}", folder)
+            names.append(f"{ADAPTER}-{i}")
+        else:
+            names.append(None)
+    sp = ev["sampling"]
     params = SamplingParams(
-        max_tokens=int(s["maxTokens"]),
-        temperature=float(s["temperature"]),
-        top_p=float(s["topP"]),
-        seed=s.get("seed"),
+        max_tokens=int(sp["maxTokens"]),
+        temperature=float(sp["temperature"]),
+        top_p=float(sp["topP"]),
+        seed=sp.get("seed"),
     )
 
     def cancelled() -> bool:
         return events.control == "cancel"
 
-    def answered(n: int) -> None:
-        if n % PROGRESS_EVERY == 0 or n == total:
-            events.send({"type": "progress", "completed": n, "total": total, "stage": "answering"})
-
     events.send({"type": "phase", "phase": "RUNNING", "detail": f"answering {total} examples"})
     hold("answering")  # tests only: stop before the first answer
     # the service's answer to this event carries a cancel requested meanwhile
     events.send({"type": "progress", "completed": 0, "total": total, "stage": "answering"})
-    answers = answer_all(
-        engine,
-        examples,
-        adapter,
-        params,
-        concurrency=int(ev.get("batchRows") or 16),
-        on_answer=answered,
-        stop=cancelled,
-    )
-    if cancelled():
-        return {"type": "cancelled"}
+    answers: list[list[str | None]] = []
+    for i, name in enumerate(names):
+        done = i * n
+
+        def answered(k: int, done: int = done) -> None:
+            if k % PROGRESS_EVERY == 0 or k == n:
+                events.send(
+                    {
+                        "type": "progress",
+                        "completed": done + k,
+                        "total": total,
+                        "stage": "answering",
+                    }
+                )
+
+        answers.append(
+            answer_all(
+                engine,
+                examples,
+                name,
+                params,
+                concurrency=rows_at_once,
+                on_answer=answered,
+                stop=cancelled,
+            )
+        )
+        if cancelled():
+            return {"type": "cancelled"}
 
     events.send({"type": "phase", "phase": "RUNNING", "detail": f"grading {total} answers"})
-    lim = ev.get("limits") or {}
-    limits = Limits(
-        **{
-            k: lim[k]
-            for k in ("cpu_seconds", "wall_seconds", "memory_bytes", "workers")
-            if k in lim
-        }
-    )
     calls = [
         {
             "data_source": ex.data_source,
-            "solution_str": answers[ex.index] or "",
+            "solution_str": side_answers[ex.index] or "",
             "ground_truth": ex.ground_truth,
             "extra_info": ex.extra_info,
         }
+        for side_answers in answers
         for ex in examples
     ]
     hidden = [Path(p) for p in spec.extra.get("hidden", [])]
     with GraderPool(
-        bundle_dir, grader["module"], grader["function"], limits, hidden=hidden
+        bundle_dir, grader["module"], grader["function"], _limits(ev), hidden=hidden
     ) as pool:
         graded = pool.score(calls)
     if cancelled():
         return {"type": "cancelled"}
+    per_side = [graded[i * n : (i + 1) * n] for i in range(len(sides))]
 
     records = []
-    for ex, g in zip(examples, graded, strict=True):
-        records.append(
-            {
-                "index": ex.index,
-                "prompt": ex.prompt,
-                "answer": answers[ex.index],
-                "groundTruth": ex.ground_truth,
-                "score": g.score,
-                "details": g.details,
-                "error": g.error,
-            }
-        )
+    for ex in examples:
+        rec: dict[str, Any] = {
+            "index": ex.index,
+            "prompt": ex.prompt,
+            "groundTruth": ex.ground_truth,
+        }
+        for i, g in enumerate(per_side):
+            got = g[ex.index]
+            suffix = "" if len(sides) == 1 else "AB"[i]
+            rec[f"answer{suffix}"] = answers[i][ex.index]
+            rec[f"score{suffix}"] = got.score
+            rec[f"details{suffix}"] = got.details
+            rec[f"error{suffix}"] = got.error
+        records.append(rec)
     key = f"runs/{spec.run_id}/evaluation/examples.jsonl"
     body = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
     store.put_bytes(key, body)
     events.send({"type": "progress", "completed": total, "total": total, "stage": "graded"})
-    result = summary([g.score for g in graded])
+    if len(sides) == 1:
+        result = summary([g.score for g in graded])
+    else:
+        from .stats import paired
+
+        result = paired([g.score for g in per_side[0]], [g.score for g in per_side[1]])
+        result["candidate"] = summary([g.score for g in per_side[0]])
+        result["baseline"] = summary([g.score for g in per_side[1]])
     result["examplesKey"] = key
     result["batchSizes"] = engine.batch_sizes[:200]
     return {"type": "completed", "result": result}

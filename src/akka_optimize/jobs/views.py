@@ -78,9 +78,15 @@ def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_runs(session: Session, project: str | None = None, limit: int = 100) -> list[dict]:
-    """Newest runs first, optionally in one project. Evaluations (``method: eval``, listed by
-    ``GET /v1/training/evaluations``) are not runs of a plan and are left out."""
-    q = select(Run).where(Run.method != "eval").order_by(Run.created_at.desc()).limit(limit)
+    """Newest runs first, optionally in one project. Evaluations and comparisons (methods
+    ``eval`` and ``compare``, listed by their own routes) are not runs of a plan and are left
+    out."""
+    q = (
+        select(Run)
+        .where(Run.method.not_in(("eval", "compare")))
+        .order_by(Run.created_at.desc())
+        .limit(limit)
+    )
     if project:
         q = q.where(Run.project == project)
     return [run_view(session, r) for r in session.scalars(q)]

@@ -52,6 +52,8 @@ ACTIONS: dict[str, str] = {
     "endpoints.create": "create an endpoint in a project, or serve another project's model",
     "evaluations.create": "start an evaluation in a project, or score another project's model",
     "evaluations.cancel": "cancel an evaluation of a project",
+    "comparisons.create": "start a comparison in a project, or of another project's model",
+    "comparisons.cancel": "cancel a comparison of a project",
     "datasets.register": "register a dataset version in a namespace",
     "bundles.register": "register a scoring-bundle version in a namespace",
     "models.register": "register a model version in a namespace",

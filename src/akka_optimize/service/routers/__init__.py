@@ -3,6 +3,7 @@ and may define ``on_startup(ctx)`` / ``on_shutdown(ctx)`` hooks."""
 
 from . import (
     base_models,
+    comparisons,
     data,
     docs,
     endpoints,
@@ -14,6 +15,18 @@ from . import (
     runs,
 )
 
-ROUTERS = [health, docs, registry, projects, base_models, data, runs, run_records, endpoints, evaluations]
+ROUTERS = [
+    health,
+    docs,
+    registry,
+    projects,
+    base_models,
+    data,
+    runs,
+    run_records,
+    endpoints,
+    evaluations,
+    comparisons,
+]
 
 __all__ = ["ROUTERS"]

@@ -56,13 +56,14 @@ class EvaluationCreate(BaseModel):
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N rows.")
 
 
-def _project_of(s: Any, principal: Any, model: Any, project: Any) -> Any:
+def _project_of(s: Any, principal: Any, model: Any, project: Any, action: str) -> Any:
+    """The project of an evaluation of ``model`` (see :func:`prepare`)."""
     if model.source == "adapter":
         if project is None:
             return find_project(s, model.namespace, principal)
         if project.name != model.namespace:
             raise access.refusal(
-                "evaluations.create",
+                action,
                 f"{model.repo} is a model of project {model.namespace!r}; an evaluation of "
                 f"project {project.name!r} scores only that project's models and base models",
                 field="modelId",
@@ -76,27 +77,57 @@ def _project_of(s: Any, principal: Any, model: Any, project: Any) -> Any:
     return project
 
 
-@router.post("", status_code=201)
-def start_evaluation(
-    body: EvaluationCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
-) -> JSONResponse:
-    """Accept an evaluation: pin its references, refuse what would fail, queue it."""
+def _base_key(model: Any) -> str:
+    """The catalog key (``ns/name:vN``) of the base model ``model`` runs on."""
     from ...refs import parse_ref
 
+    if model.source == "adapter":
+        b = parse_ref(model.base_model or "")
+        return f"{b.repo}:v{b.version}" if b.version else b.repo
+    return f"{model.repo}:v{model.version}"
+
+
+def prepare(
+    body: Any, s: Any, ctx: Any, principal: Any, action: str, baseline: str | None = None
+) -> tuple[evals.EvalRequest, Any]:
+    """The request of an evaluation (or, with ``baseline``, a comparison) and the
+    ``resolve`` over the registry versions its project sees; refuses, naming the field, a
+    model of another project, a base model without a project, and a baseline on another
+    base model (both sides answer on one engine)."""
     project = None
     if body.project:
-        access.check_project_key_write(principal, s, body.project, "evaluations.create")
+        access.check_project_key_write(principal, s, body.project, action)
         project = find_project(s, body.project, principal)
     model = access.resolve(
         principal, s, "model", body.modelId, project.name if project else None, field="modelId"
     )
-    project = _project_of(s, principal, model, project)
-    access.check_project_write(principal, project.name, "evaluations.create")
-    if model.source == "adapter":
-        b = parse_ref(model.base_model or "")
-        base_key = f"{b.repo}:v{b.version}" if b.version else b.repo
-    else:
-        base_key = f"{model.repo}:v{model.version}"
+    project = _project_of(s, principal, model, project, action)
+    access.check_project_write(principal, project.name, action)
+    base_key = _base_key(model)
+    other = None
+    if baseline is not None:
+        other = access.resolve(
+            principal, s, "model", baseline, project.name, field="baselineModelId"
+        )
+        if other.source == "adapter" and other.namespace != project.name:
+            raise access.refusal(
+                action,
+                f"{other.repo} is a model of project {other.namespace!r}; a comparison of "
+                f"project {project.name!r} scores only that project's models and base models",
+                field="baselineModelId",
+            )
+        if _base_key(other) != base_key:
+            raise InvalidRequest(
+                f"baselineModelId {other.repo}:v{other.version} runs on {_base_key(other)} and "
+                f"modelId on {base_key}; a comparison answers with both models on one engine, "
+                "so both must be that base model or its adapters.",
+                field="baselineModelId",
+            )
+        if other.pinned == model.pinned:
+            raise InvalidRequest(
+                "baselineModelId names the same version as modelId; compare two versions.",
+                field="baselineModelId",
+            )
 
     def resolve(kind: str, ref: str, *, field: str) -> Any:
         return access.resolve(principal, s, kind, ref, project.name, field=field)
@@ -118,7 +149,17 @@ def start_evaluation(
         limit=body.limit,
         raw=body.model_dump(exclude_none=True),
         device_kind=device,
+        baseline=other,
     )
+    return req, resolve
+
+
+@router.post("", status_code=201)
+def start_evaluation(
+    body: EvaluationCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
+) -> JSONResponse:
+    """Accept an evaluation: pin its references, refuse what would fail, queue it."""
+    req, resolve = prepare(body, s, ctx, principal, "evaluations.create")
     return JSONResponse(evals.start_evaluation(ctx, s, req, resolve), status_code=201)
 
 

@@ -124,8 +124,9 @@ def sweep_run(
 
     if body.get("compare"):
         raise InvalidRequest(
-            "compare: scoring the source against the fan needs comparisons, which this "
-            "release does not have; give --dataset to rank the branches by validation loss.",
+            "compare: scoring the source against the fan once the branches complete is not "
+            "available in this release; give --dataset to rank the branches by validation "
+            "loss, and compare two models with `training comparisons create`.",
             field="compare",
             code="not_available",
         )
