@@ -11,9 +11,16 @@ from typing import Annotated, Any
 import typer
 
 from .client import Client
-from .context import CliError
-from .evaluations import DONE, MaxTokensOpt, SeedOpt, TemperatureOpt, TopPOpt, sampling_body
-from .output import OutputOpt, console, emit, print_kv, print_table, wait_for
+from .evaluations import (
+    MaxTokensOpt,
+    SeedOpt,
+    TemperatureOpt,
+    TopPOpt,
+    job_body,
+    sampling_body,
+    submit_job,
+)
+from .output import OutputOpt, console, emit, print_kv, print_table
 
 app = typer.Typer(
     help="Score two versions of a model on one dataset with one grader, example by example.\n\n"
@@ -113,38 +120,10 @@ def create(
     Example: {prog} training comparisons create --model gsm8k/smollm2:v2 --baseline
     gsm8k/smollm2:v1 --dataset gsm8k/test --grader bundle:gsm8k/scoring#reward --wait
     """
-    body: dict[str, Any] = {
-        "modelId": model,
-        "baselineModelId": baseline,
-        "dataset": dataset,
-        "grader": grader,
-        "sampling": sampling_body(temperature, top_p, max_tokens, seed),
-    }
-    if grader_instructions is not None:
-        body["graderInstructions"] = grader_instructions
-    if project:
-        body["project"] = project
-    if limit is not None:
-        body["limit"] = limit
-    c = Client()
-    cmp = c.post(BASE, json=body)
-    if output == "text":
-        console.print(f"Started comparison {cmp['id']}.", highlight=False)
-    if wait:
-        last: dict[str, Any] = {}
-
-        def poll() -> tuple[bool, str]:
-            last.update(c.get(f"{BASE}/{cmp['id']}"))
-            return last["state"] in DONE, _line(last)
-
-        wait_for(poll, interval=0.5)
-        cmp = last
-    emit(cmp, output, _show)
-    if wait and cmp["state"] != "SUCCEEDED":
-        raise CliError(
-            f"Comparison {cmp['id']} ended {cmp['state']}"
-            + (f": {cmp['failureReason']}" if cmp.get("failureReason") else ".")
-        )
+    sampling = sampling_body(temperature, top_p, max_tokens, seed)
+    body = job_body(model, dataset, grader, grader_instructions, project, limit, sampling)
+    body["baselineModelId"] = baseline
+    submit_job(BASE, "comparison", body, wait=wait, output=output, line=_line, show=_show)
 
 
 @app.command("get")

@@ -6,6 +6,7 @@ A thin client of ``/v1/training/evaluations``; the service decides what is accep
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -83,15 +84,62 @@ def _show(ev: dict[str, Any], wide: bool) -> None:
         console.print(f"  answer: {answer[:300]}", highlight=False, markup=False)
 
 
-def _wait(client: Client, evaluation_id: str, timeout: float | None) -> dict[str, Any]:
-    last: dict[str, Any] = {}
+def job_body(
+    model: str,
+    dataset: str,
+    grader: str,
+    grader_instructions: str | None,
+    project: str | None,
+    limit: int | None,
+    sampling: dict[str, Any],
+) -> dict[str, Any]:
+    """The request body an evaluation and a comparison share (options left out are not sent)."""
+    body: dict[str, Any] = {
+        "modelId": model,
+        "dataset": dataset,
+        "grader": grader,
+        "sampling": sampling,
+    }
+    if grader_instructions is not None:
+        body["graderInstructions"] = grader_instructions
+    if project:
+        body["project"] = project
+    if limit is not None:
+        body["limit"] = limit
+    return body
 
-    def poll() -> tuple[bool, str]:
-        last.update(client.get(f"{BASE}/{evaluation_id}"))
-        return last["state"] in DONE, _line(last)
 
-    wait_for(poll, interval=0.5, timeout=timeout)
-    return last
+def submit_job(
+    base: str,
+    noun: str,
+    body: dict[str, Any],
+    *,
+    wait: bool,
+    output: str,
+    line: Callable[[dict[str, Any]], str],
+    show: Callable[[dict[str, Any], bool], None],
+) -> None:
+    """POST ``body`` to ``base``; with ``wait`` follow the job until it ends, printing
+    ``line`` per milestone, and exit non-zero unless it succeeded (``noun`` names it)."""
+    c = Client()
+    job = c.post(base, json=body)
+    if output == "text":
+        console.print(f"Started {noun} {job['id']}.", highlight=False)
+    if wait:
+        last: dict[str, Any] = {}
+
+        def poll() -> tuple[bool, str]:
+            last.update(c.get(f"{base}/{job['id']}"))
+            return last["state"] in DONE, line(last)
+
+        wait_for(poll, interval=0.5)
+        job = last
+    emit(job, output, show)
+    if wait and job["state"] != "SUCCEEDED":
+        raise CliError(
+            f"{noun.capitalize()} {job['id']} ended {job['state']}"
+            + (f": {job['failureReason']}" if job.get("failureReason") else ".")
+        )
 
 
 @app.command("start")
@@ -152,30 +200,9 @@ def start(
     Example: {prog} training evaluations start --model gsm8k/smollm2:v1 --dataset gsm8k/val
     --grader bundle:gsm8k/scoring#reward --limit 50 --wait
     """
-    body: dict[str, Any] = {
-        "modelId": model,
-        "dataset": dataset,
-        "grader": grader,
-        "sampling": sampling_body(temperature, top_p, max_tokens, seed),
-    }
-    if grader_instructions is not None:
-        body["graderInstructions"] = grader_instructions
-    if project:
-        body["project"] = project
-    if limit is not None:
-        body["limit"] = limit
-    c = Client()
-    ev = c.post(BASE, json=body)
-    if output == "text":
-        console.print(f"Started evaluation {ev['id']}.", highlight=False)
-    if wait:
-        ev = _wait(c, ev["id"], None)
-    emit(ev, output, _show)
-    if wait and ev["state"] != "SUCCEEDED":
-        raise CliError(
-            f"Evaluation {ev['id']} ended {ev['state']}"
-            + (f": {ev['failureReason']}" if ev.get("failureReason") else ".")
-        )
+    sampling = sampling_body(temperature, top_p, max_tokens, seed)
+    body = job_body(model, dataset, grader, grader_instructions, project, limit, sampling)
+    submit_job(BASE, "evaluation", body, wait=wait, output=output, line=_line, show=_show)
 
 
 @app.command("get")
