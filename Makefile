@@ -21,8 +21,12 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/gsm8k/demo.py
 
+# Two test processes (one per core of the CI machine); a file's tests stay in one process so
+# its module fixtures are built once. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
