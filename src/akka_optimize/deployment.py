@@ -24,6 +24,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import InvalidRequest
 
+
+@lru_cache(maxsize=1)
+def cuda_available() -> bool:
+    """Whether this machine has a CUDA device (torch imported on first use only)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False
+    return bool(torch.cuda.is_available())
+
+
 DEFAULT_FILE = Path(__file__).with_name("deployment.yaml")
 
 

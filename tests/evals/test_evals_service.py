@@ -18,9 +18,19 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import REPO, LiveService, free_port, hold_at, make_random_adapter, release, wait_held
+from helpers import (
+    REPO,
+    LiveService,
+    free_port,
+    gsm8k_rows,
+    hold_at,
+    make_random_adapter,
+    release,
+    wait_held,
+)
 
 TINY = "akka-optimize/tiny-smollm2"
+SYSTEM = "Answer with #### N."
 
 REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -55,19 +65,6 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
-def _rows(path: Path, n: int, offset: int = 0) -> Path:
-    items = [json.loads(x) for x in (REPO / "data/gsm8k/train.jsonl").open()][offset : offset + n]
-    with path.open("w") as f:
-        for it in items:
-            msgs = [
-                {"role": "system", "content": "Answer with #### N."},
-                {"role": "user", "content": it["question"]},
-                {"role": "assistant", "content": it["answer"]},
-            ]
-            f.write(json.dumps({"messages": msgs}) + "\n")
-    return path
-
-
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[Any]:
     tmp = tmp_path_factory.mktemp("evals")
@@ -89,9 +86,9 @@ def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Itera
         hostile.mkdir()
         (hostile / "evil.py").write_text(_hostile(home))
         s.cli("registry", "bundles", "register", "proj/hostile", "-f", str(hostile), check=True)
-        data = _rows(tmp / "val.jsonl", 5)
+        data = gsm8k_rows(tmp / "val.jsonl", 5, system=SYSTEM)
         s.cli("registry", "datasets", "register", "proj/val", "-f", str(data), check=True)
-        seven = _rows(tmp / "seven.jsonl", 7, offset=5)
+        seven = gsm8k_rows(tmp / "seven.jsonl", 7, offset=5, system=SYSTEM)
         s.cli("registry", "datasets", "register", "proj/seven", "-f", str(seven), check=True)
         folder = make_random_adapter(tiny_model_dir, tmp / "cand", seed=5, rank=24)
         s.cli("registry", "models", "register", "proj/cand", "-f", str(folder),

@@ -7,24 +7,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import REPO, LiveService
+from helpers import REPO, LiveService, gsm8k_rows  # noqa: F401 (re-exported)
 
 TINY = "akka-optimize/tiny-smollm2"
-
-
-def gsm8k_rows(path: Path, n: int, offset: int = 0, system: str | None = None) -> Path:
-    """Write ``n`` GSM8K items as conversations (question → worked answer ending ``#### N``)."""
-    items = [json.loads(x) for x in (REPO / "data/gsm8k/train.jsonl").open()][offset : offset + n]
-    with path.open("w") as f:
-        for it in items:
-            msgs = [
-                {"role": "user", "content": it["question"]},
-                {"role": "assistant", "content": it["answer"]},
-            ]
-            if system:
-                msgs.insert(0, {"role": "system", "content": system})
-            f.write(json.dumps({"messages": msgs}) + "\n")
-    return path
 
 
 def setup_project(svc: LiveService, tmp: Path, rows: int = 8) -> None:

@@ -95,8 +95,22 @@ def create(
             help="The model it is compared with: the same base model or another adapter of it.",
         ),
     ],  # fmt: skip
-    dataset: Annotated[str, typer.Option("--dataset", help="Registry reference of the dataset.")],
-    grader: Annotated[str, typer.Option("--grader", help="bundle:REFERENCE#MODULE[:FUNCTION].")],
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            help="Registry reference of the dataset (the project's evaluation settings' when "
+            "left out).",
+        ),
+    ] = None,
+    grader: Annotated[
+        str | None,
+        typer.Option(
+            "--grader",
+            help="bundle:REFERENCE#MODULE[:FUNCTION] (the project's evaluation settings' when "
+            "left out).",
+        ),
+    ] = None,
     grader_instructions: Annotated[
         str | None,
         typer.Option(
@@ -107,10 +121,10 @@ def create(
     project: Annotated[
         str | None, typer.Option("--project", help="Project (required for a base model).")
     ] = None,
-    temperature: TemperatureOpt = 0.0,
-    top_p: TopPOpt = 1.0,
-    max_tokens: MaxTokensOpt = 256,
-    seed: SeedOpt = 0,
+    temperature: TemperatureOpt = None,
+    top_p: TopPOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    seed: SeedOpt = None,
     limit: Annotated[int | None, typer.Option("--limit", help="Only the first N rows.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Follow it until it ends.")] = False,
     output: OutputOpt = "text",

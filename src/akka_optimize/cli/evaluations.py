@@ -25,16 +25,24 @@ BASE = "/v1/training/evaluations"
 DONE = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 TemperatureOpt = Annotated[
-    float, typer.Option("--temperature", help="Sampling temperature; 0 is greedy.")
+    float | None,
+    typer.Option("--temperature", help="Sampling temperature; 0 (greedy) unless set."),
 ]
-TopPOpt = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass.")]
-MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Longest answer, in tokens.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Sampling seed.")]
+TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling mass (1).")]
+MaxTokensOpt = Annotated[
+    int | None, typer.Option("--max-tokens", help="Longest answer, in tokens (256).")
+]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Sampling seed (0).")]
 
 
-def sampling_body(temperature: float, top_p: float, max_tokens: int, seed: int) -> dict[str, Any]:
-    """The request's ``sampling`` object from the sampling options."""
-    return {"temperature": temperature, "topP": top_p, "maxTokens": max_tokens, "seed": seed}
+def sampling_body(
+    temperature: float | None, top_p: float | None, max_tokens: int | None, seed: int | None
+) -> dict[str, Any] | None:
+    """The request's ``sampling`` object from the sampling options given (None when none
+    is: the service's defaults, or the project's evaluation settings, apply)."""
+    given = {"temperature": temperature, "topP": top_p, "maxTokens": max_tokens, "seed": seed}
+    body = {k: v for k, v in given.items() if v is not None}
+    return body or None
 
 
 def _score(ev: dict[str, Any]) -> str:
@@ -86,20 +94,19 @@ def _show(ev: dict[str, Any], wide: bool) -> None:
 
 def job_body(
     model: str,
-    dataset: str,
-    grader: str,
+    dataset: str | None,
+    grader: str | None,
     grader_instructions: str | None,
     project: str | None,
     limit: int | None,
-    sampling: dict[str, Any],
+    sampling: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The request body an evaluation and a comparison share (options left out are not sent)."""
-    body: dict[str, Any] = {
-        "modelId": model,
-        "dataset": dataset,
-        "grader": grader,
-        "sampling": sampling,
-    }
+    """The request body an evaluation and a comparison share (options left out are not
+    sent, so the project's evaluation settings fill the dataset, grader and sampling)."""
+    body: dict[str, Any] = {"modelId": model}
+    for key, value in (("dataset", dataset), ("grader", grader), ("sampling", sampling)):
+        if value is not None:
+            body[key] = value
     if grader_instructions is not None:
         body["graderInstructions"] = grader_instructions
     if project:
@@ -153,21 +160,23 @@ def start(
         ),
     ],
     dataset: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--dataset",
             help="Registry reference of the dataset. Each row's last assistant message is the "
-            "reference answer; the messages before it are the prompt.",
+            "reference answer; the messages before it are the prompt. Left out: the "
+            "project's evaluation settings' dataset.",
         ),
-    ],
+    ] = None,
     grader: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--grader",
             help="bundle:REFERENCE#MODULE[:FUNCTION]; FUNCTION defaults to compute_score "
-            "(veRL's compute_score(data_source, solution_str, ground_truth, extra_info)).",
+            "(veRL's compute_score(data_source, solution_str, ground_truth, extra_info)). "
+            "Left out: the project's evaluation settings' grader.",
         ),
-    ],
+    ] = None,
     grader_instructions: Annotated[
         str | None,
         typer.Option(
@@ -179,10 +188,10 @@ def start(
     project: Annotated[
         str | None, typer.Option("--project", help="Project (required for a base model).")
     ] = None,
-    temperature: TemperatureOpt = 0.0,
-    top_p: TopPOpt = 1.0,
-    max_tokens: MaxTokensOpt = 256,
-    seed: SeedOpt = 0,
+    temperature: TemperatureOpt = None,
+    top_p: TopPOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    seed: SeedOpt = None,
     limit: Annotated[
         int | None, typer.Option("--limit", help="Evaluate only the first N rows.")
     ] = None,

@@ -62,6 +62,8 @@ class EvalRequest:
             default device profile, else CUDA when the service's machine has it).
         baseline: a comparison's baseline model version (None for an evaluation); it
             shares the candidate's base model.
+        trigger: None for a request; ``registered`` for the evaluation a project's settings
+            queue when a model version is registered (:mod:`akka_optimize.evals.settings`).
     """
 
     project: str
@@ -75,6 +77,7 @@ class EvalRequest:
     raw: dict[str, Any]
     device_kind: str = "cpu"
     baseline: Any = None
+    trigger: str | None = None
 
 
 def _bundle_sources(store: Any, rv: Any) -> dict[str, bytes]:
@@ -94,20 +97,65 @@ def _side(model: Any) -> dict[str, Any]:
     }
 
 
-def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
-    """The evaluation's pinned settings (what the worker runs and ``get`` shows)."""
+@dataclass(frozen=True)
+class Scoring:
+    """A checked grader and dataset: what an evaluation or a project's settings score with.
+
+    Attributes:
+        bundle: the pinned scoring bundle version (:class:`akka_optimize.registry.ResolvedVersion`).
+        spec: the parsed grader (:class:`akka_optimize.evals.graders.GraderSpec`).
+        dataset: the pinned dataset version.
+        rows: the dataset's rows (the first ``limit`` when one is given).
+    """
+
+    bundle: Any
+    spec: Any
+    dataset: Any
+    rows: list[dict[str, Any]]
+
+    def grader(self) -> dict[str, Any]:
+        """The pinned grader as records keep it (``spec``, ``bundle``, ``module``, ``function``)."""
+        b, spec = self.bundle, self.spec
+        return {
+            "spec": f"bundle:{b.repo}:v{b.version}#{spec.module}:{spec.function}",
+            "bundle": b.pinned,
+            "module": spec.module,
+            "function": spec.function,
+        }
+
+
+def check_scoring(
+    ctx: Any,
+    s: Session,
+    grader: str,
+    grader_instructions: str | None,
+    dataset: str,
+    resolve: Any,
+    limit: int | None = None,
+) -> Scoring:
+    """Resolve and check a grader and a dataset, as an evaluation, a comparison and a
+    project's evaluation settings accept them (one rule for all three).
+
+    Raises:
+        InvalidRequest: (field ``grader``) a ``model:`` judge (not available in this release),
+            a bundle module or function that does not resolve; (``graderInstructions``)
+            instructions beside a bundle grader, which does not read them; (``dataset``) a
+            dataset without rows or a row without the ground truth a grader needs (the row
+            named).
+        NotFound: a bundle or dataset reference that does not resolve.
+    """
     from ..registry import load_dataset_rows
     from .rows import eval_rows
 
-    spec = parse_grader(req.grader, field="grader")
+    spec = parse_grader(grader, field="grader")
     if spec.kind == "model":
         raise InvalidRequest(
-            f"grader {req.grader!r}: model: judges are not available in this release; score "
+            f"grader {grader!r}: model: judges are not available in this release; score "
             "with a bundle grader (bundle:REFERENCE#MODULE[:FUNCTION]).",
             field="grader",
             code="not_available",
         )
-    if req.grader_instructions is not None:
+    if grader_instructions is not None:
         raise InvalidRequest(
             "graderInstructions: instructions are for a model: judge; a bundle grader's code "
             "does not read them. Leave them out.",
@@ -115,13 +163,42 @@ def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str,
         )
     bundle = resolve("bundle", spec.ref, field="grader")
     check_bundle_entry(_bundle_sources(ctx.store, bundle), spec, f"{bundle.repo}:v{bundle.version}")
-    ds = resolve("dataset", req.dataset, field="dataset")
+    ds = resolve("dataset", dataset, field="dataset")
     rows = load_dataset_rows(ctx.store, ds)
-    if req.limit is not None:
-        rows = rows[: req.limit]
+    if limit is not None:
+        rows = rows[:limit]
     if not rows:
         raise InvalidRequest(f"Dataset {ds.pinned} has no rows to evaluate.", field="dataset")
     eval_rows(rows, ds.pinned, f"{ds.namespace}/{ds.name}")  # refuses a row, naming it
+    return Scoring(bundle=bundle, spec=spec, dataset=ds, rows=rows)
+
+
+def base_key_of(model: Any) -> str:
+    """The catalog key (``ns/name:vN``) of the base model that ``model`` (a resolved model
+    version: a base model or an adapter) runs on."""
+    from ..refs import parse_ref
+
+    if model.source == "adapter":
+        b = parse_ref(model.base_model or "")
+        return f"{b.repo}:v{b.version}" if b.version else b.repo
+    return f"{model.repo}:v{model.version}"
+
+
+def eval_device_kind(settings: Any) -> str:
+    """Where answers are generated: the deployment's default device profile's kind, else
+    ``cuda`` when this machine has a CUDA device, else ``cpu``."""
+    from ..deployment import cuda_available, load_deployment
+
+    dep = load_deployment(settings.resolved_deployment_file())
+    prof = dep.profile(dep.defaultDeviceProfile) if dep.defaultDeviceProfile else None
+    return prof.kind if prof is not None else ("cuda" if cuda_available() else "cpu")
+
+
+def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
+    """The evaluation's pinned settings (what the worker runs and ``get`` shows)."""
+    sc = check_scoring(
+        ctx, s, req.grader, req.grader_instructions, req.dataset, resolve, limit=req.limit
+    )
     model = req.model
     sides = [_side(model)] + ([_side(req.baseline)] if req.baseline is not None else [])
     return {
@@ -132,18 +209,14 @@ def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str,
         "modelSource": sides[0]["modelSource"],
         "sides": sides,
         "baseModel": req.base_key,
-        "dataset": ds.pinned,
-        "datasetRows": len(rows),
-        "grader": {
-            "spec": f"bundle:{bundle.repo}:v{bundle.version}#{spec.module}:{spec.function}",
-            "bundle": bundle.pinned,
-            "module": spec.module,
-            "function": spec.function,
-        },
+        "dataset": sc.dataset.pinned,
+        "datasetRows": len(sc.rows),
+        "grader": sc.grader(),
         "graderInstructions": None,
         "sampling": req.sampling,
         "limit": req.limit,
         "maxErrorShare": MAX_ERROR_SHARE,
+        **({"trigger": req.trigger} if req.trigger else {}),
     }
 
 

@@ -178,3 +178,25 @@ def job_kind(name: str) -> JobKind:
             code="method_not_available",
         )
     return kind
+
+
+ModelRegistered = Callable[[Any, Session, str, Any], Any]
+"""``listener(ctx, session, project, version)``: called when a model version is registered
+in ``project`` (``version`` a :class:`akka_optimize.registry.ResolvedVersion`)."""
+
+_ON_MODEL_REGISTERED: dict[str, ModelRegistered] = {}
+
+
+def on_model_registered(name: str, listener: ModelRegistered) -> None:
+    """Call ``listener`` for every new model version (a run's registration or an upload),
+    inside the registering transaction; registering ``name`` again replaces it. The
+    evaluation settings of a project use it to queue an evaluation
+    (:func:`akka_optimize.evals.settings.queue_for_registered`)."""
+    _ON_MODEL_REGISTERED[name] = listener
+
+
+def model_registered(ctx: Any, session: Session, project: str, version: Any) -> None:
+    """Tell every listener that ``version`` was registered in ``project``. A listener keeps
+    its own failures (it must not fail the registration)."""
+    for listener in list(_ON_MODEL_REGISTERED.values()):
+        listener(ctx, session, project, version)

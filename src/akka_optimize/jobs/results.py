@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run, RunAttempt, Snapshot
 from . import states as S
 from .blobs import download_prefix
+from .kinds import model_registered
 from .records import end_attempt
 
 log = logging.getLogger("akka_optimize.jobs")
@@ -70,7 +71,9 @@ def describe_adapter(adapter_dir: Path, run: Run, snap: Snapshot) -> None:
 
 
 def register(ctx: Any, s: Session, run: Run, snap: Snapshot, extra: dict[str, Any]) -> str:
-    """Register the adapter of ``snap`` as a version of the run's model; returns its pinned ref."""
+    """Register the adapter of ``snap`` as a version of the run's model and tell the
+    registration's listeners (:func:`akka_optimize.jobs.kinds.model_registered`: a
+    project's evaluation settings queue its evaluation); returns its pinned ref."""
     from ..registry import register_adapter
 
     adapter_dir = materialize_adapter(ctx.store, snap.adapter_key)
@@ -90,6 +93,7 @@ def register(ctx: Any, s: Session, run: Run, snap: Snapshot, extra: dict[str, An
     finally:
         shutil.rmtree(adapter_dir, ignore_errors=True)
     snap.model_version = rv.pinned
+    model_registered(ctx, s, run.project, rv)
     return rv.pinned
 
 

@@ -54,6 +54,7 @@ ACTIONS: dict[str, str] = {
     "evaluations.cancel": "cancel an evaluation of a project",
     "comparisons.create": "start a comparison in a project, or of another project's model",
     "comparisons.cancel": "cancel a comparison of a project",
+    "evaluations.settings": "set a project's evaluation settings",
     "datasets.register": "register a dataset version in a namespace",
     "bundles.register": "register a scoring-bundle version in a namespace",
     "models.register": "register a model version in a namespace",
@@ -352,3 +353,61 @@ def record_images(session: Session, project: str | None, digests: list[str]) -> 
         if session.get(RegistryImageProject, (digest, project)) is None:
             session.add(RegistryImageProject(digest=digest, project=project))
     session.flush()
+
+
+def find_project(session: Session, key: str, principal: Principal | None = None) -> Project:
+    """The project named ``key`` (case-insensitive) or with ID ``key``, among those
+    ``principal`` sees (every project when None).
+
+    Raises:
+        NotFound: (field ``project``) no such project, or one the caller does not see; the
+            message says how to create it.
+    """
+    p = session.scalars(
+        select(Project).where(or_(Project.name == key.lower(), Project.id == key))
+    ).first()
+    if p is None or not can_see_project(principal, p.name):
+        raise project_not_found(key)
+    return p
+
+
+def project_of_model(
+    principal: Principal | None,
+    session: Session,
+    model: Any,
+    project: Project | None,
+    action: str,
+    *,
+    work: str,
+    field: str = "modelId",
+) -> Project:
+    """The project of ``work`` on ``model`` (a resolved model version), e.g. an evaluation
+    or an endpoint: an adapter's own project when ``project`` is None; a base model needs
+    ``project``, since it belongs to none.
+
+    Args:
+        work: what the work does with the model, for the sentence ("an evaluation of
+            project P scores").
+
+    Raises:
+        Forbidden: (``action``, ``field``) ``project`` is not the adapter's project.
+        InvalidRequest: (``project``) a base model without a project.
+    """
+    if model.source == "adapter":
+        if project is None:
+            return find_project(session, model.namespace, principal)
+        if project.name != model.namespace:
+            raise refusal(
+                action,
+                f"{model.repo} is a model of project {model.namespace!r}; "
+                f"{work.format(project=repr(project.name))} only that project's models and "
+                "base models",
+                field=field,
+            )
+        return project
+    if project is None:
+        raise InvalidRequest(
+            f"{model.repo} is a base model, which belongs to no project; name one with --project.",
+            field="project",
+        )
+    return project

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.models.projects import Project
-from ..deployment import Deployment, load_deployment
+from ..deployment import Deployment, cuda_available, load_deployment
 from ..plan import CatalogEntryView, ResolvedPlan, resolve_plan
 from ..plan.dryrun import dry_run_report
 from . import access
@@ -24,16 +24,6 @@ from .auth import Principal
 from .context import ServiceContext
 
 _VARIANT = re.compile(r"(?:^|[-_])(E\d+B|\d+(?:\.\d+)?[BM])(?:$|[-_])", re.IGNORECASE)
-
-
-@functools.lru_cache(maxsize=1)
-def cuda_available() -> bool:
-    """Whether this machine has a CUDA device (torch imported on first use only)."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return False
-    return bool(torch.cuda.is_available())
 
 
 def deployment_for(ctx: ServiceContext) -> Deployment:

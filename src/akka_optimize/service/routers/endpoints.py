@@ -37,7 +37,6 @@ from .. import access
 from ..auth import Principal
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep, SessionDep
-from .projects import find_project
 
 router = APIRouter(prefix="/v1/training/endpoints", tags=["endpoints"])
 _KEY = "endpoints"
@@ -162,16 +161,11 @@ def _resolve_model(
     rv = access.resolve(
         principal, s, "model", ref, project.name if project else None, field="model"
     )
+    work = "an endpoint of project {project} serves"
+    project = access.project_of_model(
+        principal, s, rv, project, "endpoints.create", work=work, field="model"
+    )
     if rv.source == "adapter":
-        if project is None:
-            project = find_project(s, rv.namespace)
-        elif project.name != rv.namespace:
-            raise access.refusal(
-                "endpoints.create",
-                f"{rv.repo} is a model of project {rv.namespace!r}; an endpoint of project "
-                f"{project.name!r} serves only that project's models and base models",
-                field="model",
-            )
         rank = rv.metadata.get("rank") or (rv.metadata.get("lora") or {}).get("rank")
         if rank is None:
             from ...serving.engine import adapter_rank
@@ -192,11 +186,6 @@ def _resolve_model(
         base_key = f"{b.repo}:v{b.version}" if b.version else b.repo
         row = {"kind": "adapter", "rank": int(rank) if rank is not None else None}
     else:
-        if project is None:
-            raise InvalidRequest(
-                f"{rv.repo} is a base model, which belongs to no project; name one with --project.",
-                field="project",
-            )
         base_key = f"{rv.repo}:v{rv.version}"
         row = {"kind": "base", "rank": None}
     row.update(
@@ -219,7 +208,7 @@ def create_endpoint(
     project = None
     if body.project:
         access.check_project_key_write(principal, s, body.project, "endpoints.create")
-        project = find_project(s, body.project, principal)
+        project = access.find_project(s, body.project, principal)
     row, base_key, project = _resolve_model(s, ctx, body.model, project, principal)
     from ...catalog.cache import ready_model_dir
 
@@ -247,7 +236,7 @@ def list_endpoints(
     """Every endpoint of the projects the caller sees, newest first (``?project=`` filters)."""
     q = select(Endpoint).order_by(Endpoint.created_at.desc())
     if project:
-        q = q.where(Endpoint.project_id == find_project(s, project, principal).id)
+        q = q.where(Endpoint.project_id == access.find_project(s, project, principal).id)
     pid = access.project_id(principal, s)
     if pid is not None:
         q = q.where(Endpoint.project_id == pid)

@@ -16,22 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import InvalidRequest
 from ...evals import kind as evals
+from ...evals.settings import grader_text
 from ...jobs import control
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
-from .projects import find_project
+from .sampling import Sampling
 
 router = APIRouter(prefix="/v1/training/evaluations")
-
-
-class Sampling(BaseModel):
-    """How the answers are sampled; a setting left out takes its default (greedy, 256 tokens)."""
-
-    model_config = ConfigDict(extra="forbid")
-    temperature: float = Field(0.0, ge=0, le=2, description="0 is greedy.")
-    topP: float = Field(1.0, gt=0, le=1)  # noqa: N815 (the API's camelCase)
-    maxTokens: int = Field(256, ge=1, le=32768)  # noqa: N815
-    seed: int | None = Field(0, ge=0, le=2**31 - 1)
 
 
 class EvaluationCreate(BaseModel):
@@ -42,9 +33,17 @@ class EvaluationCreate(BaseModel):
         min_length=1,
         description="Registry reference of the model: a trained adapter or a base model.",
     )
-    dataset: str = Field(min_length=1, description="Registry reference of the dataset.")
-    grader: str = Field(
-        min_length=1, description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default)."
+    dataset: str | None = Field(
+        None,
+        min_length=1,
+        description="Registry reference of the dataset; the project's evaluation settings' "
+        "dataset when left out.",
+    )
+    grader: str | None = Field(
+        None,
+        min_length=1,
+        description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default); the "
+        "project's evaluation settings' grader when left out.",
     )
     graderInstructions: str | None = Field(  # noqa: N815
         None, description="A model: judge's instructions (not read by a bundle grader)."
@@ -54,37 +53,6 @@ class EvaluationCreate(BaseModel):
     )
     sampling: Sampling = Field(default_factory=Sampling)
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N rows.")
-
-
-def _project_of(s: Any, principal: Any, model: Any, project: Any, action: str) -> Any:
-    """The project of an evaluation of ``model`` (see :func:`prepare`)."""
-    if model.source == "adapter":
-        if project is None:
-            return find_project(s, model.namespace, principal)
-        if project.name != model.namespace:
-            raise access.refusal(
-                action,
-                f"{model.repo} is a model of project {model.namespace!r}; an evaluation of "
-                f"project {project.name!r} scores only that project's models and base models",
-                field="modelId",
-            )
-        return project
-    if project is None:
-        raise InvalidRequest(
-            f"{model.repo} is a base model, which belongs to no project; name one with --project.",
-            field="project",
-        )
-    return project
-
-
-def _base_key(model: Any) -> str:
-    """The catalog key (``ns/name:vN``) of the base model ``model`` runs on."""
-    from ...refs import parse_ref
-
-    if model.source == "adapter":
-        b = parse_ref(model.base_model or "")
-        return f"{b.repo}:v{b.version}" if b.version else b.repo
-    return f"{model.repo}:v{model.version}"
 
 
 def prepare(
@@ -97,13 +65,14 @@ def prepare(
     project = None
     if body.project:
         access.check_project_key_write(principal, s, body.project, action)
-        project = find_project(s, body.project, principal)
+        project = access.find_project(s, body.project, principal)
     model = access.resolve(
         principal, s, "model", body.modelId, project.name if project else None, field="modelId"
     )
-    project = _project_of(s, principal, model, project, action)
+    work = "an evaluation of project {project} scores"
+    project = access.project_of_model(principal, s, model, project, action, work=work)
     access.check_project_write(principal, project.name, action)
-    base_key = _base_key(model)
+    base_key = evals.base_key_of(model)
     other = None
     if baseline is not None:
         other = access.resolve(
@@ -116,9 +85,9 @@ def prepare(
                 f"project {project.name!r} scores only that project's models and base models",
                 field="baselineModelId",
             )
-        if _base_key(other) != base_key:
+        if evals.base_key_of(other) != base_key:
             raise InvalidRequest(
-                f"baselineModelId {other.repo}:v{other.version} runs on {_base_key(other)} and "
+                f"baselineModelId {other.repo}:v{other.version} runs on {evals.base_key_of(other)} and "
                 f"modelId on {base_key}; a comparison answers with both models on one engine, "
                 "so both must be that base model or its adapters.",
                 field="baselineModelId",
@@ -132,23 +101,32 @@ def prepare(
     def resolve(kind: str, ref: str, *, field: str) -> Any:
         return access.resolve(principal, s, kind, ref, project.name, field=field)
 
-    from ...deployment import load_deployment
-    from ..plans import cuda_available
+    dataset, grader, sampling = body.dataset, body.grader, body.sampling.model_dump()
+    if dataset is None or grader is None:
+        cfg = project.evaluation
+        if not cfg:
+            missing = "dataset" if dataset is None else "grader"
+            raise InvalidRequest(
+                f"{missing}: required, since project {project.name!r} has no evaluation "
+                f"settings to take it from (`training projects set-evaluation {project.name}`).",
+                field=missing,
+            )
+        dataset = dataset or cfg["dataset"]
+        grader = grader or grader_text(cfg)
+        # the settings' sampling, with what the request states on top
+        sampling = {**(cfg.get("sampling") or {}), **body.sampling.model_dump(exclude_unset=True)}
 
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
-    prof = dep.profile(dep.defaultDeviceProfile) if dep.defaultDeviceProfile else None
-    device = prof.kind if prof is not None else ("cuda" if cuda_available() else "cpu")
     req = evals.EvalRequest(
         project=project.name,
         model=model,
         base_key=base_key,
-        dataset=body.dataset,
-        grader=body.grader,
+        dataset=dataset,
+        grader=grader,
         grader_instructions=body.graderInstructions,
-        sampling=body.sampling.model_dump(),
+        sampling=sampling,
         limit=body.limit,
         raw=body.model_dump(exclude_none=True),
-        device_kind=device,
+        device_kind=evals.eval_device_kind(ctx.settings),
         baseline=other,
     )
     return req, resolve

@@ -15,18 +15,41 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import or_, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ...db.models.projects import Project
-from ...errors import Conflict
+from ...errors import AkkaError, Conflict
+from ...evals.settings import make_settings, project_scores, settings_view
 from ...refs import validate_name
 from .. import access
+from ..access import find_project
 from ..auth import Principal
-from ..deps import PrincipalDep, SessionDep
+from ..deps import CtxDep, PrincipalDep, SessionDep
+from .sampling import Sampling
 
 router = APIRouter(prefix="/v1/training/projects", tags=["projects"])
+
+
+class EvaluationSettings(BaseModel):
+    """A project's evaluation settings (``PUT /v1/training/projects/P/evaluation``, or
+    ``evaluation`` in ``POST /v1/training/projects``). The dataset and the grader's bundle
+    are pinned to exact versions when accepted (:mod:`akka_optimize.evals.settings`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    dataset: str = Field(min_length=1, description="Registry reference of the dataset.")
+    grader: str = Field(
+        min_length=1, description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default)."
+    )
+    graderInstructions: str | None = Field(  # noqa: N815
+        None, description="A model: judge's instructions (not read by a bundle grader)."
+    )
+    sampling: Sampling = Field(default_factory=Sampling)
+    autoEvaluate: bool = Field(  # noqa: N815
+        True,
+        description="Queue an evaluation of every model version registered in the project.",
+    )
 
 
 class ProjectCreate(BaseModel):
@@ -38,37 +61,46 @@ class ProjectCreate(BaseModel):
         description="The project's name: lower-case letters, digits, '.', '_' and '-'; "
         "it cannot change."
     )
+    evaluation: EvaluationSettings | None = Field(
+        None, description="The project's evaluation settings (set later with set-evaluation)."
+    )
 
 
 def project_view(p: Project) -> dict[str, Any]:
-    """The API shape of a project."""
+    """The API shape of a project: ``id``, ``name``, ``createdAt``, ``evaluation``."""
     created = p.created_at.isoformat() if p.created_at else None
-    return {"id": p.id, "name": p.name, "createdAt": created}
+    return {
+        "id": p.id,
+        "name": p.name,
+        "createdAt": created,
+        "evaluation": settings_view(p.evaluation),
+    }
 
 
-def find_project(session: Session, key: str, principal: Principal | None = None) -> Project:
-    """The project named ``key`` (case-insensitive) or with ID ``key``, among those
-    ``principal`` sees (every project when None).
+def _settings(ctx: Any, s: Session, principal: Principal, p: Project, body: EvaluationSettings):
+    def resolve(kind: str, ref: str, *, field: str) -> Any:
+        return access.resolve(principal, s, kind, ref, p.name, field=field)
 
-    Raises:
-        NotFound: (field ``project``) no such project, or one the caller does not see; the
-            message says how to create it.
-    """
-    p = session.scalars(
-        select(Project).where(or_(Project.name == key.lower(), Project.id == key))
-    ).first()
-    if p is None or not access.can_see_project(principal, p.name):
-        raise access.project_not_found(key)
-    return p
+    return make_settings(
+        ctx,
+        s,
+        dataset=body.dataset,
+        grader=body.grader,
+        grader_instructions=body.graderInstructions,
+        sampling=body.sampling.model_dump(),
+        auto_evaluate=body.autoEvaluate,
+        resolve=resolve,
+    )
 
 
 @router.post("", status_code=201)
 def create_project(
-    body: ProjectCreate, session: SessionDep, principal: PrincipalDep
+    body: ProjectCreate, session: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> JSONResponse:
     """Create a training project (admin tokens only: 403 ``optimize.training.projects.create``
-    for a project token). 409 when the name is taken; 400 naming ``name`` when it breaks
-    the naming rule."""
+    for a project token), with its evaluation settings when given. 409 when the name is
+    taken; 400 naming ``name`` when it breaks the naming rule, or the ``evaluation.*`` field
+    its settings break (then no project is created)."""
     name = validate_name(body.name, "name")
     access.check_create_project(principal, name)
     if session.scalar(select(Project.id).where(Project.name == name)) is not None:
@@ -80,6 +112,12 @@ def create_project(
             session.flush()
     except IntegrityError:  # a concurrent request created it first
         raise Conflict(f"A training project named {name!r} already exists.", field="name") from None
+    if body.evaluation is not None:
+        try:
+            p.evaluation = _settings(ctx, session, principal, p, body.evaluation)
+        except AkkaError as exc:  # the field is under ``evaluation``; the project goes too
+            exc.field = f"evaluation.{exc.field}" if exc.field else "evaluation"
+            raise
     return JSONResponse(project_view(p), status_code=201)
 
 
@@ -96,3 +134,29 @@ def list_projects(session: SessionDep, principal: PrincipalDep) -> dict[str, Any
 def get_project(project: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """One training project by name or ID (404 for one the caller does not see)."""
     return project_view(find_project(session, project, principal))
+
+
+@router.put("/{project}/evaluation")
+def set_evaluation(
+    project: str,
+    body: EvaluationSettings,
+    session: SessionDep,
+    ctx: CtxDep,
+    principal: PrincipalDep,
+) -> dict[str, Any]:
+    """Set a project's evaluation settings (``training projects set-evaluation``); the
+    dataset and bundle are pinned now. 403 ``optimize.training.projects.evaluations.settings``
+    for another project's token; 400 naming the field the settings break (the earlier
+    settings stay)."""
+    access.check_project_key_write(principal, session, project, "evaluations.settings")
+    p = find_project(session, project, principal)
+    p.evaluation = _settings(ctx, session, principal, p, body)
+    return project_view(p)
+
+
+@router.get("/{project}/scores")
+def get_scores(project: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+    """The project's scores table (``training projects scores``): one row per base-model
+    version, its models' newest scores on the project's evaluation settings, best first.
+    409 when the project has no evaluation settings."""
+    return project_scores(session, find_project(session, project, principal))

@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from ... import __version__
 from ...deployment import RegistryLimits, load_deployment
 from ...errors import InvalidRequest, NotFound, TooLarge
+from ...jobs.kinds import model_registered
 from ...refs import validate_name
 from ...registry import (
     annotate,
@@ -213,6 +214,8 @@ async def register_model_route(
                     parent_model=parent_model,
                     alias=alias,
                 )
+                if rv.digest not in before:
+                    model_registered(ctx, s, namespace.strip().lower(), rv)
                 return rv, rv.digest not in before
 
     return _answer(*await _with_upload(path, work))
