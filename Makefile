@@ -21,8 +21,9 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/gsm8k/demo.py
 
-# Two test processes (one per core of the CI machine); a file's tests stay in one process so
-# its module fixtures are built once. TEST_WORKERS=0 runs them in this process.
+# Two test processes (one per core of the CI machine), each computing on one thread
+# (tests/conftest.py); a file's tests stay in one process so its module fixtures are built
+# once. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)

@@ -17,6 +17,14 @@ from helpers import REPO, LiveService, free_port
 
 CACHE = Path(os.environ.get("AKKA_OPTIMIZE_TEST_CACHE", REPO / ".cache" / "test-models"))
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # ``make test`` runs one test process per core. Each process, and the services, job
+    # workers and serving workers it starts (they inherit the environment), computes on one
+    # thread: OpenMP threads of several processes spinning on two cores slowed the tiny
+    # model's many small operations a hundredfold (a 40 s fixture passed its 600 s limit).
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
 
 def _cached(name: str, build) -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
