@@ -70,3 +70,35 @@ def test_other_threads_wait_for_the_writer_instead_of_failing(tmp_path) -> None:
     t.join(30)
     assert got == [2]
     db.dispose()
+
+
+def test_a_transaction_ended_on_another_thread_does_not_count_on_the_first(tmp_path) -> None:
+    """The service's request handlers begin a session's transaction on one worker thread
+    and commit it on another (FastAPI runs a dependency's set-up and tear-down, and the
+    handler, as separate thread-pool calls). The thread that began it may then serve the
+    next request, whose write must not be refused as nested (CI stop 30: a 500
+    NestedWriteError on `runs cancel`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = _db(tmp_path)
+    with ThreadPoolExecutor(max_workers=1) as a, ThreadPoolExecutor(max_workers=1) as b:
+        s = db._sessions()
+
+        def begin() -> None:
+            s.execute(text("INSERT INTO t VALUES (1)"))
+
+        a.submit(begin).result()
+        b.submit(lambda: (s.commit(), s.close())).result()
+
+        def next_request() -> None:
+            with db.session() as s2:
+                s2.execute(text("INSERT INTO t VALUES (2)"))
+
+        # the pooled connections are busy, so the next request writes on a new one
+        with intent(write=False), db.session() as r1, db.session() as r2:
+            r1.execute(text("SELECT 1"))
+            r2.execute(text("SELECT 1"))
+            a.submit(next_request).result(timeout=10)
+    with db.session() as s3:
+        assert sorted(s3.execute(text("SELECT v FROM t")).scalars()) == [1, 2]
+    db.dispose()

@@ -170,3 +170,39 @@ def test_registered_versions_are_evaluated_and_ranked_per_base_model(svc) -> Non
     assert after["autoEvaluate"] is False and after["lastQueued"] is None
     listed = _json(svc.cli("training", "evaluations", "list", "--project", "scored", "-o", "json"))
     assert len(listed["evaluations"]) == 3
+
+
+def test_the_model_a_run_registers_is_evaluated_on_the_settings(svc) -> None:
+    svc.cli("training", "projects", "create", "trained", check=True)
+    data = gsm8k_rows(svc.tmp / "train.jsonl", 4, offset=10)
+    svc.cli("registry", "datasets", "register", "trained/train", "-f", str(data), check=True)
+    svc.cli("training", "projects", "set-evaluation", "trained", *SETTINGS, check=True)
+    plan = {
+        "kind": "run",
+        "project": "trained",
+        "baseModel": TINY,
+        "modelName": "tiny-trained",
+        "config": {
+            "dataset": "trained/train",
+            "method": "sft",
+            "maxSeqLength": 384,
+            "hyperparams": {
+                "training": {"epochs": 1, "microBatchPerGpu": 2, "seed": 7},
+                "optimizer": {"learningRate": 0.001},
+            },
+        },
+    }
+    path = svc.tmp / "trained-plan.json"
+    path.write_text(json.dumps(plan))
+    run = _json(svc.cli("training", "runs", "start", "-f", str(path), "--wait", "-o", "json"))
+    assert run["state"] == "SUCCEEDED", run
+    pinned = run["results"]["model"]
+    last = _project(svc, "trained")["evaluation"]["lastQueued"]
+    assert last["model"] == pinned.split("@")[0] == "trained/tiny-trained:v1", last
+    ev = _finished(svc, last["evaluationId"])
+    assert ev["state"] == "SUCCEEDED" and ev["modelId"] == pinned, ev
+    (row,) = _json(svc.cli("training", "projects", "scores", "trained", "-o", "json"))["rows"]
+    assert row["baseModel"] == f"{TINY}:v1"
+    assert [(m["model"], m["mean"]) for m in row["models"]] == [
+        ("trained/tiny-trained:v1", ev["results"]["mean"])
+    ]

@@ -78,15 +78,23 @@ class NestedWriteError(RuntimeError):
     the outer session before opening the inner one)."""
 
 
-#: Per thread: the DB-API connections whose writing transaction is open.
-_open_writes = threading.local()
+#: The DB-API connections whose writing transaction is open, each with its owner: the
+#: execution context (thread, or thread-pool call) that began it. A transaction may end on
+#: another thread than the one that began it (FastAPI runs a dependency's set-up, the
+#: handler and the tear-down as separate thread-pool calls), so the end is recorded
+#: globally and the owner is the context, not the thread: a pool thread that began a
+#: transaction and is then reused by the next request is not refused.
+_open_writes: dict[int, object] = {}
+_open_lock = threading.Lock()
+_owner_var: ContextVar[object | None] = ContextVar("akka_write_owner", default=None)
 
 
-def _writes() -> set[int]:
-    held = getattr(_open_writes, "ids", None)
-    if held is None:
-        held = _open_writes.ids = set()
-    return held
+def _owner() -> object:
+    owner = _owner_var.get()
+    if owner is None:
+        owner = object()
+        _owner_var.set(owner)
+    return owner
 
 
 def _dbapi_id(conn: Any) -> int:
@@ -96,23 +104,28 @@ def _dbapi_id(conn: Any) -> int:
 def _sqlite_begin(conn: Any) -> None:
     write = write_intent.get()
     if write:
-        held = _writes()
-        if held - {_dbapi_id(conn)}:
+        me, this = _owner(), _dbapi_id(conn)
+        with _open_lock:
+            nested = any(o is me and c != this for c, o in _open_writes.items())
+        if nested:
             raise NestedWriteError(
                 "This thread already holds a writing transaction open on the state store; "
                 "a second one would wait on it until 'database is locked'."
             )
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
     if write:
-        _writes().add(_dbapi_id(conn))
+        with _open_lock:
+            _open_writes[_dbapi_id(conn)] = _owner()
 
 
 def _sqlite_end(conn: Any) -> None:
-    _writes().discard(_dbapi_id(conn))
+    with _open_lock:
+        _open_writes.pop(_dbapi_id(conn), None)
 
 
 def _sqlite_checkin(dbapi_conn: Any, _record: Any) -> None:
-    _writes().discard(id(dbapi_conn))
+    with _open_lock:
+        _open_writes.pop(id(dbapi_conn), None)
 
 
 def make_engine(url: str) -> Engine:
