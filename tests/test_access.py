@@ -354,6 +354,13 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"path": "/v1/training/runs/{run}/attempts/1/events",
          "json": {"type": "progress", "step": 1}, "expect": "hidden"},
     ],
+    ("POST", "/v1/training/runs/{run_id}/attempts/{number}/judge"): [
+        {"path": "/v1/training/runs/{run}/attempts/1/judge", "json": {}, "expect": "hidden"},
+    ],
+    ("POST", "/v1/training/runs/{run_id}/attempts/{number}/judge/chat/completions"): [
+        {"path": "/v1/training/runs/{run}/attempts/1/judge/chat/completions",
+         "json": {"messages": [{"role": "user", "content": "hi"}]}, "expect": "hidden"},
+    ],
     ("POST", "/v1/training/evaluations"): [
         {"path": "/v1/training/evaluations", "json": _evaluation("b"), "expect": "hidden"},
         {"path": "/v1/training/evaluations",

@@ -206,3 +206,21 @@ def test_the_model_a_run_registers_is_evaluated_on_the_settings(svc) -> None:
     assert [(m["model"], m["mean"]) for m in row["models"]] == [
         ("trained/tiny-trained:v1", ev["results"]["mean"])
     ]
+
+
+def test_a_judge_in_the_settings_is_pinned_with_its_instructions_source(svc) -> None:
+    """Settings with a ``model:`` judge: pinned, the instructions given kept with their
+    source; an evaluation started on the settings takes both (it is refused nothing)."""
+    out = svc.cli("training", "projects", "create", "judged", "--dataset", "proj/val",
+                  "--grader", f"model:{TINY}", "--grader-instructions", "Be strict.",
+                  "--no-auto-evaluate", "-o", "json")  # fmt: skip
+    cfg = _json(out)["evaluation"]
+    assert cfg["grader"] == f"model:{TINY}:v1" and cfg["bundle"] is None
+    assert (cfg["graderInstructions"], cfg["instructionsSource"]) == ("Be strict.", "given")
+    r = svc.api("POST", "/v1/training/evaluations",
+                json={"modelId": TINY, "project": "judged", "limit": 1})  # fmt: skip
+    assert r.status_code == 201, r.text
+    ev = r.json()
+    assert ev["grader"] == f"model:{TINY}:v1" and ev["graderInstructions"] == "Be strict."
+    assert ev["instructionsSource"] == "given"
+    svc.api("POST", f"/v1/training/evaluations/{ev['id']}/cancel")

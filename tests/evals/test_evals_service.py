@@ -93,7 +93,7 @@ def svc(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Itera
         folder = make_random_adapter(tiny_model_dir, tmp / "cand", seed=5, rank=24)
         s.cli("registry", "models", "register", "proj/cand", "-f", str(folder),
               "--base-model", TINY, check=True)  # fmt: skip
-        s.bundle_dir = bundle
+        s.bundle_dir, s.tiny_dir, s.tmp = bundle, tiny_model_dir, tmp
         yield s
     finally:
         (home / "test-hold").unlink(missing_ok=True)
@@ -176,7 +176,7 @@ def test_a_base_model_and_an_adapter_are_scored_through_the_cli(svc) -> None:
         ({"grader": "bundle:scoring/reward:compute_score"}, "grader",
          "bundle:scoring#reward:compute_score"),  # the 0.7 spelling
         ({"grader": "bundle:proj/nothere#reward"}, "grader", "proj/nothere"),
-        ({"grader": "model:judge"}, "grader", "model: judges"),
+        ({"grader": "model:nojudge"}, "grader", "proj/nojudge"),  # a judge not registered
         ({"graderInstructions": "Be strict."}, "graderInstructions", "bundle grader"),
         ({"modelId": TINY, "project": None}, "project", "base model"),
         ({"dataset": "proj/missing"}, "dataset", "proj/missing"),
@@ -277,3 +277,62 @@ def test_a_comparison_counts_wins_and_the_paired_difference(svc) -> None:
         e["id"] != cmp["id"]
         for e in svc.api("GET", "/v1/training/evaluations").json()["evaluations"]
     )
+
+
+def _judged(svc: Any, *args: str) -> dict[str, Any]:
+    out = _start(svc, "--model", "proj/cand", "--dataset", "proj/val", "--max-tokens", "8",
+                 *args, "--wait", "-o", "json")  # fmt: skip
+    ev = _json_of(out)
+    assert ev["state"] == "SUCCEEDED", ev
+    return ev
+
+
+def test_a_model_judge_scores_on_its_own_endpoint_with_each_instruction_source(svc) -> None:
+    """The tiny base model judges (a random model: ``guided_choice`` keeps its reply a
+    score); each of the three instruction sources is recorded and shown; the judge is
+    served by one endpoint of the project, reused by the next evaluation."""
+    built = _judged(svc, "--grader", f"model:{TINY}")
+    assert built["grader"] == f"model:{TINY}:v1" and built["judge"].startswith(f"{TINY}:v1@")
+    assert built["instructionsSource"] == "built-in"
+    assert built["graderInstructions"].endswith(SYSTEM)  # the dataset's first system message
+    full = svc.api("GET", f"/v1/training/evaluations/{built['id']}?examples=true").json()
+    for ex in full["examples"]:
+        reply = ex["details"]["judgeReply"]
+        assert ex["error"] is None and ex["score"] == pytest.approx(int(reply) / 10), ex
+    assert built["results"]["count"] == 5 and built["results"]["errors"] == 0
+    endpoint = svc.api("GET", f"/v1/training/endpoints/{built['judgeEndpoint']}").json()
+    assert endpoint["projectName"] == "proj" and endpoint["models"][0]["pinned"] == built["judge"]
+    shown = svc.cli("training", "evaluations", "get", built["id"][:8], check=True).stdout
+    assert "Instructions source" in shown and "built-in" in shown and "Judge endpoint" in shown
+
+    given = _judged(svc, "--grader", f"model:{TINY}", "--grader-instructions", "Be kind.",
+                    "--limit", "2")  # fmt: skip
+    assert (given["graderInstructions"], given["instructionsSource"]) == ("Be kind.", "given")
+    assert given["judgeEndpoint"] == built["judgeEndpoint"]  # one endpoint per judge version
+
+    folder = make_random_adapter(svc.tiny_dir, svc.tmp / "judge", seed=9, rank=4)
+    svc.cli("registry", "models", "register", "proj/judge", "-f", str(folder),
+            "--base-model", TINY, check=True)  # fmt: skip
+    r = svc.api("PUT", "/v1/registry/models/proj/judge/annotations",
+                json={"annotations": {"instructions": "Grade like a teacher."}})  # fmt: skip
+    assert r.status_code == 200, r.text
+    trained = _judged(svc, "--grader", "model:judge", "--limit", "2")
+    assert trained["instructionsSource"] == "judge-training"
+    assert trained["graderInstructions"] == "Grade like a teacher."
+    assert trained["judge"].startswith("proj/judge:v1@")
+
+
+def test_a_model_judge_picks_the_better_answer_of_each_pair(svc) -> None:
+    args = ("--model", "proj/cand", "--baseline", TINY, "--dataset", "proj/val", "--grader",
+            f"model:{TINY}", "--max-tokens", "8", "--limit", "4")  # fmt: skip
+    out = svc.cli("training", "comparisons", "create", *args, "--wait", "-o", "json", check=True)
+    cmp = _json_of(out)
+    assert cmp["state"] == "SUCCEEDED", cmp
+    r = cmp["results"]
+    assert r["wins"] + r["losses"] + r["ties"] + r["errors"] == 4 and r["errors"] == 0
+    full = svc.api("GET", f"/v1/training/comparisons/{cmp['id'][:8]}?examples=true").json()
+    for ex in full["examples"]:
+        d = ex["detailsA"]
+        assert d["candidateWas"] == "AB"[ex["index"] % 2]  # the candidate takes turns
+        want = 0.5 if d["judgeReply"] == "tie" else float(d["judgeReply"] == d["candidateWas"])
+        assert (ex["scoreA"], ex["scoreB"]) == (want, 1 - want), ex

@@ -91,3 +91,43 @@ def test_an_abandoned_stream_does_not_block_the_next_request(tiny_model_dir) -> 
     it.close()
     out = _answer(engine, ids, SamplingParams(max_tokens=5, temperature=0.0))
     assert out[0]
+
+
+def test_guided_choice_answers_one_of_the_strings_alone_and_in_a_batch(tiny_model_dir) -> None:
+    """``guided_choice`` (a model: judge's score): a random tiny model, which never writes
+    a number by itself, answers one of the choices, greedy and sampled, and a guided
+    request batched with a free one leaves the free answer as it was alone."""
+    from akka_optimize.serving.batching import allowed_tokens
+
+    engine = TransformersEngine(tiny_model_dir, batch_window_s=0.0)
+    choices = [str(i) for i in range(11)]
+    ids = _ids(engine, PROMPTS[1])
+    free = SamplingParams(max_tokens=8, temperature=0.0)
+    (unguided,) = _answer(engine, ids, free)
+    assert unguided not in choices
+    greedy = SamplingParams(max_tokens=4, temperature=0.0, choice=choices)
+    sampled = SamplingParams(max_tokens=4, temperature=1.0, seed=3, n=8, choice=choices)
+    assert _answer(engine, ids, greedy)[0] in choices
+    answers = _answer(engine, ids, sampled)
+    assert set(answers) <= set(choices) and len(set(answers)) > 1
+    # in one batch with a free request
+    out: dict[str, list[str]] = {}
+    engine.lock.acquire()
+    ts = [
+        threading.Thread(target=lambda k=k, p=p: out.__setitem__(k, _answer(engine, ids, p)))
+        for k, p in (("free", free), ("guided", greedy))
+    ]
+    try:
+        for t in ts:
+            t.start()
+        _until(lambda: len(engine._queue) + (len(engine.batch_sizes) > 3) >= 2, "both queued")
+    finally:
+        engine.lock.release()
+    for t in ts:
+        t.join(timeout=120)
+    assert out["free"] == [unguided] and out["guided"][0] in choices
+    # the rule itself: "1" may end or go on to "10"; a finished "7" may only stop
+    one, ten = [1], [1, 0]
+    assert allowed_tokens([], [one, ten, [7]], {99}) == [1, 7]
+    assert allowed_tokens([1], [one, ten], {99}) == [0, 99]
+    assert allowed_tokens([7], [[7]], {99}) == [99]

@@ -17,6 +17,7 @@ from .evaluations import (
     TemperatureOpt,
     TopPOpt,
     job_body,
+    judge_rows,
     sampling_body,
     submit_job,
 )
@@ -57,6 +58,7 @@ def _show(c: dict[str, Any], wide: bool) -> None:
         ("Baseline", c.get("baselineModelId")),
         ("Dataset", c.get("dataset")),
         ("Grader", c.get("grader")),
+        *(judge_rows(c) if c.get("judge") else []),
     ]
     if r:
         cand, base = r.get("candidate") or {}, r.get("baseline") or {}
@@ -107,8 +109,8 @@ def create(
         str | None,
         typer.Option(
             "--grader",
-            help="bundle:REFERENCE#MODULE[:FUNCTION] (the project's evaluation settings' when "
-            "left out).",
+            help="bundle:REFERENCE#MODULE[:FUNCTION], or model:REFERENCE, a judge that picks "
+            "the better answer of each pair (the project's evaluation settings' when left out).",
         ),
     ] = None,
     grader_instructions: Annotated[

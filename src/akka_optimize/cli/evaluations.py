@@ -69,8 +69,7 @@ def _show(ev: dict[str, Any], wide: bool) -> None:
         ("Model", ev.get("modelId")),
         ("Dataset", ev.get("dataset")),
         ("Grader", ev.get("grader")),
-        ("Bundle", ev.get("bundle")),
-        ("Instructions", ev.get("graderInstructions") or "(none: a bundle grader)"),
+        *judge_rows(ev),
         ("Progress", f"{ev['progress']['completed']}/{ev['progress']['total']} examples"),
     ]
     if r:
@@ -90,6 +89,28 @@ def _show(ev: dict[str, Any], wide: bool) -> None:
             console.print(f"  error: {ex['error']}", highlight=False, markup=False)
         answer = (ex.get("answer") or "").strip().replace("\n", " ")
         console.print(f"  answer: {answer[:300]}", highlight=False, markup=False)
+
+
+SOURCES = {
+    "given": "given beside the grader",
+    "judge-training": "the judge's training instructions",
+    "built-in": "built-in, with the dataset's first system message",
+}
+"""How ``get`` names where a judge's instructions came from."""
+
+
+def judge_rows(ev: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The grader rows of ``get``: a bundle's version, or a judge's version, endpoint,
+    instructions and their source."""
+    if not ev.get("judge"):
+        return [("Bundle", ev.get("bundle")), ("Instructions", "(none: a bundle grader)")]
+    src = ev.get("instructionsSource")
+    return [
+        ("Judge", ev.get("judge")),
+        ("Judge endpoint", ev.get("judgeEndpoint") or "(started when grading begins)"),
+        ("Instructions", ev.get("graderInstructions")),
+        ("Instructions source", f"{src} ({SOURCES.get(src or '', '?')})"),
+    ]
 
 
 def job_body(
@@ -173,8 +194,9 @@ def start(
         typer.Option(
             "--grader",
             help="bundle:REFERENCE#MODULE[:FUNCTION]; FUNCTION defaults to compute_score "
-            "(veRL's compute_score(data_source, solution_str, ground_truth, extra_info)). "
-            "Left out: the project's evaluation settings' grader.",
+            "(veRL's compute_score(data_source, solution_str, ground_truth, extra_info)), or "
+            "model:REFERENCE, a judge model served on its own endpoint that scores each "
+            "answer 0-10. Left out: the project's evaluation settings' grader.",
         ),
     ] = None,
     grader_instructions: Annotated[
@@ -182,7 +204,7 @@ def start(
         typer.Option(
             "--grader-instructions",
             help="Instructions for a model: judge (refused with a bundle grader, which does not "
-            "read them).",
+            "read them). Left out: the judge's training instructions, else the built-in ones.",
         ),
     ] = None,
     project: Annotated[

@@ -32,7 +32,9 @@ DatasetOpt = Annotated[
 GraderOpt = Annotated[
     str | None,
     typer.Option(
-        "--grader", help="bundle:REFERENCE#MODULE[:FUNCTION] (pinned to its version now)."
+        "--grader",
+        help="bundle:REFERENCE#MODULE[:FUNCTION] or model:REFERENCE, a judge (pinned to its "
+        "version now).",
     ),
 ]
 InstructionsOpt = Annotated[
@@ -74,7 +76,12 @@ def _settings_pairs(ev: dict[str, Any] | None) -> list[tuple[str, Any]]:
         ("Evaluation dataset", ev.get("dataset")),
         ("Grader", ev.get("grader")),
         ("Bundle", ev.get("bundle")),
-        ("Instructions", ev.get("graderInstructions") or "(none: a bundle grader)"),
+        (
+            "Instructions",
+            (ev.get("graderInstructions") or f"(not given: {ev.get('instructionsSource')})")
+            if str(ev.get("grader") or "").startswith("model:")
+            else "(none: a bundle grader)",
+        ),
         ("Sampling", json.dumps(ev.get("sampling"))),
         ("Auto-evaluate", "yes" if ev.get("autoEvaluate") else "no"),
     ]
@@ -172,7 +179,9 @@ def set_evaluation(
     grader: Annotated[
         str,
         typer.Option(
-            "--grader", help="bundle:REFERENCE#MODULE[:FUNCTION] (pinned to its version now)."
+            "--grader",
+            help="bundle:REFERENCE#MODULE[:FUNCTION] or model:REFERENCE, a judge (pinned to its "
+            "version now).",
         ),
     ],
     grader_instructions: InstructionsOpt = None,

@@ -102,19 +102,39 @@ class Scoring:
     """A checked grader and dataset: what an evaluation or a project's settings score with.
 
     Attributes:
-        bundle: the pinned scoring bundle version (:class:`akka_optimize.registry.ResolvedVersion`).
+        bundle: the pinned scoring bundle version (:class:`akka_optimize.registry.ResolvedVersion`);
+            None for a ``model:`` judge.
         spec: the parsed grader (:class:`akka_optimize.evals.graders.GraderSpec`).
         dataset: the pinned dataset version.
         rows: the dataset's rows (the first ``limit`` when one is given).
+        judge: the pinned judge model version of a ``model:`` grader, else None.
+        instructions / source: the judge's instructions and where they came from
+            (:func:`akka_optimize.evals.judges.judge_instructions`); None for a bundle.
+        given: ``graderInstructions`` as the request gave them (None when left out).
     """
 
     bundle: Any
     spec: Any
     dataset: Any
     rows: list[dict[str, Any]]
+    judge: Any = None
+    instructions: str | None = None
+    source: str | None = None
+    given: str | None = None
 
     def grader(self) -> dict[str, Any]:
-        """The pinned grader as records keep it (``spec``, ``bundle``, ``module``, ``function``)."""
+        """The pinned grader as records keep it: a bundle's ``spec``, ``bundle``,
+        ``module``, ``function``; a judge's ``spec``, ``judge`` (pinned), ``judgeModel``,
+        ``judgeBase`` (catalog key) and ``judgeSource`` (``base`` or ``adapter``)."""
+        if self.judge is not None:
+            j = self.judge
+            return {
+                "spec": f"model:{j.repo}:v{j.version}",
+                "judge": j.pinned,
+                "judgeModel": f"{j.repo}:v{j.version}",
+                "judgeBase": base_key_of(j),
+                "judgeSource": "adapter" if j.source == "adapter" else "base",
+            }
         b, spec = self.bundle, self.spec
         return {
             "spec": f"bundle:{b.repo}:v{b.version}#{spec.module}:{spec.function}",
@@ -122,6 +142,34 @@ class Scoring:
             "module": spec.module,
             "function": spec.function,
         }
+
+
+def _check_judge(ctx: Any, s: Session, judge: Any, grader: str) -> None:
+    """Refuse (field ``grader``) a judge its endpoint could not serve: a base model that is
+    not ready, an adapter above the serving rank limit."""
+    from ..catalog.cache import ready_model_dir
+    from ..deployment import load_deployment
+    from ..errors import AkkaError
+
+    try:
+        ready_model_dir(s, ctx.settings, base_key_of(judge))
+    except AkkaError as exc:
+        raise InvalidRequest(
+            f"grader {grader!r}: the judge's base model cannot serve: {exc.message}",
+            field="grader",
+            code=getattr(exc, "code", None) or "judge_not_ready",
+        ) from exc
+    if judge.source == "adapter":
+        limit = load_deployment(ctx.settings.resolved_deployment_file()).serving.maxLoraRank
+        rank = (judge.metadata or {}).get("rank")
+        if rank is not None and int(rank) > limit:
+            raise InvalidRequest(
+                f"grader {grader!r}: the judge {judge.repo}:v{judge.version} is an adapter of "
+                f"rank {rank}, above the largest rank an endpoint of this deployment loads "
+                f"({limit}; `training endpoints info`).",
+                field="grader",
+                code="rank_too_large",
+            )
 
 
 def check_scoring(
@@ -136,33 +184,37 @@ def check_scoring(
     """Resolve and check a grader and a dataset, as an evaluation, a comparison and a
     project's evaluation settings accept them (one rule for all three).
 
+    A ``model:REF`` judge is resolved to an exact model version (base or adapter) in the
+    request's project, and its instructions are settled here
+    (:func:`akka_optimize.evals.judges.judge_instructions`), so the record shows them.
+
     Raises:
-        InvalidRequest: (field ``grader``) a ``model:`` judge (not available in this release),
-            a bundle module or function that does not resolve; (``graderInstructions``)
-            instructions beside a bundle grader, which does not read them; (``dataset``) a
-            dataset without rows or a row without the ground truth a grader needs (the row
-            named).
-        NotFound: a bundle or dataset reference that does not resolve.
+        InvalidRequest: (field ``grader``) a bundle module or function that does not
+            resolve, a judge whose base model is not ready or whose rank an endpoint does
+            not load; (``graderInstructions``) instructions beside a bundle grader, which
+            does not read them; (``dataset``) a dataset without rows or a row without the
+            ground truth a grader needs (the row named).
+        NotFound: a bundle, judge or dataset reference that does not resolve.
     """
     from ..registry import load_dataset_rows
+    from .judges import judge_instructions
     from .rows import eval_rows
 
     spec = parse_grader(grader, field="grader")
+    bundle = judge = None
     if spec.kind == "model":
-        raise InvalidRequest(
-            f"grader {grader!r}: model: judges are not available in this release; score "
-            "with a bundle grader (bundle:REFERENCE#MODULE[:FUNCTION]).",
-            field="grader",
-            code="not_available",
-        )
-    if grader_instructions is not None:
-        raise InvalidRequest(
-            "graderInstructions: instructions are for a model: judge; a bundle grader's code "
-            "does not read them. Leave them out.",
-            field="graderInstructions",
-        )
-    bundle = resolve("bundle", spec.ref, field="grader")
-    check_bundle_entry(_bundle_sources(ctx.store, bundle), spec, f"{bundle.repo}:v{bundle.version}")
+        judge = resolve("model", spec.ref, field="grader")
+        _check_judge(ctx, s, judge, grader)
+    else:
+        if grader_instructions is not None:
+            raise InvalidRequest(
+                "graderInstructions: instructions are for a model: judge; a bundle grader's "
+                "code does not read them. Leave them out.",
+                field="graderInstructions",
+            )
+        bundle = resolve("bundle", spec.ref, field="grader")
+        where = f"{bundle.repo}:v{bundle.version}"
+        check_bundle_entry(_bundle_sources(ctx.store, bundle), spec, where)
     ds = resolve("dataset", dataset, field="dataset")
     rows = load_dataset_rows(ctx.store, ds)
     if limit is not None:
@@ -170,7 +222,19 @@ def check_scoring(
     if not rows:
         raise InvalidRequest(f"Dataset {ds.pinned} has no rows to evaluate.", field="dataset")
     eval_rows(rows, ds.pinned, f"{ds.namespace}/{ds.name}")  # refuses a row, naming it
-    return Scoring(bundle=bundle, spec=spec, dataset=ds, rows=rows)
+    text = source = None
+    if judge is not None:
+        text, source = judge_instructions(grader_instructions, judge, rows)
+    return Scoring(
+        bundle=bundle,
+        spec=spec,
+        dataset=ds,
+        rows=rows,
+        judge=judge,
+        instructions=text,
+        source=source,
+        given=grader_instructions,
+    )
 
 
 def base_key_of(model: Any) -> str:
@@ -212,7 +276,8 @@ def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str,
         "dataset": sc.dataset.pinned,
         "datasetRows": len(sc.rows),
         "grader": sc.grader(),
-        "graderInstructions": None,
+        "graderInstructions": sc.instructions,
+        "instructionsSource": sc.source,
         "sampling": req.sampling,
         "limit": req.limit,
         "maxErrorShare": MAX_ERROR_SHARE,
@@ -261,6 +326,17 @@ def start_evaluation(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> di
     return evaluation_view(s, run) if req.baseline is None else comparison_view(s, run)
 
 
+def _grader_spec(s: Session, r: dict[str, Any]) -> dict[str, Any]:
+    """What the worker needs of the pinned grader: a bundle's record, or a judge's
+    instructions (the judge itself is reached through its endpoint)."""
+    from ..registry import resolve
+
+    g = dict(r["grader"])
+    if g.get("judge"):
+        return {**g, "kind": "model", "instructions": r.get("graderInstructions")}
+    return {**g, "kind": "bundle", "bundle": resolve(s, "bundle", g["bundle"]).to_dict()}
+
+
 def build_spec(launch: Launch) -> JobSpec:
     """The job spec of an evaluation attempt (the ``eval`` kind's ``build_spec``)."""
     from ..deployment import load_deployment
@@ -286,7 +362,7 @@ def build_spec(launch: Launch) -> JobSpec:
             }
             for side in sides
         ],
-        "grader": {**r["grader"], "bundle": resolve(s, "bundle", r["grader"]["bundle"]).to_dict()},
+        "grader": _grader_spec(s, r),
         "sampling": r["sampling"],
         "limit": r["limit"],
         "limits": limits,
@@ -373,7 +449,9 @@ def evaluation_view(
         "grader": (r.get("grader") or {}).get("spec"),
         "bundle": (r.get("grader") or {}).get("bundle"),
         "graderInstructions": r.get("graderInstructions"),
-        "instructionsSource": None,
+        "instructionsSource": r.get("instructionsSource"),
+        "judge": (r.get("grader") or {}).get("judge"),
+        "judgeEndpoint": res.get("judgeEndpoint"),
         "sampling": r.get("sampling"),
         "limit": r.get("limit"),
         "progress": {"completed": run.current_step or 0, "total": run.total_steps or 0},

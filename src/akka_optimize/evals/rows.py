@@ -43,7 +43,8 @@ class EvalRow:
     extra_info: dict[str, Any]
 
 
-def _text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """A message's ``content`` as text: a string as is, text parts joined, else ""."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -76,7 +77,7 @@ def eval_rows(rows: list[dict[str, Any]], dataset: str, data_source: str) -> lis
             )
         truth = row.get("ground_truth")
         if truth is None:
-            truth = _text(messages[-1].get("content")) if messages else ""
+            truth = content_text(messages[-1].get("content")) if messages else ""
             if not truth.strip():
                 raise InvalidRequest(
                     f"Dataset {dataset} row {i + 1} has no ground truth for the grader: give "

@@ -69,8 +69,8 @@ def make_settings(
         "dataset": sc.dataset.pinned,
         "datasetRows": len(sc.rows),
         "grader": sc.grader(),
-        "graderInstructions": None,
-        "instructionsSource": None,
+        "graderInstructions": sc.given,
+        "instructionsSource": sc.source,
         "sampling": dict(sampling),
         "autoEvaluate": bool(auto_evaluate),
         "setAt": _now(),
@@ -99,6 +99,8 @@ def settings_view(cfg: dict[str, Any] | None) -> dict[str, Any] | None:
 def grader_text(cfg: dict[str, Any]) -> str:
     """The pinned grader of settings, as a grader specification an evaluation accepts."""
     g = cfg["grader"]
+    if g.get("judge"):
+        return f"model:{g['judge']}"
     return f"bundle:{g['bundle']}#{g['module']}:{g['function']}"
 
 
@@ -126,7 +128,7 @@ def queue_for_registered(ctx: Any, s: Session, project: str, model: Any) -> str 
         base_key=base_key_of(model),
         dataset=cfg["dataset"],
         grader=grader_text(cfg),
-        grader_instructions=None,
+        grader_instructions=cfg.get("graderInstructions"),
         sampling=dict(cfg.get("sampling") or {}),
         limit=None,
         raw={
@@ -157,8 +159,9 @@ def _matches(r: dict[str, Any], cfg: dict[str, Any]) -> bool:
     return (
         r.get("dataset") == cfg["dataset"]
         and r.get("limit") is None
-        and all(g.get(k) == want[k] for k in ("bundle", "module", "function"))
+        and all(g.get(k) == want.get(k) for k in ("bundle", "module", "function", "judge"))
         and (r.get("sampling") or {}) == (cfg.get("sampling") or {})
+        and (not want.get("judge") or r.get("instructionsSource") == cfg.get("instructionsSource"))
     )
 
 

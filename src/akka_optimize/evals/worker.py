@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ..errors import AkkaError
 from ..jobs.spec import JobSpec
 from ..store import BlobStore
 from ..testhooks import hold
@@ -110,6 +111,172 @@ def answer_all(
     return answers
 
 
+class JudgeUnavailable(AkkaError):
+    """The judge's endpoint could not start (or the service refused to serve it): the
+    evaluation fails with this sentence rather than scoring every example as an error."""
+
+    code = "judge_unavailable"
+
+
+def ask_judge(
+    events: Any, grader: dict[str, Any], body: dict[str, Any]
+) -> tuple[str | None, str | None]:
+    """Send one chat completion ``body`` to the evaluation's ``model:`` judge, through the
+    service (``…/attempts/N/judge/chat/completions``); ``(reply, None)`` or ``(None,
+    reason)`` when this one request failed.
+
+    Raises:
+        JudgeUnavailable: the judge's endpoint failed to start or was refused.
+    """
+    import httpx
+
+    try:
+        r = events.post("judge/chat/completions", body)
+    except httpx.HTTPError as exc:
+        return None, f"the judge's endpoint did not answer: {exc}"
+    if r.status_code != 200:
+        try:
+            err = r.json().get("error") or {}
+        except ValueError:
+            err = {"message": r.text[-300:]}
+        message = str(err.get("message") or f"HTTP {r.status_code}")
+        if err.get("code") in ("endpoint_failed", "judge_unavailable") or r.status_code in (
+            401,
+            403,
+            404,
+            409,
+        ):
+            raise JudgeUnavailable(f"The judge {grader['judgeModel']} could not serve: {message}")
+        return None, f"the judge's endpoint refused the request: {message}"
+    return (r.json()["choices"][0]["message"].get("content") or "").strip(), None
+
+
+def _open_judge(events: Any, grader: dict[str, Any], count: int) -> None:
+    """Ask the service for the judge's endpoint (created and started when needed) and
+    report it in the evaluation's phase.
+
+    Raises:
+        JudgeUnavailable: the service refused (the run has no judge, the project is gone).
+    """
+    r = events.post("judge", {})
+    if r.status_code != 200:
+        try:
+            message = (r.json().get("error") or {}).get("message") or r.text[-300:]
+        except ValueError:
+            message = r.text[-300:]
+        raise JudgeUnavailable(f"The judge {grader['judgeModel']} has no endpoint: {message}")
+    endpoint = r.json()
+    events.send(
+        {
+            "type": "phase",
+            "phase": "RUNNING",
+            "detail": f"grading {count} answers with the judge {grader['judgeModel']} on "
+            f"endpoint {endpoint['id'][:8]} ({str(endpoint['state']).lower()})",
+            "judgeEndpoint": endpoint["id"],
+        }
+    )
+
+
+def _in_parallel(
+    count: int, concurrency: int, one: Callable[[int], Any], stop: Callable[[], bool]
+) -> list[Any]:
+    out: list[Any] = [None] * count
+
+    def run(i: int) -> None:
+        if not stop():
+            out[i] = one(i)
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        list(pool.map(run, range(count)))
+    return out
+
+
+def judge_all(
+    events: Any,
+    grader: dict[str, Any],
+    examples: list[EvalRow],
+    answers: list[str],
+    *,
+    concurrency: int,
+    stop: Callable[[], bool],
+) -> list[Any]:
+    """Score ``answers[i]`` (to ``examples[i]``) with the judge
+    (:func:`akka_optimize.evals.judges.judge_messages`), ``concurrency`` requests in flight
+    so the judge's endpoint batches them; one :class:`~.sandbox.GradeResult` each, whose
+    details keep the judge's reply. An example left unscored because ``stop()`` turned
+    true scores as an error.
+
+    Raises:
+        JudgeUnavailable: the judge's endpoint failed to start or was refused.
+    """
+    from .judges import judge_messages, judge_request, parse_score
+    from .sandbox import GradeResult
+
+    _open_judge(events, grader, len(answers))
+
+    def one(i: int) -> Any:
+        ex = examples[i]
+        msgs = judge_messages(grader["instructions"], ex.prompt, ex.ground_truth, answers[i])
+        reply, error = ask_judge(events, grader, judge_request(msgs))
+        if reply is None:
+            return GradeResult(None, {}, error)
+        try:
+            return GradeResult(parse_score(reply), {"judgeReply": reply}, None)
+        except ValueError as exc:
+            return GradeResult(None, {"judgeReply": reply}, str(exc))
+
+    got = _in_parallel(len(answers), concurrency, one, stop)
+    return [g if g is not None else GradeResult(None, {}, "cancelled") for g in got]
+
+
+def judge_pairs(
+    events: Any,
+    grader: dict[str, Any],
+    examples: list[EvalRow],
+    candidate: list[str],
+    baseline: list[str],
+    *,
+    concurrency: int,
+    stop: Callable[[], bool],
+) -> tuple[list[Any], list[Any]]:
+    """The judge picks the better answer of each pair (:func:`akka_optimize.evals.judges.pair_messages`;
+    the candidate is ``A`` on even rows, ``B`` on odd ones); the candidate's and the
+    baseline's :class:`~.sandbox.GradeResult` lists (1 for the preferred answer, 0 for the
+    other, 0.5 each for a tie; both an error when the reply picks nothing).
+
+    Raises:
+        JudgeUnavailable: the judge's endpoint failed to start or was refused.
+    """
+    from .judges import PAIR_CHOICES, judge_request, pair_messages, parse_preference
+    from .sandbox import GradeResult
+
+    _open_judge(events, grader, 2 * len(candidate))
+
+    def one(i: int) -> tuple[Any, Any]:
+        ex = examples[i]
+        first, second = (candidate[i], baseline[i]) if i % 2 == 0 else (baseline[i], candidate[i])
+        msgs = pair_messages(grader["instructions"], ex.prompt, ex.ground_truth, first, second)
+        reply, error = ask_judge(events, grader, judge_request(msgs, PAIR_CHOICES))
+        if reply is None:
+            return GradeResult(None, {}, error), GradeResult(None, {}, error)
+        try:
+            pick = parse_preference(reply)
+        except ValueError as exc:
+            bad = GradeResult(None, {"judgeReply": reply}, str(exc))
+            return bad, bad
+        candidate_label = "A" if i % 2 == 0 else "B"
+        c = 0.5 if pick == "tie" else float(pick == candidate_label)
+        details = {"judgeReply": reply, "candidateWas": candidate_label}
+        return GradeResult(c, details, None), GradeResult(1.0 - c, details, None)
+
+    cancelled = (GradeResult(None, {}, "cancelled"), GradeResult(None, {}, "cancelled"))
+    got = [
+        g if g is not None else cancelled
+        for g in _in_parallel(len(candidate), concurrency, one, stop)
+    ]
+    return [g[0] for g in got], [g[1] for g in got]
+
+
 def _limits(ev: dict[str, Any]) -> Any:
     from .sandbox import Limits
 
@@ -144,7 +311,9 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     total = n * len(sides)
 
     grader = ev["grader"]
-    bundle_dir = download_bundle(store, _version("bundle", grader["bundle"]), work / "bundle")
+    judged = grader.get("kind") == "model"
+    if not judged:
+        bundle_dir = download_bundle(store, _version("bundle", grader["bundle"]), work / "bundle")
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "loading the model"})
     rows_at_once = int(ev.get("batchRows") or 16)
@@ -207,7 +376,8 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
         if cancelled():
             return {"type": "cancelled"}
 
-    events.send({"type": "phase", "phase": "RUNNING", "detail": f"grading {total} answers"})
+    how = f" with the judge {grader['judgeModel']} (its endpoint starts first)" if judged else ""
+    events.send({"type": "phase", "phase": "RUNNING", "detail": f"grading {total} answers{how}"})
     calls = [
         {
             "data_source": ex.data_source,
@@ -218,11 +388,32 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
         for side_answers in answers
         for ex in examples
     ]
-    hidden = [Path(p) for p in spec.extra.get("hidden", [])]
-    with GraderPool(
-        bundle_dir, grader["module"], grader["function"], _limits(ev), hidden=hidden
-    ) as pool:
-        graded = pool.score(calls)
+    if judged and len(sides) == 2:
+        got_a, got_b = judge_pairs(
+            events,
+            grader,
+            examples,
+            [a or "" for a in answers[0]],
+            [b or "" for b in answers[1]],
+            concurrency=rows_at_once,
+            stop=cancelled,
+        )
+        graded = got_a + got_b
+    elif judged:
+        graded = judge_all(
+            events,
+            grader,
+            [ex for _ in answers for ex in examples],
+            [c["solution_str"] for c in calls],
+            concurrency=rows_at_once,
+            stop=cancelled,
+        )
+    else:
+        hidden = [Path(p) for p in spec.extra.get("hidden", [])]
+        with GraderPool(
+            bundle_dir, grader["module"], grader["function"], _limits(ev), hidden=hidden
+        ) as pool:
+            graded = pool.score(calls)
     if cancelled():
         return {"type": "cancelled"}
     per_side = [graded[i * n : (i + 1) * n] for i in range(len(sides))]

@@ -96,6 +96,8 @@ def _phase(run: Run, ev: dict[str, Any]) -> None:
     run.phase_detail = ev.get("detail") or str(ev.get("phase", "")).replace("_", " ")
     if ev.get("adaptedModules"):
         run.results = {**(run.results or {}), "adaptedModules": ev["adaptedModules"]}
+    if ev.get("judgeEndpoint"):  # an evaluation's model: judge (evals/worker.py)
+        run.results = {**(run.results or {}), "judgeEndpoint": str(ev["judgeEndpoint"])[:64]}
     if ev.get("totalSteps"):
         run.total_steps = int(ev["totalSteps"])
 

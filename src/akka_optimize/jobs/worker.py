@@ -71,6 +71,23 @@ class EventClient:
             return True
         return False
 
+    def post(self, route: str, body: dict[str, Any], timeout: float = 600.0) -> httpx.Response:
+        """POST ``body`` to one of this attempt's own routes (``route`` after
+        ``…/attempts/N/``, such as ``judge/chat/completions``) with the attempt's token,
+        following the service to a published new address on a connection error.
+
+        Raises:
+            httpx.HTTPError: the service did not answer (after following it once).
+        """
+        for _ in range(2):
+            url = self.base + self.path.removesuffix("events") + route
+            try:
+                return httpx.post(url, json=body, headers=self.headers, timeout=timeout)
+            except httpx.TransportError:
+                if not self._follow():
+                    raise
+        return httpx.post(url, json=body, headers=self.headers, timeout=timeout)
+
     def send(self, event: dict[str, Any]) -> None:
         """Deliver ``event``; retry connection errors and 5xx for ``retry_s`` seconds."""
         if self.unreachable:

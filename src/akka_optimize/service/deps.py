@@ -23,15 +23,17 @@ def get_principal(
 ) -> Principal:
     """The authenticated caller (raises 401/503 as :func:`authenticate` does).
 
-    A worker's attempt token (scoped ``worker:RUN``) reaches only its own run's
-    events route; anywhere else it is refused with 403.
+    A worker's attempt token (scoped ``worker:RUN``) reaches only its own run's attempt
+    routes (``…/attempts/N/events``, and an evaluation's ``…/judge`` and
+    ``…/judge/chat/completions``); anywhere else it is refused with 403.
     """
     principal = authenticate(get_ctx(request), authorization)
     if principal.kind == "worker":
         run = (principal.project or "").removeprefix("worker:")
         prefix = f"/v1/training/runs/{run}/attempts/"
         path = request.url.path
-        if not (run and path.startswith(prefix) and path.endswith("/events")):
+        own = ("/events", "/judge", "/judge/chat/completions")
+        if not (run and path.startswith(prefix) and path.endswith(own)):
             raise Forbidden(
                 f"This token belongs to a worker of run {run} and may only report that run's "
                 "events.",

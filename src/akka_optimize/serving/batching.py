@@ -7,7 +7,9 @@ same adapter (up to ``max_rows`` answers), left-pads their prompts (attention
 mask + position ids, so padding changes no answer), and runs one KV-cached
 decoding loop for all of them; each answer streams to its own queue and ends on
 its own stop token, stop string or ``max_tokens``. Sampling uses one generator
-per request, so a seeded request gets the same answer alone or in a batch.
+per request, so a seeded request gets the same answer alone or in a batch. A request
+with ``choice`` (guided choice) has every other token's logit set to ``-inf`` before
+its token is picked (:func:`allowed_tokens`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Request:
     out: queue.Queue = field(default_factory=queue.Queue)
     cancelled: bool = False
     generator: Any = None
+    choice_ids: list[list[int]] | None = None
 
 
 @dataclass
@@ -80,6 +83,32 @@ def _feed(row: _Row, tok: int, step: int, stop_ids: set[int], tokenizer: Any) ->
     return None
 
 
+def allowed_tokens(done: list[int], choices: list[list[int]], stop_ids: set[int]) -> list[int]:
+    """The tokens an answer limited to ``choices`` (token-id sequences) may take next,
+    after ``done``: the next token of every choice that ``done`` begins, and the stop
+    tokens once ``done`` is a whole choice. Empty when ``done`` left every choice (the
+    caller then ends the answer with a stop token)."""
+    k = len(done)
+    nxt = {c[k] for c in choices if len(c) > k and c[:k] == done}
+    if any(c == done for c in choices):
+        nxt |= stop_ids
+    return sorted(nxt)
+
+
+def _guide(logits: Any, rows: list[_Row], idx: list[int], stop_ids: set[int]) -> Any:
+    """``logits`` (k, V) of the rows ``idx`` of a guided request, every token that no
+    choice allows set to ``-inf``."""
+    import torch
+
+    out = torch.full_like(logits, float("-inf"))
+    for j, b in enumerate(idx):
+        row = rows[b]
+        ok = allowed_tokens(row.tokens, row.req.choice_ids or [], stop_ids) or sorted(stop_ids)
+        sel = torch.tensor(ok, dtype=torch.long, device=logits.device)
+        out[j, sel] = logits[j, sel]
+    return out
+
+
 def pick(logits: Any, params: SamplingParams, gen: Any) -> Any:
     """Next tokens for ``logits`` (k, V) float32: argmax at temperature 0, else
     nucleus sampling with ``gen``."""
@@ -117,6 +146,11 @@ def decode_batch(
     for r in requests:
         r.generator = torch.Generator(device=device)
         r.generator.manual_seed(r.params.seed if r.params.seed is not None else torch.seed())
+        if r.params.choice:
+            r.choice_ids = [
+                [int(t) for t in tokenizer.encode(c, add_special_tokens=False)]
+                for c in r.params.choice
+            ]
         hold = max((len(s) for s in r.params.stop), default=1) - 1
         spans.append((r, list(range(len(rows), len(rows) + r.params.n))))
         rows.extend(_Row(r, i, hold) for i in range(r.params.n))
@@ -144,7 +178,10 @@ def decode_batch(
             logits = out.logits[:, -1, :].float()
             nxt = torch.empty(n, dtype=torch.long, device=logits.device)
             for r, idx in spans:
-                nxt[idx] = pick(logits[idx], r.params, r.generator)
+                part = logits[idx]
+                if r.choice_ids is not None:
+                    part = _guide(part, rows, idx, stop_ids)
+                nxt[idx] = pick(part, r.params, r.generator)
             chosen = nxt.tolist()
             for b, row in enumerate(rows):
                 if row.done:

@@ -73,6 +73,7 @@ def prepare(
         seed=req.seed,
         n=req.n,
         stop=req.stop_strings(),
+        choice=req.guided_choice,
     )
     return req, adapter, ids, params
 

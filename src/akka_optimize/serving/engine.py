@@ -32,6 +32,9 @@ class SamplingParams:
     of tokens whose probability reaches it; ``seed`` makes sampling repeatable;
     ``n`` answers are sampled in one batch; generation of an answer ends at a stop
     token, at a ``stop`` string (not included in the text) or after ``max_tokens``.
+    ``choice`` (the request's ``guided_choice``, vLLM's name for it) limits every answer
+    to one of the given strings: each step may only pick a token that continues the
+    tokenization of one of them, and a finished one ends the answer.
     """
 
     max_tokens: int
@@ -40,6 +43,7 @@ class SamplingParams:
     seed: int | None = None
     n: int = 1
     stop: list[str] = field(default_factory=list)
+    choice: list[str] | None = None
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Follows the OpenAI Chat Completions API (DESIGN.md "Exact names": "OpenAI for the
 chat API"): ``POST /v1/chat/completions`` with ``messages``, ``temperature``,
 ``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``stop``, ``seed``, ``n``,
-``stream``, ``tools`` and ``tool_choice``; ``GET /v1/models``. Errors use OpenAI's
+``stream``, ``tools`` and ``tool_choice``, plus ``guided_choice`` (vLLM's OpenAI-server
+extension: the answer is one of the given strings); ``GET /v1/models``. Errors use OpenAI's
 shape ``{"error": {"message", "type", "param", "code"}}`` and status 400 for a bad
 request (never 500).
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -119,7 +120,9 @@ class ChatRequest(_Open):
     """The body of ``POST /v1/chat/completions``.
 
     ``max_tokens`` counts generated tokens; ``stop`` is up to 4 strings;
-    ``temperature`` 0 means greedy decoding; ``seed`` makes sampling repeatable.
+    ``temperature`` 0 means greedy decoding; ``seed`` makes sampling repeatable;
+    ``guided_choice`` (1 to 64 non-empty strings of at most 64 characters, vLLM's
+    extension) makes every answer one of those strings (a model: judge's score).
     """
 
     model: str
@@ -135,6 +138,9 @@ class ChatRequest(_Open):
     stream_options: dict[str, Any] | None = None
     tools: list[Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    guided_choice: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        None, min_length=1, max_length=64
+    )
 
     def stop_strings(self) -> list[str]:
         """``stop`` as a list (at most 4, empty strings dropped)."""

@@ -87,7 +87,11 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
         from vllm.lora.request import LoRARequest
 
+        guided: dict[str, Any] = {}
+        if params.choice:
+            guided = _guided_choice(params.choice)
         sp = self._vllm.SamplingParams(
+            **guided,
             n=params.n,
             temperature=params.temperature,
             top_p=params.top_p,
@@ -106,3 +110,27 @@ class VLLMEngine:
         for i, out in enumerate(res.outputs):
             reason = "length" if out.finish_reason == "length" else "stop"
             yield StepEvent(i, out.text, reason, len(out.token_ids))
+
+
+def _guided_choice(choice: list[str]) -> dict[str, Any]:
+    """vLLM's sampling option that limits an answer to ``choice``: ``structured_outputs``
+    (vLLM ≥ 0.10.2) or ``guided_decoding`` (earlier releases).
+
+    Raises:
+        RuntimeError: this vLLM has neither.
+    """
+    try:
+        from vllm.sampling_params import StructuredOutputsParams  # type: ignore[attr-defined]
+
+        return {"structured_outputs": StructuredOutputsParams(choice=list(choice))}
+    except ImportError:
+        pass
+    try:
+        from vllm.sampling_params import GuidedDecodingParams  # type: ignore[attr-defined]
+
+        return {"guided_decoding": GuidedDecodingParams(choice=list(choice))}
+    except ImportError as exc:
+        raise RuntimeError(
+            "guided_choice needs vLLM's structured outputs, which this vLLM lacks; "
+            "upgrade vLLM or serve with serving.engine: transformers."
+        ) from exc

@@ -16,6 +16,7 @@ machine", seeds/001 endpoint changes; FEATURES F110–F120).
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from typing import Any
 
@@ -198,6 +199,23 @@ def _resolve_model(
     return row, base_key, project
 
 
+def _new_endpoint(
+    s: Session, ctx: ServiceContext, project_id: str, base_key: str, row: dict[str, Any]
+) -> Endpoint:
+    """Add an endpoint record (``QUEUED``) serving the one model ``row`` describes."""
+    ep = Endpoint(
+        id=uuid.uuid4().hex,
+        project_id=project_id,
+        state="QUEUED",
+        base_model=base_key,
+        engine=_limits(ctx).engine,
+    )
+    s.add(ep)
+    s.flush()
+    s.add(EndpointModel(endpoint_id=ep.id, **row))
+    return ep
+
+
 @router.post("", status_code=201)
 def create_endpoint(
     body: EndpointCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
@@ -213,16 +231,7 @@ def create_endpoint(
     from ...catalog.cache import ready_model_dir
 
     ready_model_dir(s, ctx.settings, base_key)  # refuses a base model that is not READY
-    ep = Endpoint(
-        id=uuid.uuid4().hex,
-        project_id=project.id,
-        state="QUEUED",
-        base_model=base_key,
-        engine=_limits(ctx).engine,
-    )
-    s.add(ep)
-    s.flush()
-    s.add(EndpointModel(endpoint_id=ep.id, **row))
+    ep = _new_endpoint(s, ctx, project.id, base_key, row)
     s.commit()
     manager(ctx).request_start(ep.id)
     s.refresh(ep)
@@ -419,3 +428,114 @@ async def openai_chat(
         status_code=resp.status_code,
         media_type=resp.headers.get("content-type", "application/json"),
     )
+
+
+# judges ---------------------------------------------------------------------------
+_JUDGE_LOCK = threading.Lock()
+
+
+def _judge_of(s: Session, run_id: str) -> tuple[Any, dict[str, Any]]:
+    """The run and its pinned judge grader, for the judge routes.
+
+    Raises:
+        InvalidRequest: the run is not an evaluation graded by a ``model:`` judge.
+    """
+    from ...db.models.jobs import Run
+
+    run = s.get(Run, run_id)
+    g = ((run.resolved or {}).get("grader") or {}) if run is not None else {}
+    if run is None or not g.get("judge"):
+        raise InvalidRequest(
+            f"Run {run_id} is not an evaluation graded by a model: judge.",
+            code="judge_unavailable",
+        )
+    return run, g
+
+
+def _judge_endpoints(s: Session, project_id: str, pinned: str) -> list[Endpoint]:
+    """Endpoints of ``project_id`` that serve exactly the judge version ``pinned``."""
+    out = []
+    for ep in s.scalars(
+        select(Endpoint).where(Endpoint.project_id == project_id).order_by(Endpoint.created_at)
+    ):
+        rows = _models(s, ep)
+        if len(rows) == 1 and rows[0].pinned == pinned:
+            out.append(ep)
+    return out
+
+
+def ensure_judge_endpoint(ctx: ServiceContext, run_id: str) -> dict[str, Any]:
+    """The endpoint that serves run ``run_id``'s ``model:`` judge, created in the run's
+    project when the project has none serving exactly that version (one endpoint per
+    judge version and project, reused by later evaluations), and started when it is not
+    running (a failed one is tried again). Returns its API view.
+
+    Raises:
+        InvalidRequest: the run has no judge. NotFound: its project is gone.
+    """
+    from ...registry import resolve
+
+    start = False
+    with _JUDGE_LOCK:
+        with ctx.db.session() as s:
+            run, g = _judge_of(s, run_id)
+            project = s.scalar(select(Project).where(Project.name == run.project))
+            if project is None:
+                raise NotFound(f"Run {run_id}'s project {run.project!r} no longer exists.")
+            found = _judge_endpoints(s, project.id, g["judge"])
+            if found:
+                ep = found[-1]
+                start = ep.state in ("FAILED", "STOPPED")
+            else:
+                rv = resolve(s, "model", g["judge"])
+                rank = (rv.metadata or {}).get("rank") if rv.source == "adapter" else None
+                row = {
+                    "kind": "adapter" if rv.source == "adapter" else "base",
+                    "rank": int(rank) if rank is not None else None,
+                    "ref": rv.pinned,
+                    "pinned": rv.pinned,
+                    "served_name": f"{rv.repo}:v{rv.version}",
+                    "instructions": rv.metadata.get("instructions")
+                    or (rv.metadata.get("annotations") or {}).get("instructions"),
+                }
+                ep = _new_endpoint(s, ctx, project.id, g["judgeBase"], row)
+                start = True
+            endpoint_id = ep.id
+        if start:
+            manager(ctx).request_start(endpoint_id)
+    with ctx.db.session() as s:
+        return view(s, find_endpoint(s, endpoint_id), ctx)
+
+
+async def judge_chat(ctx: ServiceContext, run_id: str, body: dict[str, Any]) -> JSONResponse:
+    """Forward one chat completion (not streamed) to run ``run_id``'s judge endpoint,
+    waiting for it to be ready; the ``model`` is the judge's served name. A judge endpoint
+    that failed answers 400 ``endpoint_failed`` with its reason."""
+    from starlette.concurrency import run_in_threadpool
+
+    def find() -> tuple[str, str]:
+        with ctx.db.session() as s:
+            run, g = _judge_of(s, run_id)
+            project = s.scalar(select(Project).where(Project.name == run.project))
+            found = _judge_endpoints(s, project.id, g["judge"]) if project else []
+            if not found:
+                raise InvalidRequest(
+                    f"Run {run_id}'s judge has no endpoint yet; POST …/judge first.",
+                    code="judge_unavailable",
+                )
+            return found[-1].id, g["judgeModel"]
+
+    endpoint_id, served = await run_in_threadpool(find)
+    try:
+        w, _names = await _ready_worker(ctx, endpoint_id)
+    except InvalidRequest as exc:
+        return _oai_error(exc.message, 400, exc.code or "endpoint_failed")
+    payload = {**body, "model": served, "stream": False}
+    m = manager(ctx)
+    base = m.begin(endpoint_id)
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10)) as client:
+            r = await client.post(w.url + "/v1/chat/completions", json=payload, headers=w.headers())
+    finally:
+        m.end(endpoint_id, base)
+    return JSONResponse(r.json(), status_code=r.status_code)

@@ -102,6 +102,7 @@ def prepare(
         return access.resolve(principal, s, kind, ref, project.name, field=field)
 
     dataset, grader, sampling = body.dataset, body.grader, body.sampling.model_dump()
+    instructions = body.graderInstructions
     if dataset is None or grader is None:
         cfg = project.evaluation
         if not cfg:
@@ -112,7 +113,10 @@ def prepare(
                 field=missing,
             )
         dataset = dataset or cfg["dataset"]
-        grader = grader or grader_text(cfg)
+        if grader is None:
+            grader = grader_text(cfg)
+            if instructions is None:
+                instructions = cfg.get("graderInstructions")
         # the settings' sampling, with what the request states on top
         sampling = {**(cfg.get("sampling") or {}), **body.sampling.model_dump(exclude_unset=True)}
 
@@ -122,7 +126,7 @@ def prepare(
         base_key=base_key,
         dataset=dataset,
         grader=grader,
-        grader_instructions=body.graderInstructions,
+        grader_instructions=instructions,
         sampling=sampling,
         limit=body.limit,
         raw=body.model_dump(exclude_none=True),

@@ -237,3 +237,48 @@ def worker_event(
     att = events.authorize_attempt(session, run_id, number, token)
     run = records.get_run(session, run_id)
     return events.handle_event(ctx, session, run, att, check_worker_event(event))
+
+
+def _running_attempt(ctx: Any, run_id: str, number: int, authorization: str | None) -> None:
+    """Refuse (404/409) a token that is not this attempt's, or an attempt that has ended."""
+    from ...errors import Conflict
+    from ...jobs import states as S
+
+    token = (authorization or "")[7:].strip()
+    with ctx.db.session() as s:
+        att = events.authorize_attempt(s, run_id, number, token)
+        if att.state in S.TERMINAL:
+            raise Conflict(f"Run {run_id}'s attempt {number} has ended.", field="attempt")
+
+
+@router.post("/runs/{run_id}/attempts/{number}/judge")
+def judge_endpoint(
+    run_id: str,
+    number: Annotated[int, Path(ge=1, le=MAX_INT, description="The attempt number.")],
+    ctx: CtxDep,
+    authorization: Annotated[str | None, Header()] = None,
+) -> dict[str, Any]:
+    """An evaluation worker's ``model:`` judge endpoint (token of that attempt only):
+    created in the evaluation's project when none serves the judge, and started."""
+    from .endpoints import ensure_judge_endpoint
+
+    _running_attempt(ctx, run_id, number, authorization)
+    return ensure_judge_endpoint(ctx, run_id)
+
+
+@router.post("/runs/{run_id}/attempts/{number}/judge/chat/completions")
+async def judge_chat_completions(
+    run_id: str,
+    number: Annotated[int, Path(ge=1, le=MAX_INT, description="The attempt number.")],
+    ctx: CtxDep,
+    body: Annotated[dict[str, Any], Body()],
+    authorization: Annotated[str | None, Header()] = None,
+) -> Any:
+    """One chat completion of an evaluation worker's judge (token of that attempt only),
+    forwarded to the judge's endpoint (OpenAI's request and answer shapes)."""
+    from starlette.concurrency import run_in_threadpool
+
+    from .endpoints import judge_chat
+
+    await run_in_threadpool(_running_attempt, ctx, run_id, number, authorization)
+    return await judge_chat(ctx, run_id, body)
