@@ -336,3 +336,25 @@ def test_a_model_judge_picks_the_better_answer_of_each_pair(svc) -> None:
         assert d["candidateWas"] == "AB"[ex["index"] % 2]  # the candidate takes turns
         want = 0.5 if d["judgeReply"] == "tie" else float(d["judgeReply"] == d["candidateWas"])
         assert (ex["scoreA"], ex["scoreB"]) == (want, 1 - want), ex
+
+
+def test_a_judge_whose_endpoint_cannot_start_fails_the_evaluation_with_its_reason(svc) -> None:
+    """The judge's adapter files are gone from the blob store after registration: its
+    endpoint fails to start, and the evaluation fails with the endpoint's reason."""
+    folder = make_random_adapter(svc.tiny_dir, svc.tmp / "lost", seed=11, rank=4)
+    svc.cli("registry", "models", "register", "proj/lostjudge", "-f", str(folder),
+            "--base-model", TINY, check=True)  # fmt: skip
+    files = svc.api("GET", "/v1/registry/models/proj/lostjudge").json()["files"]
+    for name, info in files.items():  # its weights only: other files are shared by digest
+        if not name.endswith(".safetensors"):
+            continue
+        hexd = info["digest"].removeprefix("sha256:")
+        (svc.home / "blobs" / "sha256" / hexd[:2] / hexd).unlink()
+    out = _start(svc, "--model", "proj/cand", "--dataset", "proj/val", "--grader",
+                 "model:lostjudge", "--limit", "1", "--max-tokens", "4", "--wait", "-o",
+                 "json", check=False)  # fmt: skip
+    ev = _json_of(out)
+    assert out.returncode != 0 and ev["state"] == "FAILED", ev
+    assert ev["failureReason"].startswith("The judge proj/lostjudge:v1 could not serve:"), ev
+    endpoint = svc.api("GET", f"/v1/training/endpoints/{ev['judgeEndpoint']}").json()
+    assert endpoint["state"] == "FAILED" and endpoint["error"] in ev["failureReason"]

@@ -234,17 +234,30 @@ def test_a_warm_start_trains_on_from_a_registered_adapter(service: LiveService, 
     assert "alpha 16.0 differs from warmStartModelId" in r.json()["error"]["message"]
 
 
+REWARD = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    truth = set(str(ground_truth).split())
+    return len(truth & set(solution_str.split())) / max(1, len(truth))
+"""
+
+
 def test_a_sweep_branches_every_grid_point_from_one_snapshot(
     service: LiveService, tmp_path
 ) -> None:
     """F108: one branch per point, each training the same extra updates from the same
-    state under its own value; a bad point or --compare creates nothing."""
+    state under its own value; a bad point or a --compare without what it scores with
+    creates nothing; with --compare the source snapshot and every branch are scored as one
+    comparison and the table ranks the fan by score."""
     src = _source_run(service, tmp_path, keep=4)
     src_metrics = run_json(service, "training", "runs", "metrics", src["id"])["metrics"]
     lr = "config.hyperparams.optimizer.learningRate"
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps({lr: [0.0005, 0.002]}))
     args = ("training", "runs", "sweep", src["id"][:8], "--snapshot", "step-2", "--steps", "2")
+    bundle = tmp_path / "scoring"
+    bundle.mkdir()
+    (bundle / "reward.py").write_text(REWARD)
+    service.cli("registry", "bundles", "register", "demo/scoring", "-f", str(bundle), check=True)
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{lr: 0.001}, {"config.hyperparams.training.microBatchPerGpu": 1}]))
@@ -252,14 +265,40 @@ def test_a_sweep_branches_every_grid_point_from_one_snapshot(
     assert refused.returncode == 1
     assert "grid point 2" in refused.stderr and "microBatchPerGpu 1 differs" in refused.stderr
     compared = service.cli(*args, "--grid", str(grid), "--compare")
-    assert compared.returncode == 1 and "comparisons" in compared.stderr
+    assert compared.returncode == 1 and "needs dataset" in compared.stderr
+    ungraded = service.cli(*args, "--grid", str(grid), "--compare", "--dataset", "demo/train")
+    assert ungraded.returncode == 1 and "needs a grader" in ungraded.stderr
+    wrong = service.cli(*args, "--grid", str(grid), "--compare", "--dataset", "demo/train",
+                        "--grader", "bundle:demo/scoring#nope")  # fmt: skip
+    assert wrong.returncode == 1 and "has no module nope" in wrong.stderr
     assert len(run_json(service, "training", "runs", "list")["runs"]) == 1
+    assert service.api("GET", "/v1/training/comparisons").json()["comparisons"] == []
 
-    out = run_json(service, *args, "--grid", str(grid), "--dataset", "demo/train", "--wait")
-    assert [p["point"] for p in out["points"]] == [{lr: 0.0005}, {lr: 0.002}]
+    shown = service.cli(*args, "--grid", str(grid), "--dataset", "demo/train", "--compare",
+                        "--grader", "bundle:demo/scoring#reward", "--max-tokens", "6",
+                        "--wait", check=True).stdout  # fmt: skip
+    (cmp,) = service.api("GET", "/v1/training/comparisons").json()["comparisons"]
+    cmp = service.api("GET", f"/v1/training/comparisons/{cmp['id']}?examples=true").json()
+    assert cmp["state"] == "SUCCEEDED", cmp
+    assert cmp["sweep"]["source"] == src["id"] and cmp["sweep"]["snapshot"] == "step-2"
+    assert cmp["progress"] == {"completed": 24, "total": 24}  # 8 rows, source + 2 branches
+    fan, ex = cmp["fan"], cmp["examples"]
+    assert {f["run"] for f in fan} == set(cmp["sweep"]["branches"]) and cmp["leftOut"] == []
+    assert [f["mean"] for f in fan] == sorted((f["mean"] for f in fan), reverse=True)
+    for f in fan:  # each branch's mean and its pairs against the source are its examples'
+        side = 1 + cmp["sweep"]["branches"].index(f["run"])
+        mine, source = [e[f"score{side}"] for e in ex], [e["score0"] for e in ex]
+        assert abs(f["mean"] - sum(mine) / 8) < 1e-9
+        assert f["vsSource"]["wins"] == sum(a > b + 1e-9 for a, b in zip(mine, source, strict=True))
+    assert abs(cmp["source"]["mean"] - sum(e["score0"] for e in ex) / 8) < 1e-9
+    assert "Ranked by score on demo/train" in shown
+    table = [line.split()[0] for line in shown.splitlines() if line[:8] in {
+        f["run"][:8] for f in fan}]  # fmt: skip
+    assert table == [f["run"][:8] for f in fan]  # the table's order is the fan's
+
     rates = []
-    for p in out["points"]:
-        run = p["run"]
+    for branch in cmp["sweep"]["branches"]:
+        run = run_json(service, "training", "runs", "get", branch)
         assert run["state"] == "SUCCEEDED" and run["results"]["validationLoss"] is not None
         m = run_json(service, "training", "runs", "metrics", run["id"])["metrics"]
         assert [x["step"] for x in m] == [3, 4]
@@ -267,6 +306,6 @@ def test_a_sweep_branches_every_grid_point_from_one_snapshot(
         rates.append(m[0]["learningRate"])
     assert abs(rates[1] / rates[0] - 4.0) < 1e-9  # the same schedule at each point's rate
     tree = run_json(service, "training", "runs", "tree", src["id"])
-    assert {b["run"] for b in tree["branches"]} == {p["run"]["id"] for p in out["points"]}
+    assert {b["run"] for b in tree["branches"]} == set(cmp["sweep"]["branches"])
     text = service.cli(*args, "--grid", str(grid), check=True).stdout
     assert "2 branches of 2 updates" in text and "learningRate=0.002" in text

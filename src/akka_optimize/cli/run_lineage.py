@@ -9,7 +9,8 @@ import typer
 
 from .client import Client
 from .context import CliError
-from .output import OutputOpt, console, emit, print_table
+from .evaluations import MaxTokensOpt, SeedOpt, TemperatureOpt, TopPOpt, sampling_body
+from .output import OutputOpt, console, emit, print_table, wait_for
 from .runs import app
 from .runs_follow import follow_run
 from .runs_format import fmt as _fmt
@@ -103,6 +104,25 @@ def compare(
     emit(data, output, _print_comparison)
 
 
+def follow_comparison(client: Client, comparison_id: str, output: str) -> dict:
+    """Poll a comparison until it ends (one line per change on standard error)."""
+    from .evaluations import DONE
+
+    last: dict = {}
+
+    def poll() -> tuple[bool, str]:
+        last.update(client.get(f"/v1/training/comparisons/{comparison_id}"))
+        p = last.get("progress") or {}
+        why = last.get("phase") or last.get("queueReason") or ""
+        return last["state"] in DONE, (
+            f"comparison {comparison_id[:8]} {last['state']} "
+            f"{p.get('completed', 0)}/{p.get('total', 0)}" + (f": {why}" if why else "")
+        )
+
+    wait_for(poll, interval=0.5)
+    return dict(last)
+
+
 @app.command("sweep")
 def sweep(
     run_id: str,
@@ -115,14 +135,37 @@ def sweep(
         str | None, typer.Option(help="Validation dataset of every branch, to rank them by.")
     ] = None,
     compare: Annotated[
-        bool, typer.Option("--compare", help="Score the source against the fan (not built).")
+        bool,
+        typer.Option(
+            "--compare",
+            help="Once every branch has ended, score the source snapshot and every branch on "
+            "--dataset as one comparison, and rank the fan by score.",
+        ),
     ] = False,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for every branch.")] = False,
+    grader: Annotated[
+        str | None,
+        typer.Option(
+            "--grader",
+            help="The comparison's grader (bundle:REF#MODULE[:FUNCTION] or model:REF); the "
+            "project's evaluation settings' when left out.",
+        ),
+    ] = None,
+    grader_instructions: Annotated[
+        str | None,
+        typer.Option("--grader-instructions", help="Instructions for a model: judge."),
+    ] = None,
+    temperature: TemperatureOpt = None,
+    top_p: TopPOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    seed: SeedOpt = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait for every branch (and the comparison).")
+    ] = False,
     output: OutputOpt = "text",
 ) -> None:
     """Submit one branch per grid point from one snapshot of a run.
 
-    Example: {prog} training runs sweep 970076e8 --snapshot step-4000 --steps 200 --grid learning-rate.json --dataset triage-val
+    Example: {prog} training runs sweep 970076e8 --snapshot step-4000 --steps 200 --grid learning-rate.json --dataset triage-val --compare
     """
     from pathlib import Path
 
@@ -138,10 +181,19 @@ def sweep(
     body = {"snapshot": snapshot, "steps": steps, "grid": points, "dataset": dataset}
     if compare:
         body["compare"] = True
+        extra = {"grader": grader, "graderInstructions": grader_instructions}
+        body.update({k: v for k, v in extra.items() if v is not None})
+        sampling = sampling_body(temperature, top_p, max_tokens, seed)
+        if sampling:
+            body["sampling"] = sampling
+    elif grader or grader_instructions or sampling_body(temperature, top_p, max_tokens, seed):
+        raise CliError("--grader, --grader-instructions and the sampling options need --compare.")
     data = client.post(f"/v1/training/runs/{run_id}/sweep", json=body)
     if wait:
         for p in data["points"]:
             p["run"] = follow_run(client, p["run"]["id"], output)
+        if data.get("comparison"):
+            data["comparison"] = follow_comparison(client, data["comparison"]["id"], output)
 
     def text(d: dict, wide: bool) -> None:
         n, k = len(d["points"]), d["steps"]
@@ -150,12 +202,26 @@ def sweep(
             f"of {k} update{'s' if k != 1 else ''}"
         )
         points = list(d["points"])
+        cmp = d.get("comparison") or {}
+        fan = {f["run"]: f for f in cmp.get("fan") or []}
         scored = [p["run"]["results"]["validationLoss"] for p in points]
-        if all(v is not None for v in scored):  # best validation loss first
+        if fan:  # best score first (the comparison ranks the fan); unscored branches last
+            order = [f["run"] for f in cmp["fan"]]
+            points.sort(key=lambda p: order.index(p["run"]["id"]) if p["run"]["id"] in fan else 1e9)
+            src = cmp.get("source") or {}
+            console.print(
+                f"Ranked by score on {cmp.get('dataset')} ({cmp.get('grader')}), best first; "
+                f"the source snapshot scores {_fmt(src.get('mean'))} "
+                f"(comparison {cmp['id'][:8]})."
+            )
+        elif all(v is not None for v in scored):  # best validation loss first
             points.sort(key=lambda p: p["run"]["results"]["validationLoss"])
             console.print("Ranked by validation loss, best first.")
-        print_table(
-            [
+        rows = []
+        for p in points:
+            f = fan.get(p["run"]["id"]) or {}
+            vs = f.get("vsSource") or {}
+            rows.append(
                 {
                     "run": p["run"]["id"][:8],
                     "point": " ".join(
@@ -164,19 +230,22 @@ def sweep(
                     "state": p["run"]["state"],
                     "loss": _fmt(p["run"]["results"]["finalLoss"]),
                     "val": _fmt(p["run"]["results"]["validationLoss"]),
+                    "score": _fmt(f.get("mean")),
+                    "vs": f"{vs['wins']}/{vs['losses']}/{vs['ties']}" if vs else "",
                     "model": p["run"]["results"]["model"],
                 }
-                for p in points
-            ],
-            [
-                ("RUN", "run"),
-                ("POINT", "point"),
-                ("STATE", "state"),
-                ("FINAL LOSS", "loss"),
-                ("VAL LOSS", "val"),
-                ("MODEL", "model"),
-            ],
-        )
+            )
+        columns = [("RUN", "run"), ("POINT", "point"), ("STATE", "state"),
+                   ("FINAL LOSS", "loss"), ("VAL LOSS", "val")]  # fmt: skip
+        if cmp:
+            columns += [("SCORE", "score"), ("W/L/T VS SOURCE", "vs")]
+        print_table(rows, [*columns, ("MODEL", "model")])
+        if cmp and not fan:
+            console.print(
+                f"Comparison {cmp['id'][:8]} {cmp['state']}"
+                + (f": {cmp.get('failureReason')}" if cmp.get("failureReason") else "")
+                + f"; `training comparisons get {cmp['id'][:8]}` shows it."
+            )
 
     emit(data, output, text)
 

@@ -337,6 +337,34 @@ def _grader_spec(s: Session, r: dict[str, Any]) -> dict[str, Any]:
     return {**g, "kind": "bundle", "bundle": resolve(s, "bundle", g["bundle"]).to_dict()}
 
 
+def sweep_sides(s: Session, r: dict[str, Any]) -> dict[str, Any]:
+    """A sweep comparison's sides once its branches have ended: the source snapshot first,
+    then each branch that succeeded, as its registered model; a branch that did not is
+    listed in ``leftOut`` with its state.
+
+    Raises:
+        Conflict: no branch succeeded, so there is nothing to score against the source.
+    """
+    from ..errors import Conflict
+
+    sides, left_out = [r["sides"][0]], []
+    for b in r["branches"]:
+        run = s.get(Run, b["run"])
+        model = run.registered_model if run is not None else None
+        if run is None or run.state != S.SUCCEEDED or not model:
+            left_out.append({**b, "state": run.state if run is not None else "DELETED"})
+            continue
+        name = model.split("@", 1)[0]
+        sides.append({**b, "modelId": model, "model": name, "modelSource": "adapter"})
+    if len(sides) == 1:
+        raise Conflict(
+            f"None of the sweep's {len(r['branches'])} branches succeeded, so there is no "
+            "model to score against the source snapshot; `training runs sweep` again.",
+            field="compare",
+        )
+    return {"sides": sides, "leftOut": left_out}
+
+
 def build_spec(launch: Launch) -> JobSpec:
     """The job spec of an evaluation attempt (the ``eval`` kind's ``build_spec``)."""
     from ..deployment import load_deployment
@@ -351,6 +379,9 @@ def build_spec(launch: Launch) -> JobSpec:
         "memory_bytes": g.memoryMiB * 1024**2,
         "workers": g.workers,
     }
+    if r.get("kind") == "sweep":
+        r = run.resolved = {**r, **sweep_sides(s, r)}
+        run.total_steps = r["datasetRows"] * len(r["sides"])
     sides = r.get("sides") or [r]
     ev = {
         "sides": [
@@ -359,9 +390,11 @@ def build_spec(launch: Launch) -> JobSpec:
                 "adapter": resolve(s, "model", side["modelId"]).to_dict()
                 if side["modelSource"] == "adapter"
                 else None,
+                "adapterKey": side.get("adapterKey"),
             }
             for side in sides
         ],
+        "fan": r.get("kind") == "sweep",
         "grader": _grader_spec(s, r),
         "sampling": r["sampling"],
         "limit": r["limit"],
@@ -383,7 +416,11 @@ def _progress(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, 
 
 def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
     res = dict(event.get("result") or {})
-    if run.method == COMPARE:
+    if "fan" in res:  # a sweep's comparison: the source against every branch
+        count = res["baseline"]["count"] * (1 + len(res["fan"]))
+        errors = res["baseline"]["errors"] + sum(f["errors"] for f in res["fan"])
+        what, cmd = "answers", "comparisons"
+    elif run.method == COMPARE:
         res["mostDifferent"] = most_different(read_examples(ctx.store, run, res))
         count, errors = res.get("pairs", 0) + res.get("errors", 0), res.get("errors", 0)
         what, cmd = "example pairs", "comparisons"
@@ -538,9 +575,44 @@ def comparison_view(
         else None
     )
     out["mostDifferent"] = res.get("mostDifferent")
+    if r.get("kind") == "sweep":
+        out.update(fan_view(r, res))
     if examples is not None:
         out["examples"] = examples
     return out
+
+
+def fan_view(r: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
+    """A sweep comparison's own fields: ``sweep`` (source run, snapshot, branches),
+    ``leftOut`` (branches that did not succeed) and, once scored, ``fan``: one row per
+    branch — its run, grid point, model, mean, standard error, and wins, losses, ties and
+    paired difference against the source snapshot — best mean first (ties by run)."""
+    sides = r.get("sides") or []
+    rows = []
+    for i, f in enumerate(res.get("fan") or [], start=1):
+        side = sides[i] if i < len(sides) else {}
+        rows.append(
+            {
+                "run": side.get("run"),
+                "point": side.get("point"),
+                "model": side.get("modelId"),
+                **{k: f.get(k) for k in ("mean", "stderr", "count", "errors")},
+                "vsSource": f.get("vsSource"),
+            }
+        )
+    rows.sort(key=lambda x: (-(x["mean"] if x["mean"] is not None else -1e9), x["run"] or ""))
+    return {
+        "baselineModelId": None,
+        "baselineModel": None,
+        "sweep": {
+            "source": r.get("source"),
+            "snapshot": r.get("snapshot"),
+            "branches": [b["run"] for b in r.get("branches") or []],
+        },
+        "source": res.get("baseline"),
+        "leftOut": r.get("leftOut") or [],
+        "fan": rows if res.get("fan") else None,
+    }
 
 
 def most_different(examples: list[dict[str, Any]], n: int = 5) -> list[dict[str, Any]]:

@@ -325,7 +325,13 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     )
     names: list[str | None] = []
     for i, side in enumerate(sides):
-        if side.get("adapter"):
+        if side.get("adapterKey"):  # a run's snapshot (a sweep's source), not registered
+            from ..jobs.blobs import download_prefix
+
+            folder = download_prefix(store, side["adapterKey"], work / f"adapter-{i}")
+            engine.load_adapter(f"{ADAPTER}-{i}", folder)
+            names.append(f"{ADAPTER}-{i}")
+        elif side.get("adapter"):
             folder = work / f"adapter-{i}"
             download_model_files(store, _version("model", side["adapter"]), folder)
             engine.load_adapter(f"{ADAPTER}-{i}", folder)
@@ -427,7 +433,7 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
         }
         for i, g in enumerate(per_side):
             got = g[ex.index]
-            suffix = "" if len(sides) == 1 else "AB"[i]
+            suffix = "" if len(sides) == 1 else "AB"[i] if len(sides) == 2 else str(i)
             rec[f"answer{suffix}"] = answers[i][ex.index]
             rec[f"score{suffix}"] = got.score
             rec[f"details{suffix}"] = got.details
@@ -437,7 +443,21 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     body = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
     store.put_bytes(key, body)
     events.send({"type": "progress", "completed": total, "total": total, "stage": "graded"})
-    if len(sides) == 1:
+    if ev.get("fan"):  # a sweep: every branch (sides 1…) against the source snapshot
+        from .stats import paired
+
+        source = [g.score for g in per_side[0]]
+        result = {
+            "baseline": summary(source),
+            "fan": [
+                {
+                    **summary([g.score for g in got]),
+                    "vsSource": paired([g.score for g in got], source),
+                }
+                for got in per_side[1:]
+            ],
+        }
+    elif len(sides) == 1:
         result = summary([g.score for g in graded])
     else:
         from .stats import paired

@@ -1,7 +1,9 @@
 """The scheduler: admission, the queue and devices; it launches one worker per attempt.
 
 One thread looks at the queue each second, or at once after :func:`wake`. A queued run starts
-when no active run holds its device kind and its base model is in the cache; its kind
+when no active run holds its device kind, every run it waits for (its record's
+``resolved.after``: a sweep's comparison waits for the sweep's branches) has ended, and its
+base model is in the cache; its kind
 (:mod:`akka_optimize.jobs.kinds`) writes the attempt's spec, and an executor
 (:mod:`akka_optimize.jobs.executor`) starts the worker. The scheduler knows no kind: a new
 kind of job registers itself and is scheduled the same way. Workers that died without a
@@ -34,6 +36,15 @@ from .recovery import reap_dead_workers
 log = logging.getLogger("akka_optimize.jobs")
 
 _WAKE = threading.Event()
+
+
+def _unfinished(s: Session, run: Run) -> list[str]:
+    """The IDs of the runs ``run`` waits for (``resolved.after``) that have not ended."""
+    after = (run.resolved or {}).get("after") or []
+    if not after:
+        return []
+    ended = set(s.scalars(select(Run.id).where(Run.id.in_(after), Run.state.in_(S.TERMINAL))))
+    return [r for r in after if r not in ended]
 
 
 def wake(_ctx: Any = None) -> None:
@@ -85,6 +96,13 @@ class Scheduler:
     def _schedule(self, s: Session) -> None:
         queued = s.scalars(select(Run).where(Run.state == S.QUEUED).order_by(Run.created_at)).all()
         for run in queued:
+            waiting = _unfinished(s, run)
+            if waiting:
+                run.queue_reason = (
+                    f"waiting for {len(waiting)} of {len((run.resolved or {})['after'])} runs "
+                    f"to finish ({', '.join(r[:8] for r in waiting)})"
+                )
+                continue
             holders = self._holders(s, run.device_kind)
             if holders:
                 run.queue_reason = (
@@ -133,7 +151,11 @@ class Scheduler:
             resume_key = snap.state_key if snap else None
         work = self.ctx.settings.runs_dir / run.id / f"attempt-{number}"
         launch = Launch(s, self.ctx, run, number, token, model_dir, resume_key, work)
-        spec = kind.build_spec(launch)
+        try:
+            spec = kind.build_spec(launch)
+        except AkkaError as exc:  # what the job needs is gone (a sweep whose branches all failed)
+            finish(run, S.FAILED, exc.message)
+            return
         spec.kind, spec.worker = kind.name, kind.worker
         spec_path = spec.write(work / "spec.json")
         log_path = work / "worker.log"

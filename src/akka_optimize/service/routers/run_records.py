@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query
+from sqlalchemy import select
 
 from ...errors import InvalidRequest, NotFound
 from ...jobs import (
@@ -119,16 +120,17 @@ def sweep_run(
     body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     """One branch per grid point from one snapshot of the run (``snapshot``, ``steps``,
-    ``grid``, optional ``dataset``); nothing is created when any point is refused."""
+    ``grid``, optional ``dataset``); with ``compare`` (and ``dataset``), also the comparison
+    of the source snapshot against every branch, queued until they have all ended, graded
+    by ``grader`` (``graderInstructions``, ``sampling``) or the project's evaluation
+    settings. Nothing is created when any point, or the comparison, is refused."""
     from ..plans import resolve_run_plan
 
-    if body.get("compare"):
+    unknown = sorted(set(body) - SWEEP_FIELDS)
+    if unknown:
         raise InvalidRequest(
-            "compare: scoring the source against the fan once the branches complete is not "
-            "available in this release; give --dataset to rank the branches by validation "
-            "loss, and compare two models with `training comparisons create`.",
-            field="compare",
-            code="not_available",
+            f"{unknown[0]}: not a sweep field; a sweep takes {', '.join(sorted(SWEEP_FIELDS))}.",
+            field=unknown[0],
         )
     for key in ("snapshot", "steps", "grid"):
         if body.get(key) is None or body.get(key) == "":
@@ -136,10 +138,12 @@ def sweep_run(
     if body["grid"] in ([], {}):
         raise InvalidRequest("The grid is empty; give at least one point.", field="grid")
     whole_number(body["steps"], "steps", low=1)
-    return sweeps.submit_sweep(
+    source = access.find_run(principal, session, run_id)
+    compare = _sweep_scoring(session, source, body) if body.get("compare") else None
+    out = sweeps.submit_sweep(
         ctx,
         session,
-        access.find_run(principal, session, run_id),
+        source,
         snapshot=str(body["snapshot"]),
         steps=body["steps"],
         grid=body["grid"],
@@ -147,6 +151,83 @@ def sweep_run(
         resolve=lambda raw: resolve_run_plan(ctx, session, raw, principal),
         principal=principal,
     )
+    if compare is not None:
+        from ...evals import kind as evals
+        from ...evals.sweeps import start_sweep_comparison
+
+        def resolve(kind: str, ref: str, *, field: str) -> Any:
+            return access.resolve(principal, session, kind, ref, source.project, field=field)
+
+        out["comparison"] = start_sweep_comparison(
+            ctx,
+            session,
+            source,
+            branches.parse_snapshot(str(body["snapshot"])),
+            out["points"],
+            **compare,
+            device_kind=evals.eval_device_kind(ctx.settings),
+            resolve=resolve,
+        )
+    return out
+
+
+SWEEP_FIELDS = frozenset(
+    {"snapshot", "steps", "grid", "dataset", "compare", "grader", "graderInstructions", "sampling"}
+)
+"""The fields of ``POST /v1/training/runs/RUN/sweep``."""
+
+
+def _sweep_scoring(session: Any, source: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """What a sweep's comparison scores with: ``dataset`` (required), ``grader`` (else the
+    project's evaluation settings' grader and instructions), ``sampling`` (the settings',
+    then the body's, over the defaults).
+
+    Raises:
+        InvalidRequest: no ``dataset``, no grader and no settings, bad ``sampling``.
+    """
+    from pydantic import ValidationError
+
+    from ...db.models.projects import Project
+    from ...evals.kind import DEFAULT_SAMPLING
+    from ...evals.settings import grader_text
+    from .sampling import Sampling
+
+    if not body.get("dataset"):
+        raise InvalidRequest(
+            "compare: needs dataset, the rows the source snapshot and every branch answer "
+            "(--compare --dataset D).",
+            field="dataset",
+        )
+    project = session.scalar(select(Project).where(Project.name == source.project))
+    cfg = (project.evaluation if project is not None else None) or {}
+    grader, instructions = body.get("grader"), body.get("graderInstructions")
+    sampling = dict(DEFAULT_SAMPLING)
+    if not grader:
+        if not cfg:
+            raise InvalidRequest(
+                f"compare: needs a grader (--grader), since project {source.project!r} has no "
+                "evaluation settings to take it from.",
+                field="grader",
+            )
+        grader = grader_text(cfg)
+        instructions = instructions if instructions is not None else cfg.get("graderInstructions")
+        sampling.update(cfg.get("sampling") or {})
+    given = body.get("sampling") or {}
+    if not isinstance(given, dict):
+        raise InvalidRequest("sampling must be an object.", field="sampling")
+    try:
+        checked = Sampling.model_validate(given).model_dump(include=set(given))
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        raise InvalidRequest(f"sampling.{loc}: {e['msg']}.", field=f"sampling.{loc}") from exc
+    sampling.update(checked)
+    return {
+        "dataset": str(body["dataset"]),
+        "grader": str(grader),
+        "grader_instructions": instructions,
+        "sampling": sampling,
+    }
 
 
 @router.get("/runs/{run_id}/tree")
