@@ -414,6 +414,28 @@ class TrainingSession:
         self._reset()
         return metrics
 
+    def skip_update(self) -> dict[str, float | int]:
+        """Count an update that trains nothing (a reinforcement update whose every group had
+        equal rewards, :mod:`akka_optimize.engine.rl`): the step advances; the weights and
+        the optimizer's state stay as they are. Returns the metrics of :meth:`optim_step`,
+        with a zero loss, gradient and update."""
+        update = self.step + 1
+        self._reset()
+        self.step = update
+        return {
+            "step": update,
+            "loss": 0.0,
+            "learningRate": self.learning_rate(update),
+            "gradNorm": 0.0,
+            "gradClipFactor": 1.0,
+            "adapterNorm": float(_global_norm([p.detach() for p in self.params.values()])),
+            "updateRatio": 0.0,
+            "supervisedTokens": 0,
+            "totalTokens": 0,
+            "stepTimeSeconds": 0.0,
+            "tokensPerSecond": 0.0,
+        }
+
     def _reset(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         self._pending = _Pending()

@@ -1,0 +1,317 @@
+"""Group-relative reinforcement updates on a :class:`~akka_optimize.engine.session.TrainingSession`.
+
+One update (:func:`rl_update`), after GRPO (Shao et al. 2024, "DeepSeekMath",
+arXiv:2402.03300) and DATA-AND-TRAINING-RULES.md 1.2–1.3, rules 17–21:
+
+1. **Sample.** For each of the update's prompts, ``samples_per_prompt`` completions are
+   drawn together (one batch of identical prompts, so no padding) from the session's
+   model with its current adapter — the weights after the last ``optim_step`` — at
+   ``temperature``, up to ``max_new_tokens`` tokens, ending after a stop token (which is
+   part of the completion and trained on). Each token records the sampler's log-prob
+   ``log q`` (fp32 ``log_softmax(logits / temperature)``) and each sample the weight
+   version (``session.step`` when it was drawn). The draw uses one CPU generator seeded
+   by ``(seed, update)``, so a resumed run draws the same samples (rule 20).
+2. **Score.** The caller's ``score`` fills each sample's ``reward`` (a float; a reward
+   that failed is 0 with its ``error`` kept). The engine knows no grader: the worker
+   passes a sandboxed bundle, a judge or a built-in rule.
+3. **Advantages** (:func:`group_advantages`): each reward minus its group's mean, divided
+   by the group's standard deviation (sample standard deviation, ``n − 1``, as TRL's
+   GRPO trainer) unless ``scale_by_std`` is off. A group whose rewards are all equal has
+   advantage 0 for every sample, is counted (``zeroAdvantageGroupShare``) and left out of
+   the update: it carries no signal, and leaving it out keeps its tokens out of the
+   normalisation too (DAPO's "dynamic sampling", Yu et al. 2025, arXiv:2503.14476, without
+   the resampling). Every sample of a prompt is in the same update (group integrity, rule
+   17); each sample is one sequence of its own pass, never expanded twice (rule 18).
+4. **Train.** ``forward_backward`` with ``loss_fn`` (``importance_sampling``, ``ppo``,
+   ``cispo``, ``dro``; :mod:`akka_optimize.engine.losses`) over the completion tokens, then
+   ``optim_step``, which divides the loss sum by the update's sampled (trained) tokens —
+   the same token-sum normalisation as the supervised loss. An update where every group
+   had equal rewards trains nothing; its weights stay, and the step still counts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..data.types import Pass
+from .errors import EngineError
+from .sampling import kv_cache
+
+
+@dataclass(frozen=True)
+class RLSettings:
+    """The loop's settings (the plan's ``rlHyperparams``, resolved).
+
+    Attributes:
+        samples_per_prompt: completions per prompt (the group), at least 2.
+        max_new_tokens: longest completion, in tokens.
+        temperature: sampling temperature (> 0).
+        loss_fn: ``importance_sampling`` | ``ppo`` | ``cispo`` | ``dro``.
+        loss_config: the loss's parameters (``clip_low_threshold``, ``clip_high_threshold``,
+            ``beta``; :mod:`akka_optimize.engine.losses` gives their defaults).
+        scale_by_std: divide each advantage by its group's standard deviation.
+        seed: seeds every update's draw together with the update number.
+    """
+
+    samples_per_prompt: int
+    max_new_tokens: int
+    temperature: float = 1.0
+    loss_fn: str = "importance_sampling"
+    loss_config: dict[str, float] = field(default_factory=dict)
+    scale_by_std: bool = True
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class RLPrompt:
+    """One prompt of the loop: its token ids (the chat template's generation prompt
+    appended), and what the reward is given beside a completion — never the prompt."""
+
+    prompt_ids: list[int]
+    ground_truth: Any = None
+    data_source: str = ""
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sample:
+    """One sampled completion.
+
+    Attributes:
+        group: index of its prompt in the update.
+        tokens: the completion's token ids (a final stop token included).
+        logprobs: the sampler's ``log q`` of each token (fp32), same length.
+        weight_version: ``session.step`` when it was drawn.
+        reward / error: set by the caller's ``score`` (a failed reward is 0 with a reason).
+        advantage: set by :func:`rl_update`.
+    """
+
+    group: int
+    tokens: list[int]
+    logprobs: list[float]
+    weight_version: int
+    reward: float = 0.0
+    error: str | None = None
+    advantage: float = 0.0
+
+
+def group_advantages(rewards: list[float], scale_by_std: bool = True) -> list[float]:
+    """Group-relative advantages: ``r − mean(r)``, over the sample standard deviation
+    when ``scale_by_std``; all 0 when every reward is equal (module docstring, step 3).
+
+    Raises:
+        ValueError: fewer than two rewards (a group needs two to compare).
+    """
+    n = len(rewards)
+    if n < 2:
+        raise ValueError(f"a group needs at least 2 samples, not {n}")
+    mean = sum(rewards) / n
+    if all(r == rewards[0] for r in rewards):
+        return [0.0] * n
+    centred = [r - mean for r in rewards]
+    if not scale_by_std:
+        return centred
+    std = math.sqrt(sum(c * c for c in centred) / (n - 1))
+    return [c / std for c in centred]
+
+
+@torch.no_grad()
+def sample_group(
+    session: Any,
+    prompt_ids: list[int],
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    stop_ids: set[int],
+    generator: torch.Generator,
+) -> list[tuple[list[int], list[float]]]:
+    """``n`` completions of one prompt, decoded together with a KV cache: per completion
+    its tokens and the sampler's log-probs (see the module docstring, step 1).
+
+    Raises:
+        ValueError: an empty prompt, ``n`` < 1, ``max_new_tokens`` < 1 or ``temperature`` ≤ 0.
+    """
+    if not prompt_ids or n < 1 or max_new_tokens < 1 or temperature <= 0:
+        raise ValueError("sample_group needs a prompt, n ≥ 1, max_new_tokens ≥ 1, temperature > 0")
+    model = session.model
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    lps: list[list[float]] = [[] for _ in range(n)]
+    done = [False] * n
+    try:
+        with session.compute_context():
+            ids = torch.tensor([prompt_ids] * n, dtype=torch.long, device=device)
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            for _ in range(max_new_tokens):
+                logq = torch.log_softmax(out.logits[:, -1, :].float().cpu() / temperature, dim=-1)
+                picked = torch.multinomial(logq.exp(), 1, generator=generator).view(-1)
+                for b in range(n):
+                    if done[b]:
+                        continue
+                    tok = int(picked[b])
+                    tokens[b].append(tok)
+                    lps[b].append(float(logq[b, tok]))
+                    done[b] = tok in stop_ids
+                if all(done):
+                    break
+                step = picked.view(n, 1).to(device)
+                out = model(input_ids=step, use_cache=True, **kv_cache(out))
+    finally:
+        model.train(was_training)
+    return list(zip(tokens, lps, strict=True))
+
+
+def rollout_passes(
+    prompts: list[RLPrompt], samples: list[Sample]
+) -> tuple[list[Pass], list[dict[str, list[float]]]]:
+    """One pass per sample (prompt + completion) and its reinforcement inputs, aligned to
+    ``input_ids`` like :attr:`Pass.weights`: weight 1 on completion tokens, 0 on the prompt;
+    ``sampling_logprobs`` and ``advantages`` set on the completion tokens."""
+    passes, inputs = [], []
+    for s in samples:
+        prompt = prompts[s.group].prompt_ids
+        ids = list(prompt) + list(s.tokens)
+        k = len(prompt)
+        passes.append(
+            Pass(
+                input_ids=ids,
+                weights=[0.0] * k + [1.0] * len(s.tokens),
+                position_ids=list(range(len(ids))),
+                cu_seqlens=[0, len(ids)],
+                rows=[s.group],
+            )
+        )
+        inputs.append(
+            {
+                "sampling_logprobs": [0.0] * k + list(s.logprobs),
+                "advantages": [0.0] * k + [s.advantage] * len(s.tokens),
+            }
+        )
+    return passes, inputs
+
+
+def _clipped_share(
+    trainer: list[torch.Tensor], inputs: list[dict[str, list[float]]], passes: list[Pass], cfg: dict
+) -> float:
+    """Share of trained tokens whose ratio ``p/q`` lies outside the clip range."""
+    lo, hi = cfg.get("clip_low_threshold", 0.8), cfg.get("clip_high_threshold", 1.2)
+    out = total = 0
+    for lp, inp, p in zip(trainer, inputs, passes, strict=True):
+        for t, w in enumerate(p.weights):
+            if w:
+                r = math.exp(float(lp[t]) - inp["sampling_logprobs"][t])
+                out += not lo <= r <= hi
+                total += 1
+    return out / total if total else 0.0
+
+
+def rl_update(
+    session: Any,
+    prompts: list[RLPrompt],
+    score: Callable[[list[RLPrompt], list[Sample]], None],
+    settings: RLSettings,
+    stop_ids: set[int],
+) -> tuple[dict[str, float | int], list[Sample]]:
+    """One group-relative update over ``prompts`` (see the module docstring).
+
+    Args:
+        session: the training session (its adapter samples and trains).
+        prompts: this update's prompts (``promptsPerStep`` of them).
+        score: fills ``reward`` (and ``error``) of every sample; called once per update
+            with every sample, so a grader pool or a judge can batch them.
+        settings: the loop's settings.
+        stop_ids: tokens that end a completion.
+
+    Returns:
+        ``(metrics, samples)``: the supervised step metrics of ``optim_step`` under the
+        same names (``loss`` is the policy loss per trained token, ``gradNorm``,
+        ``gradClipFactor``, ``adapterNorm``, ``updateRatio``…), plus ``rewardMean``,
+        ``rewardStd``, ``rewardMin``, ``rewardMax``, ``rewardErrors``,
+        ``zeroAdvantageGroupShare``, ``clippedTokenShare``, ``approxKl`` (mean of
+        ``log q − log p`` over trained tokens, with ``p`` the trainer's log-probs in the
+        update's forward pass), ``completionLength``, ``samplingTokensPerSecond``,
+        ``trainingTokensPerSecond``, ``weightVersion`` (before the update) and ``skipped``
+        (every group had equal rewards).
+
+    Raises:
+        EngineError: a loss this loop does not train with; the session's own errors.
+    """
+    if settings.loss_fn not in ("importance_sampling", "ppo", "cispo", "dro"):
+        raise EngineError(f"rl_update trains with a policy loss, not {settings.loss_fn!r}.")
+    update = session.step + 1
+    gen = torch.Generator().manual_seed(settings.seed * 1_000_003 + update)
+    version = session.step
+    t0 = time.perf_counter()
+    samples: list[Sample] = []
+    for g, prompt in enumerate(prompts):
+        for toks, lps in sample_group(
+            session,
+            prompt.prompt_ids,
+            settings.samples_per_prompt,
+            settings.max_new_tokens,
+            settings.temperature,
+            stop_ids,
+            gen,
+        ):
+            samples.append(Sample(g, toks, lps, version))
+    sampled = sum(len(s.tokens) for s in samples)
+    sampling_s = time.perf_counter() - t0
+    score(prompts, samples)
+    zero = 0
+    for g in range(len(prompts)):
+        group = [s for s in samples if s.group == g]
+        for s, a in zip(
+            group,
+            group_advantages([s.reward for s in group], settings.scale_by_std),
+            strict=True,
+        ):
+            s.advantage = a
+        zero += all(s.advantage == 0.0 for s in group)
+    signal = {s.group for s in samples if s.advantage != 0.0}
+    trained = [s for s in samples if s.group in signal]
+    rewards = [s.reward for s in samples]
+    mean = sum(rewards) / len(rewards)
+    metrics: dict[str, float | int] = {
+        "rewardMean": mean,
+        "rewardStd": math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
+        "rewardMin": min(rewards),
+        "rewardMax": max(rewards),
+        "rewardErrors": sum(s.error is not None for s in samples),
+        "zeroAdvantageGroupShare": zero / len(prompts),
+        "completionLength": sampled / len(samples),
+        "samplingTokensPerSecond": sampled / sampling_s if sampling_s > 0 else 0.0,
+        "weightVersion": version,
+    }
+    t1 = time.perf_counter()
+    if not trained:
+        metrics.update(session.skip_update(), skipped=True, clippedTokenShare=0.0, approxKl=0.0)
+        metrics["trainingTokensPerSecond"] = 0.0
+        return metrics, samples
+    passes, inputs = rollout_passes(prompts, trained)
+    fb = session.forward_backward(
+        passes, settings.loss_fn, loss_inputs=inputs, loss_config=settings.loss_config
+    )
+    kl = [
+        inp["sampling_logprobs"][t] - float(lp[t])
+        for lp, inp, p in zip(fb.logprobs, inputs, passes, strict=True)
+        for t, w in enumerate(p.weights)
+        if w
+    ]
+    clipped = _clipped_share(fb.logprobs, inputs, passes, settings.loss_config)
+    metrics.update(session.optim_step())
+    seconds = time.perf_counter() - t1
+    metrics.update(
+        skipped=False,
+        clippedTokenShare=clipped,
+        approxKl=sum(kl) / len(kl),
+        trainingTokensPerSecond=sum(p.num_tokens for p in passes) / seconds if seconds else 0.0,
+    )
+    return metrics, samples
