@@ -33,7 +33,6 @@ def _plan(**changes: Any) -> dict[str, Any]:
 
 # (name, plan, code, field, words the message must hold)
 REFUSALS = [
-    ("rl", _plan(config__method="rl"), "method_not_available", "config.method", "sft"),
     ("smoke", _plan(smoke=True), "not_available", "smoke", "smoke runs"),
     (
         "two-gpus",
@@ -103,11 +102,11 @@ def test_every_start_refusal_is_the_dry_runs(demo: LiveService, tmp_path) -> Non
     assert out.returncode == 1
     assert "Configuration hash:" in out.stdout and "a start would be refused" in out.stdout
     assert "The start would be refused (1 reason):" in out.stderr
-    assert "config.method 'rl'" in out.stderr
-    # Every refusal at once in the dry run: rl on two devices under a taken name.
+    assert "smoke runs are not available" in out.stderr
+    # Every refusal at once in the dry run: a smoke run on two devices under a taken name.
     both = _plan(
         project="akka-optimize",
-        config__method="rl",
+        smoke=True,
         execution={"gpus": 2, "deviceProfile": "H100"},
     )
     fields = [
@@ -116,7 +115,7 @@ def test_every_start_refusal_is_the_dry_runs(demo: LiveService, tmp_path) -> Non
             "refusals"
         ]
     ]
-    assert fields == ["config.method", "execution.gpus", "modelName"]
+    assert fields == ["smoke", "execution.gpus", "modelName"]
     # A plan the start accepts is accepted by the dry run, with no refusals.
     ok = demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=BASE).json()
     assert ok["accepted"] is True and ok["refusals"] == []

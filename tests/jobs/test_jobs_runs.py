@@ -219,27 +219,6 @@ def test_refused_rows_fail_before_training_with_the_reason(service: LiveService,
     assert "maxSeqLength" in out and "Traceback" not in out
 
 
-def test_a_reinforcement_plan_is_refused_at_start_not_trained_as_sft(
-    service: LiveService, tmp_path
-) -> None:
-    service.cli("training", "projects", "create", "demo", check=True)
-    plan = {
-        "kind": "run",
-        "project": "demo",
-        "baseModel": "akka-optimize/tiny-smollm2",
-        "config": {"dataset": "demo/train", "method": "rl"},
-    }
-    from jobs_helpers import gsm8k_rows
-
-    data = gsm8k_rows(tmp_path / "train.jsonl", 4)
-    service.cli("registry", "datasets", "register", "demo/train", "-f", str(data), check=True)
-    r = service.api("POST", "/v1/training/runs", json=plan)
-    assert r.status_code == 400, r.text
-    err = r.json()["error"]
-    assert err["field"] == "config.method" and "supervised (sft) runs only" in err["message"]
-    assert service.api("GET", "/v1/training/runs").json()["runs"] == []
-
-
 def test_plan_fields_this_release_cannot_train_are_refused_at_start(
     service: LiveService, tmp_path
 ) -> None:

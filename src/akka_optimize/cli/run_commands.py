@@ -116,10 +116,15 @@ def metrics(run_id: str, output: OutputOpt = "text") -> None:
 
     def text(d: dict, wide: bool) -> None:
         rows = [{k: _fmt(v) for k, v in m.items()} for m in d["metrics"]]
+        rl = any("rewardMean" in m for m in d["metrics"])
+        reward = [("REWARD", "rewardMean"), ("REWARD STD", "rewardStd"),
+                  ("ZERO-ADV", "zeroAdvantageGroupShare"), ("KL", "approxKl"),
+                  ("CLIPPED", "clippedTokenShare"), ("LENGTH", "completionLength")]  # fmt: skip
         print_table(
             rows,
             [
                 ("STEP", "step"),
+                *(reward if rl else []),
                 ("LOSS", "loss"),
                 ("LR", "learningRate"),
                 ("GRAD NORM", "gradNorm"),
@@ -144,5 +149,36 @@ def metrics(run_id: str, output: OutputOpt = "text") -> None:
                 ],
             )
         console.print(f"finalLoss {_fmt(d['finalLoss'])}  meanLoss {_fmt(d['meanLoss'])}")
+
+    emit(data, output, text)
+
+
+@app.command("samples")
+def samples(
+    run_id: str,
+    step: Annotated[int | None, typer.Option("--step", help="One update only.")] = None,
+    output: OutputOpt = "text",
+) -> None:
+    """A reinforcement run's samples per update: prompt, completion, reward, advantage.
+
+    Example: {prog} training runs samples 970076e8 --step 3
+    """
+    path = f"/v1/training/runs/{run_id}/samples" + (f"?step={step}" if step else "")
+    data = Client().get(path)
+
+    def text(d: dict, wide: bool) -> None:
+        if not d["updates"]:
+            console.print("No samples (a reinforcement run records them at each update).")
+        for u in d["updates"]:
+            console.print(f"Update {u['step']}", highlight=False)
+            for s in u["samples"]:
+                err = f"  error: {s['error']}" if s.get("error") else ""
+                console.print(
+                    f"  row {s['row'] + 1}  reward {_fmt(s['reward'])}  advantage "
+                    f"{_fmt(s['advantage'])}{err}\n    prompt: {s['prompt'][:120]!r}\n"
+                    f"    completion: {s['completion'][:200]!r}",
+                    highlight=False,
+                    markup=False,
+                )
 
     emit(data, output, text)

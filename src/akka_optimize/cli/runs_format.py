@@ -75,6 +75,22 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
                 else None,
             ),
             *([("Warm start", run["warmStartModelId"])] if run.get("warmStartModelId") else []),
+            *(
+                [
+                    ("Reward", run.get("reward")),
+                    *([("Judge", run["judge"])] if run.get("judge") else []),
+                    *(
+                        [
+                            ("Judge instructions", run.get("graderInstructions")),
+                            ("Instructions source", run.get("instructionsSource")),
+                        ]
+                        if run.get("judge")
+                        else []
+                    ),
+                ]
+                if run.get("method") == "rl"
+                else []
+            ),
             ("Config hash", run["configHash"][:16] if run.get("configHash") else None),
         ]
     )
@@ -84,6 +100,11 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
             ("Model", r.get("model")),
             ("Step", f"{r.get('step')}/{r.get('totalSteps') or '?'}"),
             ("Last saved step", r.get("lastSavedStep")),
+            *(
+                [("Reward", f"{fmt(r.get('rewardStart'))} -> {fmt(r.get('rewardFinal'))}")]
+                if r.get("rewardStart") is not None
+                else []
+            ),
             ("Final loss", fmt(r.get("finalLoss"))),
             ("Mean loss", fmt(r.get("meanLoss"))),
             ("Validation loss", fmt(r.get("validationLoss"))),

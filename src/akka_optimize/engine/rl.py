@@ -35,6 +35,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -75,8 +76,8 @@ class RLPrompt:
 
     prompt_ids: list[int]
     ground_truth: Any = None
-    data_source: str = ""
-    extra_info: dict[str, Any] = field(default_factory=dict)
+    source: Any = None
+    """The caller's own record of the prompt (the worker keeps its evaluation row)."""
 
 
 @dataclass
@@ -315,3 +316,157 @@ def rl_update(
         trainingTokensPerSecond=sum(p.num_tokens for p in passes) / seconds if seconds else 0.0,
     )
     return metrics, samples
+
+
+@dataclass
+class RLResult:
+    """How a call to :func:`run_rl` ended.
+
+    Attributes:
+        step / total_steps: the last completed update and the run's updates.
+        stopped: it stopped early after saving (pause or cancel).
+        final_loss / mean_loss: the policy loss of the last update, and the mean over the
+            updates that trained.
+        first_reward / final_reward: the mean reward of the run's first and last update
+            (the first of this attempt when resumed: see ``log``).
+        adapter_dir: the newest saved adapter.
+        adapted_modules: module names that received a LoRA pair.
+    """
+
+    step: int
+    total_steps: int
+    stopped: bool = False
+    final_loss: float | None = None
+    mean_loss: float | None = None
+    first_reward: float | None = None
+    final_reward: float | None = None
+    adapter_dir: Path | None = None
+    adapted_modules: list[str] = field(default_factory=list)
+
+
+def update_prompts(prompts: list[RLPrompt], update: int, per_step: int) -> list[RLPrompt]:
+    """The prompts of 1-based ``update``: the next ``per_step`` of the dataset in order,
+    wrapping around (so update ``u`` always takes the same ones, and a resume too)."""
+    n = len(prompts)
+    start = (update - 1) * per_step
+    return [prompts[(start + i) % n] for i in range(per_step)]
+
+
+def run_rl(
+    cfg: Any,
+    settings: RLSettings,
+    model_dir: Path,
+    prompts: list[RLPrompt],
+    *,
+    steps: int,
+    prompts_per_step: int,
+    score: Callable[[list[RLPrompt], list[Sample]], None],
+    stop_ids: set[int],
+    state_dir: Path,
+    emit: Callable[[dict[str, Any]], None],
+    resume_step: int | None = None,
+    init_adapter: Path | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> RLResult:
+    """A reinforcement run: ``steps`` updates of :func:`rl_update`, with the saves, events
+    and resume of a supervised run (:func:`akka_optimize.engine.sft.run_sft`).
+
+    Emits ``metrics`` (per update: :func:`rl_update`'s metrics, ``step`` first),
+    ``samples`` (per update: the first :data:`SHOWN_SAMPLES` samples' ``row`` — the
+    prompt's 0-based index in ``prompts`` —, ``group``, ``tokens``, ``reward``,
+    ``advantage`` and ``error``), ``save`` (every ``cfg.save_every_steps`` updates, when stopping,
+    and at the end; ``epoch`` None) and ``phase`` events.
+
+    Raises:
+        EngineError: no prompts, a resume whose saved settings differ, or the session's
+            own errors.
+    """
+    from .session import TrainingSession
+    from .sft import end_phase, state_path
+
+    if not prompts:
+        raise EngineError("the reinforcement run has no prompts.", code="no_rows")
+    emit({"type": "phase", "phase": "loading_model", "step": resume_step or 0})
+    session = TrainingSession(model_dir, cfg, total_updates=steps)
+    log: dict[str, Any] = {"loss_sum": 0.0, "count": 0, "last": None, "first_reward": None}
+    if resume_step is not None:
+        meta = session.load_state(state_path(state_dir, resume_step) / "state")
+        if meta["cursor"].get("rows") != len(prompts):
+            raise EngineError(
+                f"the training state at step {resume_step} was saved over "
+                f"{meta['cursor'].get('rows')} prompts, not {len(prompts)}; a resume "
+                "continues the same run with its own dataset.",
+                code="resume_mismatch",
+            )
+        log = dict(meta["cursor"]["log"])
+    elif init_adapter is not None:
+        session.load_adapter_weights(init_adapter)
+    emit(
+        {
+            "type": "phase",
+            "phase": "training",
+            "step": session.step,
+            "totalSteps": steps,
+            "adaptedModules": session.adapted_modules,
+        }
+    )
+    result = RLResult(0, steps, adapted_modules=session.adapted_modules)
+    reward = None
+    for update in range(session.step + 1, steps + 1):
+        batch = update_prompts(prompts, update, prompts_per_step)
+        metrics, samples = rl_update(session, batch, score, settings, stop_ids)
+        emit({"type": "metrics", **metrics})
+        emit(
+            {
+                "type": "samples",
+                "step": update,
+                "samples": [
+                    {
+                        "row": ((update - 1) * prompts_per_step + s.group) % len(prompts),
+                        "group": s.group,
+                        "tokens": s.tokens,
+                        "reward": s.reward,
+                        "advantage": s.advantage,
+                        "error": s.error,
+                    }
+                    for s in samples[:SHOWN_SAMPLES]
+                ],
+            }
+        )
+        reward = metrics["rewardMean"]
+        if log["first_reward"] is None:
+            log["first_reward"] = reward
+        if not metrics.get("skipped"):
+            log["loss_sum"] += float(metrics["loss"])
+            log["count"] += 1
+            log["last"] = float(metrics["loss"])
+        stopping = update < steps and bool(should_stop and should_stop())
+        every = cfg.save_every_steps and update % cfg.save_every_steps == 0
+        if update == steps or every or stopping:
+            log["last_reward"] = reward
+            result.adapter_dir = _save_rl(
+                session, cfg, model_dir, state_dir, len(prompts), log, emit
+            )
+        if stopping:
+            result.stopped = True
+            break
+    result.step = session.step
+    result.final_loss = log["last"]
+    result.mean_loss = log["loss_sum"] / log["count"] if log["count"] else None
+    result.first_reward = log["first_reward"]
+    result.final_reward = reward if reward is not None else log.get("last_reward")
+    emit(end_phase(result))
+    return result
+
+
+SHOWN_SAMPLES = 8
+"""Samples of each update kept for ``runs samples`` (the first ones, in prompt order)."""
+
+
+def _save_rl(
+    session: Any, cfg: Any, model_dir: Path, state_dir: Path, prompts: int, log: dict, emit: Any
+) -> Path:
+    from .sft import save_snapshot
+
+    # the cursor's "rows" (here: prompts) is what a resume checks, as a supervised save's
+    return save_snapshot(session, cfg, model_dir, state_dir, None, False, prompts, log, emit)

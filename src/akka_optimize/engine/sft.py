@@ -219,7 +219,7 @@ def run_sft(
         )
         every = cfg.save_every_steps and update % cfg.save_every_steps == 0
         if update == total or every or stopping or (cfg.save_each_epoch and epoch_end):
-            adapter = _save(
+            adapter = save_snapshot(
                 session, cfg, model_dir, state_dir, epoch, epoch_end, len(train), log, emit
             )
             result.last_save_step, result.adapter_dir = update, adapter
@@ -236,16 +236,20 @@ def run_sft(
     result.final_loss = log["last"]
     result.mean_loss = log["loss_sum"] / log["count"] if log["count"] else None
     result.final_validation_loss = log["validation"]
-    emit(
-        {
-            "type": "phase",
-            "phase": "paused" if result.stopped else "finished",
-            "step": session.step,
-            "finalLoss": result.final_loss,
-            "meanLoss": result.mean_loss,
-        }
-    )
+    emit(end_phase(result))
     return result
+
+
+def end_phase(result: Any) -> dict[str, Any]:
+    """The last ``phase`` event of a training loop: ``paused`` or ``finished`` at its step,
+    with its final and mean loss."""
+    return {
+        "type": "phase",
+        "phase": "paused" if result.stopped else "finished",
+        "step": result.step,
+        "finalLoss": result.final_loss,
+        "meanLoss": result.mean_loss,
+    }
 
 
 def _refuse_unsupervised(rows: list[Example], name: str) -> None:
@@ -305,12 +309,12 @@ def _validate(
     return loss
 
 
-def _save(
+def save_snapshot(
     session: TrainingSession,
     cfg: EngineConfig,
     model_dir: Path,
     state_dir: Path,
-    epoch: int,
+    epoch: int | None,
     epoch_end: bool,
     rows: int,
     log: dict,

@@ -199,12 +199,14 @@ def judge_all(
     *,
     concurrency: int,
     stop: Callable[[], bool],
+    announce: bool = True,
 ) -> list[Any]:
     """Score ``answers[i]`` (to ``examples[i]``) with the judge
     (:func:`akka_optimize.evals.judges.judge_messages`), ``concurrency`` requests in flight
     so the judge's endpoint batches them; one :class:`~.sandbox.GradeResult` each, whose
     details keep the judge's reply. An example left unscored because ``stop()`` turned
-    true scores as an error.
+    true scores as an error. ``announce`` first asks the service for the judge's endpoint
+    (once per job: a reinforcement run's later updates reuse it).
 
     Raises:
         JudgeUnavailable: the judge's endpoint failed to start or was refused.
@@ -212,7 +214,8 @@ def judge_all(
     from .judges import judge_messages, judge_request, parse_score
     from .sandbox import GradeResult
 
-    _open_judge(events, grader, len(answers))
+    if announce:
+        _open_judge(events, grader, len(answers))
 
     def one(i: int) -> Any:
         ex = examples[i]

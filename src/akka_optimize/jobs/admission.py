@@ -33,6 +33,32 @@ def _method(f: dict[str, Any]) -> AkkaError | None:
     )
 
 
+def _kind(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+    """The refusal of the kind's own ``accept`` (a reinforcement run's reward and rows)."""
+    from .kinds import job_kind, registered_kinds
+
+    if f["method"] not in registered_kinds() or job_kind(f["method"]).accept is None:
+        return None
+    try:
+        job_kind(f["method"]).accept(ctx, session, f)
+    except AkkaError as exc:
+        return exc
+    return None
+
+
+def accepted(ctx: Any, session: Session, f: dict[str, Any]) -> dict[str, Any]:
+    """What the run's kind pins at acceptance (merged into its ``resolved``); ``{}`` for a
+    kind without ``accept``.
+
+    Raises:
+        AkkaError: the kind refuses the plan (as :func:`admission_refusals` reports it).
+    """
+    from .kinds import job_kind
+
+    kind = job_kind(f["method"])
+    return kind.accept(ctx, session, f) if kind.accept is not None else {}
+
+
 def _smoke(f: dict[str, Any]) -> AkkaError | None:
     if not f["resolved"].get("smoke"):
         return None
@@ -95,6 +121,7 @@ def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaEr
     f = job_fields(resolved)
     found = [
         _method(f),
+        _kind(ctx, session, f),
         _smoke(f),
         _gpus(f),
         _base_model(ctx, session, f),

@@ -135,12 +135,19 @@ class JobKind:
             ``function(spec, store, events, work)``; it returns the final event.
         build_spec: the attempt's job spec from a :class:`Launch`.
         events: handlers of the event types only this kind sends, by type.
+        accept: what a plan of this kind must pass beyond the plan's own rules, called as
+            ``accept(ctx, session, fields)`` with the run-record fields of
+            :func:`akka_optimize.jobs.mapping.job_fields`: it raises the refusal (an
+            :class:`~akka_optimize.errors.AkkaError` naming the field), or returns what
+            it pinned, merged into the run's ``resolved`` at start. The dry run and the
+            start both call it (:mod:`akka_optimize.jobs.admission`).
     """
 
     name: str
     worker: str
     build_spec: Callable[[Launch], JobSpec]
     events: Mapping[str, EventHandler] = field(default_factory=dict)
+    accept: Callable[[Any, Session, dict[str, Any]], dict[str, Any]] | None = None
 
 
 _KINDS: dict[str, JobKind] = {}

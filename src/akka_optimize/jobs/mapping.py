@@ -69,9 +69,14 @@ def engine_settings(
     target_modules: list[str] | tuple[str, ...] | str | None,
     auto_class: str | None = None,
 ) -> dict[str, Any]:
-    """EngineConfig keyword arguments for a resolved supervised plan and the base model's
-    catalog entry (``loraTargetModules``, ``autoClass``)."""
-    hp = _get(plan, "config.hyperparams", {})
+    """EngineConfig keyword arguments for a resolved plan and the base model's catalog
+    entry (``loraTargetModules``, ``autoClass``). A reinforcement plan's ``lora``,
+    ``optimizer``, ``scheduler`` and ``seed`` come from ``config.rlHyperparams``, its
+    updates from ``rlHyperparams.steps`` (its loop's own fields: :mod:`akka_optimize.engine.rl`)."""
+    rl = _get(plan, "config.method", "sft") == "rl"
+    hp = _get(plan, "config.rlHyperparams" if rl else "config.hyperparams", {})
+    if rl:
+        hp = {**hp, "training": {"seed": hp.get("seed", 0), "maxSteps": hp.get("steps")}}
     es = _get(plan, "config.engineSettings", {}) or {}
     precision = _get(plan, "config.model.precision", "auto")
     out: dict[str, Any] = {

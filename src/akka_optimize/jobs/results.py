@@ -112,7 +112,16 @@ def _metadata(run: Run, extra: dict[str, Any]) -> dict[str, Any]:
         {
             k: v
             for k, v in (run.results or {}).items()
-            if k in ("instructions", "adaptedModules", "finalLoss", "meanLoss")
+            if k
+            in (
+                "instructions",
+                "adaptedModules",
+                "finalLoss",
+                "meanLoss",
+                "reward",
+                "rewardStart",
+                "rewardFinal",
+            )
         }
     )
     return meta

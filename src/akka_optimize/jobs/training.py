@@ -90,7 +90,7 @@ def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, A
     return rows, train_set, val_set
 
 
-def _starting_state(
+def starting_state(
     spec: JobSpec, store: BlobStore, work: Path, state_dir: Path
 ) -> tuple[int | None, Path | None]:
     """The step a resumed attempt starts from (its state downloaded into ``state_dir``) and
@@ -115,7 +115,7 @@ def _starting_state(
     return resume_step, warm_dir
 
 
-def _uploading(spec: JobSpec, store: BlobStore, events: Any, speed: dict[str, float]) -> Any:
+def uploading(spec: JobSpec, store: BlobStore, events: Any, speed: dict[str, float]) -> Any:
     """The engine's event callback: uploads each save to the store (the event then names
     blob keys, not local folders), sums tokens and step time into ``speed``, and sends."""
 
@@ -143,6 +143,26 @@ def _uploading(spec: JobSpec, store: BlobStore, events: Any, speed: dict[str, fl
     return emit
 
 
+def stop_event(events: Any, result: Any) -> dict[str, Any] | None:
+    """The final event of an attempt the service stopped: ``cancelled``, or ``paused`` at
+    the engine's last step; None when it ran to the end."""
+    if events.control == "cancel":
+        return {"type": "cancelled"}
+    if result.stopped:
+        return {"type": "paused", "step": result.step}
+    return None
+
+
+def result_fields(result: Any) -> dict[str, Any]:
+    """The ``completed`` result fields every training loop reports."""
+    return {
+        "step": result.step,
+        "totalSteps": result.total_steps,
+        "finalLoss": result.final_loss,
+        "meanLoss": result.mean_loss,
+    }
+
+
 def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     """Train one attempt; returns the final event (``completed``, ``paused`` or ``cancelled``)."""
     from ..engine.config import EngineConfig
@@ -151,7 +171,7 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
     rows, train_set, val_set = _prepare(spec, store, events)
     cfg = EngineConfig(**spec.engine)
     state_dir = work / "state"
-    resume_step, warm_dir = _starting_state(spec, store, work, state_dir)
+    resume_step, warm_dir = starting_state(spec, store, work, state_dir)
     speed = {"tokens": 0, "seconds": 0.0}
     events.send({"type": "phase", "phase": "RUNNING", "detail": "training"})
     result = run_sft(
@@ -160,21 +180,17 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         train_set.examples,
         val_set.examples if val_set else None,
         state_dir,
-        _uploading(spec, store, events, speed),
+        uploading(spec, store, events, speed),
         resume_step=resume_step,
         branch=spec.branch_origin,
         init_adapter=warm_dir,
         should_stop=lambda: events.control in ("pause", "cancel"),
     )
-    if events.control == "cancel":
-        return {"type": "cancelled"}
-    if result.stopped:
-        return {"type": "paused", "step": result.step}
+    stopped = stop_event(events, result)
+    if stopped is not None:
+        return stopped
     out = {
-        "step": result.step,
-        "totalSteps": result.total_steps,
-        "finalLoss": result.final_loss,
-        "meanLoss": result.mean_loss,
+        **result_fields(result),
         "validationLoss": result.final_validation_loss,
         "adaptedModules": result.adapted_modules,
         "totalTokens": speed["tokens"],

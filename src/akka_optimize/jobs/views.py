@@ -45,6 +45,7 @@ def run_view(session: Session, run: Run, *, settings: bool = False) -> dict[str,
         "finishedAt": _iso(run.finished_at),
         "branchFrom": res.get("branchFrom"),
         "warmStartModelId": (run.resolved or {}).get("warmStartModelId"),
+        **(_reward(run) if run.method == "rl" else {}),
         "results": _results(run, res),
         "cost": {
             "device": run.device_kind,
@@ -59,8 +60,26 @@ def run_view(session: Session, run: Run, *, settings: bool = False) -> dict[str,
     return view
 
 
+def _reward(run: Run) -> dict[str, Any]:
+    """A reinforcement run's pinned reward and, for a judge, its instructions and their
+    source (seeds/001 "training runs get show the instructions given to the judge")."""
+    r = run.resolved or {}
+    g = r.get("grader") or {}
+    res = run.results or {}
+    return {
+        "reward": g.get("spec"),
+        "rewardBundle": g.get("bundle"),
+        "judge": g.get("judge"),
+        "judgeEndpoint": res.get("judgeEndpoint"),
+        "graderInstructions": r.get("graderInstructions"),
+        "instructionsSource": r.get("instructionsSource"),
+    }
+
+
 def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
     return {
+        "rewardStart": res.get("rewardStart"),
+        "rewardFinal": res.get("rewardFinal"),
         "model": run.registered_model,
         "step": run.current_step,
         "totalSteps": run.total_steps,
@@ -111,6 +130,19 @@ def metrics(session: Session, run: Run) -> dict[str, Any]:
         "meanLoss": (run.results or {}).get("meanLoss"),
         "warnings": (run.results or {}).get("warnings") or [],
     }
+
+
+def samples(session: Session, run: Run, step: int | None = None) -> dict[str, Any]:
+    """A reinforcement run's shown samples per update (prompt, completion, reward,
+    advantage, error), oldest update first, or of update ``step`` only; a step sampled
+    again after a resume shows its newest attempt's."""
+    q = select(RunMetric).where(RunMetric.run_id == run.id, RunMetric.kind == "samples")
+    if step is not None:
+        q = q.where(RunMetric.step == step)
+    by_step: dict[int, dict[str, Any]] = {}
+    for m in session.scalars(q.order_by(RunMetric.attempt, RunMetric.id)):
+        by_step[m.step] = {"step": m.step, "attempt": m.attempt, **m.values}
+    return {"run": run.id, "updates": [by_step[k] for k in sorted(by_step)]}
 
 
 def snapshots(session: Session, run: Run) -> list[dict[str, Any]]:

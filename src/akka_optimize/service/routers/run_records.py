@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, Header, Path, Query
 from sqlalchemy import select
 
 from ...errors import InvalidRequest, NotFound
+from ...evals import rl_kind  # noqa: F401 (registers the reinforcement "rl" job kind)
 from ...jobs import (
     branches,
     compare,
@@ -68,6 +69,17 @@ def get_run(
 ) -> dict[str, Any]:
     """A run's state, results and cost; ``settings=true`` adds its frozen settings."""
     return views.run_view(session, access.find_run(principal, session, run_id), settings=settings)
+
+
+@router.get("/runs/{run_id}/samples")
+def run_samples(
+    run_id: str,
+    session: SessionDep,
+    principal: PrincipalDep,
+    step: Annotated[int | None, Query(ge=1, le=MAX_INT, description="One update only.")] = None,
+) -> dict[str, Any]:
+    """A reinforcement run's samples per update: prompt, completion, reward, advantage."""
+    return views.samples(session, access.find_run(principal, session, run_id), step)
 
 
 @router.get("/runs/{run_id}/metrics")

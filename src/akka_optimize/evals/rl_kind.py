@@ -1,0 +1,171 @@
+"""Reinforcement runs (``config.method: rl``) as a kind of job (issue 18; seeds/000
+"Training parameters"; FEATURES F091).
+
+The kind lives beside the evaluations because its reward is theirs (:mod:`.rewards`):
+``jobs/`` schedules it like any run and never imports it (DESIGN.md "Layout": ``evals``
+may import ``jobs``, not the other way). At acceptance (:func:`accept`, called by the
+dry run and the start alike) the reward is resolved and pinned — a bundle's module and
+function checked, a judge's base model ready and its instructions settled — and every
+dataset row must give a prompt and a gold answer (the reward's ``ground_truth``; the
+reference answer never reaches the prompt, DATA-AND-TRAINING-RULES.md rule 21). A refusal
+names ``config.rlHyperparams.reward`` or ``config.dataset`` and stores nothing.
+
+Each update's metrics land in ``runs metrics`` like a supervised run's; each update's first
+samples (prompt, completion, reward, advantage) in ``runs samples``; saves, pause, resume,
+cancel and the registered model work as for a supervised run. The model is registered
+with ``method: rl``, its reward and the mean reward of the first and last update.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from ..db.models.jobs import Run, RunAttempt, RunMetric
+from ..errors import AkkaError, InvalidRequest
+from ..jobs.kinds import JobKind, Launch, register_kind
+from ..jobs.mapping import build_spec as supervised_spec
+from ..jobs.results import complete
+from ..jobs.saves import record_save
+from ..jobs.spec import JobSpec
+from .rewards import BUILTIN_MATH
+
+REWARD_FIELD = "config.rlHyperparams.reward"
+
+NOT_USED = frozenset({"config.data.validationDataset", "config.data.use_dynamic_bsz"})
+"""Plan settings a reinforcement run refuses when stated (it would not use them)."""
+
+NOT_USED_PREFIXES = ("execution.rollout.", "config.engineSettings.")
+"""Groups a reinforcement run refuses when any of their fields is stated: the rollout
+engine and its settings (the loop samples with the training session itself) and the
+engine settings of runs on several devices."""
+
+_FIELDS = {"grader": REWARD_FIELD, "graderInstructions": REWARD_FIELD, "dataset": "config.dataset"}
+
+
+def _renamed(exc: AkkaError) -> AkkaError:
+    """``exc`` with an evaluation's field names (``grader``, ``dataset``) as the plan's."""
+    exc.field = _FIELDS.get(exc.field or "", exc.field)
+    return exc
+
+
+def accept(ctx: Any, s: Session, f: dict[str, Any]) -> dict[str, Any]:
+    """Check and pin a reinforcement plan's reward and rows (the kind's ``accept``).
+
+    Returns:
+        ``{"grader", "graderInstructions", "instructionsSource"}`` to keep with the run.
+
+    Raises:
+        InvalidRequest / NotFound: (``config.rlHyperparams.reward``) a reward that does not
+            resolve or whose judge cannot serve; (``config.dataset``) a row without a
+            prompt or a gold answer, named.
+    """
+    from ..registry import load_dataset_rows
+    from ..registry import resolve as registry_resolve
+    from .kind import check_scoring
+    from .rows import eval_rows
+
+    for path in f["resolved"].get("stated") or []:
+        if path in NOT_USED or path.startswith(NOT_USED_PREFIXES):
+            raise InvalidRequest(
+                f"{path}: a reinforcement run does not use it yet (it samples with the "
+                "training session's own weights on its device, validates nothing and "
+                "trains one sequence per sample); leave it out.",
+                field=path,
+                code="not_available",
+            )
+    rl = (f["resolved"].get("config") or {}).get("rlHyperparams") or {}
+    reward = str(rl.get("reward") or BUILTIN_MATH)
+    project = f["project"]
+
+    def resolve(kind: str, ref: str, *, field: str) -> Any:
+        return registry_resolve(s, kind, ref, project, field=_FIELDS.get(field, field))
+
+    try:
+        if reward == BUILTIN_MATH:
+            ds = resolve("dataset", f["dataset"], field="dataset")
+            rows = load_dataset_rows(ctx.store, ds)
+            if not rows:
+                raise InvalidRequest(f"Dataset {ds.pinned} has no rows.", field="dataset")
+            eval_rows(rows, ds.pinned, f"{ds.namespace}/{ds.name}")
+            return {
+                "grader": {"spec": BUILTIN_MATH, "kind": "builtin"},
+                "graderInstructions": None,
+                "instructionsSource": None,
+            }
+        # the plan's rules refused any other form (plan/rules.py)
+        sc = check_scoring(ctx, s, reward, None, f["dataset"], resolve)
+    except AkkaError as exc:
+        raise _renamed(exc) from None
+    return {
+        "grader": sc.grader(),
+        "graderInstructions": sc.instructions,
+        "instructionsSource": sc.source,
+    }
+
+
+def build_spec(launch: Launch) -> JobSpec:
+    """A supervised run's spec (engine settings from ``rlHyperparams``), plus the loop's
+    settings, the pinned reward and the grader sandbox's limits in ``extra``."""
+    from ..deployment import load_deployment
+    from ..registry import resolve
+
+    spec = supervised_spec(launch)
+    r = launch.run.resolved or {}
+    rl = (r.get("config") or {}).get("rlHyperparams") or {}
+    g = dict(r.get("grader") or {"spec": BUILTIN_MATH, "kind": "builtin"})
+    if g.get("judge"):
+        g.update(kind="model", instructions=r.get("graderInstructions"))
+    elif g.get("bundle"):
+        g.update(kind="bundle", bundle=resolve(launch.session, "bundle", g["bundle"]).to_dict())
+    lim = load_deployment(launch.ctx.settings.resolved_deployment_file()).graders
+    spec.extra.update(
+        rl={
+            k: rl.get(k)
+            for k in (
+                "steps",
+                "promptsPerStep",
+                "samplesPerPrompt",
+                "maxNewTokens",
+                "temperature",
+                "lossFn",
+                "seed",
+            )
+        },  # fmt: skip
+        grader=g,
+        limits={
+            "cpu_seconds": lim.cpuSeconds,
+            "wall_seconds": lim.wallSeconds,
+            "memory_bytes": lim.memoryMiB * 1024**2,
+            "workers": lim.workers,
+        },
+        hidden=[str(launch.ctx.settings.home)],
+    )
+    return spec
+
+
+def record_samples(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+    """Keep an update's shown samples (``runs samples``) as a measurement of kind
+    ``samples``."""
+    s.add(
+        RunMetric(
+            run_id=run.id,
+            attempt=att.number,
+            kind="samples",
+            step=int(ev.get("step") or 0),
+            values={"samples": list(ev.get("samples") or [])},
+        )
+    )
+
+
+REINFORCEMENT = register_kind(
+    JobKind(
+        name="rl",
+        worker="akka_optimize.evals.rl_worker:train_rl",
+        build_spec=build_spec,
+        events={"save": record_save, "completed": complete, "samples": record_samples},
+        accept=accept,
+    )
+)
+"""The reinforcement kind, registered when this module is imported."""

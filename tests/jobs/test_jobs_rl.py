@@ -1,0 +1,126 @@
+"""Reinforcement runs through the service and the CLI (issue 18 items 2–5): a bundle reward
+in the sandbox, metrics and samples per update, the registered model's method and reward;
+refusals named at the dry run and the start alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jobs_helpers import TINY, run_json, setup_project
+
+from helpers import LiveService
+
+REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Share of the completion's characters that are digits (a number that varies)."""
+    text = solution_str or " "
+    return sum(c.isdigit() for c in text) / len(text)
+'''
+
+
+def _plan(path: Path, **rl: object) -> Path:
+    plan = {
+        "kind": "run",
+        "project": "demo",
+        "baseModel": TINY,
+        "config": {
+            "dataset": "demo/train",
+            "method": "rl",
+            "maxSeqLength": 512,
+            "rlHyperparams": {
+                "steps": 3,
+                "promptsPerStep": 2,
+                "samplesPerPrompt": 4,
+                "maxNewTokens": 6,
+                "reward": "bundle:demo/scoring#reward",
+                "optimizer": {"learningRate": 0.001},
+                **rl,
+            },
+        },
+        "execution": {"saveEverySteps": 1},
+    }
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
+    service: LiveService, tmp_path
+) -> None:
+    setup_project(service, tmp_path)
+    bundle = tmp_path / "scoring"
+    bundle.mkdir()
+    (bundle / "reward.py").write_text(REWARD)
+    service.cli("registry", "bundles", "register", "demo/scoring", "-f", str(bundle), check=True)
+
+    # refused at the dry run and the start alike, naming the field
+    for rl, words in (
+        ({"reward": "bundle:demo/scoring#nope"}, "has no module nope"),
+        ({"reward": "bundle:demo/missing#reward"}, "demo/missing"),
+        ({"reward": "rouge"}, "is not a grader"),
+    ):
+        plan = _plan(tmp_path / "bad.json", **rl)
+        body = json.loads(plan.read_text())
+        dry = service.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=body)
+        # refused by the plan's own rules (400) or by admission (a report)
+        first = dry.json()["error"] if dry.status_code == 400 else dry.json()["refusals"][0]
+        assert dry.status_code == 400 or dry.json()["accepted"] is False, dry.text
+        assert first["field"] == "config.rlHyperparams.reward" and words in first["message"]
+        start = service.api("POST", "/v1/training/runs", json=body)
+        err = start.json()["error"]
+        assert (err["field"], err["message"]) == (first["field"], first["message"]), err
+        out = service.cli("training", "runs", "start", "-f", str(plan))
+        assert out.returncode == 1 and words in out.stderr, out.stderr
+    unused = json.loads(_plan(tmp_path / "unused.json").read_text())
+    unused["execution"]["rollout"] = {"memoryShare": 0.4}  # accepted by the plan, not used
+    dry = service.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=unused).json()
+    assert dry["refusals"][0]["field"] == "execution.rollout.memoryShare", dry
+    assert run_json(service, "training", "runs", "list")["runs"] == []
+
+    run = run_json(
+        service, "training", "runs", "start", "-f", str(_plan(tmp_path / "rl.json")), "--wait"
+    )
+    assert run["state"] == "SUCCEEDED", run
+    assert run["method"] == "rl" and run["reward"].startswith("bundle:demo/scoring:v1#reward")
+    m = run_json(service, "training", "runs", "metrics", run["id"])["metrics"]
+    assert [x["step"] for x in m] == [1, 2, 3]
+    for x in m:
+        assert 0.0 <= x["rewardMin"] <= x["rewardMean"] <= x["rewardMax"] <= 1.0
+        assert x["weightVersion"] == x["step"] - 1
+        assert x["rewardErrors"] == 0 and "approxKl" in x and "gradNorm" in x
+    got = run_json(service, "training", "runs", "samples", run["id"], "--step", "2")
+    (update,) = got["updates"]
+    assert update["step"] == 2 and len(update["samples"]) == 8
+    for s in update["samples"]:  # the reward the bundle gives the shown completion
+        text = s["completion"] or " "
+        assert abs(s["reward"] - sum(c.isdigit() for c in text) / len(text)) < 1e-9
+        assert s["prompt"] and "####" not in s["prompt"]  # the gold answer stays out
+    assert run["results"]["data"]["examples"] == 8  # every prompt fits maxSeqLength 512
+    assert run["results"]["rewardStart"] == m[0]["rewardMean"]
+    assert run["results"]["rewardFinal"] == m[-1]["rewardMean"]
+    model = run_json(service, "registry", "models", "get", run["results"]["model"])
+    meta = model["metadata"]
+    assert meta["method"] == "rl" and meta["reward"] == run["reward"], meta
+    text = service.cli("training", "runs", "get", run["id"], check=True).stdout
+    assert "Reward" in text and "bundle:demo/scoring:v1#reward" in text
+
+
+def test_a_judged_reinforcement_run_scores_on_the_judges_endpoint(
+    service: LiveService, tmp_path
+) -> None:
+    """``reward: model:REF``: the tiny base model judges every completion (0–10 over 10)
+    through its own endpoint in the run's project; the run shows the judge, its
+    instructions and their source, and the endpoint."""
+    setup_project(service, tmp_path)
+    plan = _plan(tmp_path / "judged.json", reward=f"model:{TINY}", steps=2)
+    run = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    assert run["state"] == "SUCCEEDED", run
+    assert run["judge"].startswith(f"{TINY}:v1@") and run["instructionsSource"] == "built-in"
+    assert run["graderInstructions"].endswith("Answer with #### N.")  # the rows' system message
+    endpoint = service.api("GET", f"/v1/training/endpoints/{run['judgeEndpoint']}").json()
+    assert endpoint["projectName"] == "demo" and endpoint["models"][0]["pinned"] == run["judge"]
+    for u in run_json(service, "training", "runs", "samples", run["id"])["updates"]:
+        for s in u["samples"]:
+            assert s["error"] is None and round(s["reward"] * 10) == s["reward"] * 10
+    text = service.cli("training", "runs", "get", run["id"], check=True).stdout
+    assert "Judge instructions" in text and "built-in" in text
