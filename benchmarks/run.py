@@ -20,7 +20,7 @@ import time
 import traceback
 from pathlib import Path
 
-AREAS = ["data", "registry", "plan", "engine", "serving", "evals", "service", "ui"]
+AREAS = ["data", "registry", "plan", "engine", "serving", "evals", "rl", "service", "ui"]
 OUT = Path("bench-results")
 
 

@@ -234,3 +234,29 @@ def test_a_resumed_loop_draws_and_trains_exactly_as_an_uninterrupted_one(
         assert [s.tokens for s in s_a] == [s.tokens for s in s_b]
         assert [s.logprobs for s in s_a] == [s.logprobs for s in s_b]
         assert m_a["loss"] == m_b["loss"] and m_a["gradNorm"] == m_b["gradNorm"]
+
+
+def test_a_groups_samples_packed_in_one_pass_score_as_they_do_alone(tiny_model_dir) -> None:
+    """With packed attention the update trains each group as one pass; every sample's
+    loss and log-probs equal its own pass's (no attention across samples)."""
+    session = TrainingSession(tiny_model_dir, fp32_config())
+    assert session._packed_attention
+    prompts = [RLPrompt(PROMPT), RLPrompt(PROMPT[3:])]
+    samples = [
+        Sample(0, [400, 401, 402], [-9.0, -9.5, -10.0], 0, advantage=1.0),
+        Sample(0, [500, 501], [-9.0, -9.2], 0, advantage=-1.0),
+        Sample(1, [600, 601, 602, 603], [-8.0, -9.0, -10.0, -11.0], 0, advantage=0.5),
+    ]
+    alone, a_in = rollout_passes(prompts, samples)
+    packed, p_in = rollout_passes(prompts, samples, pack=True)
+    assert (
+        len(alone) == 3
+        and len(packed) == 2
+        and packed[0].cu_seqlens[-1] == (alone[0].num_tokens + alone[1].num_tokens)
+    )
+    one = session.forward(alone, "ppo", loss_inputs=a_in)
+    two = session.forward(packed, "ppo", loss_inputs=p_in)
+    assert two.loss_sum == pytest.approx(one.loss_sum, rel=1e-5)
+    flat_one = torch.cat(one.logprobs[:2]).tolist() + one.logprobs[2].tolist()
+    flat_two = torch.cat(two.logprobs).tolist()
+    assert flat_two == pytest.approx(flat_one, abs=1e-5)

@@ -133,7 +133,8 @@ def sample_group(
     generator: torch.Generator,
 ) -> list[tuple[list[int], list[float]]]:
     """``n`` completions of one prompt, decoded together with a KV cache: per completion
-    its tokens and the sampler's log-probs (see the module docstring, step 1).
+    its tokens and the sampler's log-probs (see the module docstring, step 1). The prompt
+    is read once; its cache is copied to the ``n`` rows (a shared prefix).
 
     Raises:
         ValueError: an empty prompt, ``n`` < 1, ``max_new_tokens`` < 1 or ``temperature`` ≤ 0.
@@ -149,10 +150,13 @@ def sample_group(
     done = [False] * n
     try:
         with session.compute_context():
-            ids = torch.tensor([prompt_ids] * n, dtype=torch.long, device=device)
+            # the prompt is read once and its KV cache copied to every row of the group
+            ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            next(iter(kv_cache(out).values())).batch_repeat_interleave(n)
+            logits = out.logits[:, -1, :].expand(n, -1)
             for _ in range(max_new_tokens):
-                logq = torch.log_softmax(out.logits[:, -1, :].float().cpu() / temperature, dim=-1)
+                logq = torch.log_softmax(logits.float().cpu() / temperature, dim=-1)
                 picked = torch.multinomial(logq.exp(), 1, generator=generator).view(-1)
                 for b in range(n):
                     if done[b]:
@@ -165,37 +169,55 @@ def sample_group(
                     break
                 step = picked.view(n, 1).to(device)
                 out = model(input_ids=step, use_cache=True, **kv_cache(out))
+                logits = out.logits[:, -1, :]
     finally:
         model.train(was_training)
     return list(zip(tokens, lps, strict=True))
 
 
 def rollout_passes(
-    prompts: list[RLPrompt], samples: list[Sample]
+    prompts: list[RLPrompt], samples: list[Sample], pack: bool = False
 ) -> tuple[list[Pass], list[dict[str, list[float]]]]:
-    """One pass per sample (prompt + completion) and its reinforcement inputs, aligned to
-    ``input_ids`` like :attr:`Pass.weights`: weight 1 on completion tokens, 0 on the prompt;
-    ``sampling_logprobs`` and ``advantages`` set on the completion tokens."""
-    passes, inputs = [], []
+    """The passes of ``samples`` (prompt + completion each) and their reinforcement inputs,
+    aligned to ``input_ids`` like :attr:`Pass.weights`: weight 1 on completion tokens, 0 on
+    the prompt; ``sampling_logprobs`` and ``advantages`` set on the completion tokens.
+
+    One pass per sample, or with ``pack`` (a session whose attention keeps packed
+    sequences apart: ``TrainingSession._packed_attention``) one pass per group, its
+    samples side by side with their own positions and boundaries — never one sample
+    twice (rule 18)."""
+    singles = []
     for s in samples:
         prompt = prompts[s.group].prompt_ids
-        ids = list(prompt) + list(s.tokens)
         k = len(prompt)
-        passes.append(
-            Pass(
-                input_ids=ids,
-                weights=[0.0] * k + [1.0] * len(s.tokens),
-                position_ids=list(range(len(ids))),
-                cu_seqlens=[0, len(ids)],
-                rows=[s.group],
+        ids = list(prompt) + list(s.tokens)
+        singles.append(
+            (
+                s.group,
+                ids,
+                [0.0] * k + [1.0] * len(s.tokens),
+                [0.0] * k + list(s.logprobs),
+                [0.0] * k + [s.advantage] * len(s.tokens),
             )
         )
-        inputs.append(
-            {
-                "sampling_logprobs": [0.0] * k + list(s.logprobs),
-                "advantages": [0.0] * k + [s.advantage] * len(s.tokens),
-            }
-        )
+    groups: list[list[tuple]] = []
+    for item in singles:
+        if pack and groups and groups[-1][0][0] == item[0]:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    passes, inputs = [], []
+    for members in groups:
+        ids, weights, pos, cu, lq, adv = [], [], [], [0], [], []
+        for _g, i, w, q, a in members:
+            ids += i
+            weights += w
+            pos += list(range(len(i)))
+            cu.append(len(ids))
+            lq += q
+            adv += a
+        passes.append(Pass(ids, weights, pos, cu, [m[0] for m in members]))
+        inputs.append({"sampling_logprobs": lq, "advantages": adv})
     return passes, inputs
 
 
@@ -296,7 +318,7 @@ def rl_update(
         metrics.update(session.skip_update(), skipped=True, clippedTokenShare=0.0, approxKl=0.0)
         metrics["trainingTokensPerSecond"] = 0.0
         return metrics, samples
-    passes, inputs = rollout_passes(prompts, trained)
+    passes, inputs = rollout_passes(prompts, trained, pack=bool(session._packed_attention))
     fb = session.forward_backward(
         passes, settings.loss_fn, loss_inputs=inputs, loss_config=settings.loss_config
     )

@@ -1,0 +1,128 @@
+"""Reinforcement-loop benchmark (issue 18 "Checks"): rollout tokens/s of the loop's sampler
+(:func:`akka_optimize.engine.rl.sample_group`: a prompt's group decoded together with a KV
+cache) against plain ``model.generate`` one completion at a time on the same prompts, in
+the same run (goal ≥ 2× on CPU through batching); and one whole update's time split into
+sampling, scoring (``builtin:math``) and training.
+
+Both sample at temperature 1 and produce exactly ``tokens`` tokens per completion (stops
+cleared), on the tiny test model (quick) or SmolLM2-135M, over GSM8K test questions.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    """Rollout tokens/s (loop sampler vs sequential generate) and one update's split."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from akka_optimize.engine.config import EngineConfig
+    from akka_optimize.engine.rl import RLPrompt, RLSettings, rl_update, sample_group
+    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.evals.rewards import math_reward
+
+    from .serving import _model_dir
+
+    prompts_n, group, tokens = (2, 8, 16) if quick else (4, 8, 48)
+    items = [json.loads(x) for x in (REPO / "data/gsm8k/test.jsonl").open()][:prompts_n]
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _model_dir(Path(tmp), quick)
+        tok = AutoTokenizer.from_pretrained(base)
+        prompts = [
+            RLPrompt(
+                tok.apply_chat_template(
+                    [{"role": "user", "content": it["question"]}],
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=True,
+                )["input_ids"],
+                it["answer"],
+            )
+            for it in items
+        ]
+        cfg = EngineConfig(device="cpu", precision="fp32", lora_rank=16, lora_alpha=32)
+        session = TrainingSession(base, cfg, total_updates=1)
+        total = prompts_n * group * tokens
+
+        def loop() -> float:
+            gen = torch.Generator().manual_seed(0)
+            t0 = time.perf_counter()
+            for p in prompts:
+                sample_group(session, p.prompt_ids, group, tokens, 1.0, set(), gen)
+            return time.perf_counter() - t0
+
+        model = session.model
+
+        def sequential() -> float:
+            torch.manual_seed(0)
+            model.eval()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for p in prompts:
+                    ids = torch.tensor([p.prompt_ids])
+                    for _ in range(group):
+                        model.generate(
+                            ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=True,
+                            temperature=1.0, top_k=0, pad_token_id=tok.eos_token_id,
+                        )  # fmt: skip
+            model.train()
+            return time.perf_counter() - t0
+
+        loop()  # warm-up
+        loop_s = min(loop() for _ in range(2))
+        seq_s = min(sequential() for _ in range(2 if quick else 1))
+
+        timing: dict[str, float] = {}
+
+        def score(ps: list[RLPrompt], samples: list[Any]) -> None:
+            t0 = time.perf_counter()
+            for s in samples:
+                s.reward = math_reward(tok.decode(s.tokens, skip_special_tokens=True),
+                                       ps[s.group].ground_truth)  # fmt: skip
+            # a random reward when nothing is right, so the update trains
+            if all(s.reward == 0 for s in samples):
+                for i, s in enumerate(samples):
+                    s.reward = float(i % 2)
+            timing["scoring"] = time.perf_counter() - t0
+
+        settings = RLSettings(samples_per_prompt=group, max_new_tokens=tokens, temperature=1.0)
+        t0 = time.perf_counter()
+        m, samples = rl_update(session, prompts, score, settings, stop_ids=set())
+        whole = time.perf_counter() - t0
+        sampled = sum(len(s.tokens) for s in samples)
+        sampling = sampled / m["samplingTokensPerSecond"]
+        training = whole - sampling - timing["scoring"]
+    return [
+        {
+            "name": "rl_rollout_tokens_per_s",
+            "value": round(total / loop_s, 1),
+            "unit": "tokens/s",
+            "baseline": round(total / seq_s, 1),
+            "ratio": round(seq_s / loop_s, 3),
+            "goal": "ratio >= 2 on CPU (baseline: model.generate one completion at a time)",
+            "detail": f"{prompts_n} prompts x {group} samples x {tokens} tokens, temperature 1",
+        },
+        {
+            "name": "rl_update_seconds",
+            "value": round(whole, 3),
+            "unit": "s",
+            "baseline": None,
+            "ratio": None,
+            "detail": f"sampling {sampling:.3f} s, scoring {timing['scoring']:.3f} s, "
+            f"training {training:.3f} s ({m['supervisedTokens']} trained tokens)",
+        },
+    ]
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(json.dumps(run("--full" not in sys.argv), indent=2))
