@@ -354,6 +354,9 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"path": "/v1/training/runs/{run}/attempts/1/events",
          "json": {"type": "progress", "step": 1}, "expect": "hidden"},
     ],
+    ("GET", "/v1/training/runs/{run_id}/samples"): [
+        {"path": "/v1/training/runs/{run}/samples", "expect": "hidden"},
+    ],
     ("POST", "/v1/training/runs/{run_id}/attempts/{number}/judge"): [
         {"path": "/v1/training/runs/{run}/attempts/1/judge", "json": {}, "expect": "hidden"},
     ],
