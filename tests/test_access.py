@@ -185,6 +185,10 @@ TINY_MODEL = "akka-optimize/tiny-smollm2"
 ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("GET", "/healthz"): [{"path": "/healthz", "expect": "shared"}],
     ("GET", "/v1/training/info"): [{"path": "/v1/training/info", "expect": "shared"}],
+    ("GET", "/v1/training/capacity"): [
+        {"path": "/v1/training/capacity", "expect": "list"},
+        {"path": "/v1/training/capacity", "params": {"project": "b"}, "expect": "hidden"},
+    ],
     ("GET", "/openapi.json"): [{"path": "/openapi.json", "expect": "shared"}],
     ("GET", "/docs"): [{"path": "/docs", "expect": "shared"}],
     ("GET", "/redoc"): [{"path": "/redoc", "expect": "shared"}],
@@ -548,6 +552,8 @@ def test_what_a_cannot_see_is_there_for_b(world: World, case: Any) -> None:
         pytest.skip("answering starts b's serving worker; visibility is covered by get")
     elif "/compare" in case["path"]:  # reached: b's run is refused as its own baseline
         assert r.status_code == 400 and "its own baseline" in r.text, r.text
+    elif case["path"] == "/v1/training/capacity":
+        assert r.status_code == 200 and [p["projectName"] for p in r.json()["projects"]] == ["b"]
     elif "params" in case and case["params"].get("project") == "b":
         assert r.status_code == 200 and world.ids["b_endpoint"] in r.text
     else:

@@ -10,7 +10,8 @@ Sections are owned by the package that reads them: ``deviceProfiles``,
 ``memorySettings`` and ``engineSettings`` by :mod:`akka_optimize.plan`; ``serving`` by
 :mod:`akka_optimize.serving`; ``limits`` by :mod:`akka_optimize.registry`; ``service`` by
 :mod:`akka_optimize.service` (and the worker's retry window, by :mod:`akka_optimize.jobs`);
-``catalog`` by :mod:`akka_optimize.catalog`.
+``catalog`` by :mod:`akka_optimize.catalog`; ``pools`` and ``quotas`` (with
+``serving.claimDevices``) by the scheduler's capacity (:mod:`akka_optimize.jobs.capacity`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,18 @@ class ServingLimits(_Strict):
         "modules' weights and one merge per switch between models).",
     )
     reservedDevices: int = Field(0, ge=0)
-    deviceProfile: str | None = None
+    deviceProfile: str | None = Field(
+        None,
+        description="Device profile endpoints run on (their pool); None: the pool of the "
+        "kind this machine has (cuda when present, else cpu).",
+    )
+    claimDevices: int | None = Field(
+        None,
+        ge=0,
+        description="Devices each endpoint claims from its pool while it is queued to "
+        "start, starting or ready (an idle-stopped endpoint claims none); None: 1 on a cuda "
+        "pool, 0 on a cpu pool, where an endpoint shares the host with the jobs.",
+    )
 
 
 class RegistryLimits(_Strict):
@@ -111,6 +123,34 @@ class GraderLimits(_Strict):
     wallSeconds: float = Field(30, gt=0, description="Wall-clock time of one grader call.")
     memoryMiB: int = Field(1024, ge=16, description="Address space of a grader process.")
     workers: int = Field(2, ge=1, le=64, description="Grader processes of one evaluation.")
+
+
+class Pool(_Strict):
+    """A pool of devices the scheduler hands out (issue 22; seeds/000 "Capacity and
+    waiting"): ``nodes`` machines of one device profile, ``devicesPerNode`` each
+    (the profile's when omitted). Runs, evaluations and endpoints claim devices of the
+    pool of their device profile."""
+
+    name: str
+    deviceProfile: str
+    devicesPerNode: int | None = Field(None, ge=1)
+    nodes: int = Field(1, ge=1)
+
+
+class Quotas(_Strict):
+    """Devices a project may hold at once, per pool (issue 22): ``projects`` by project
+    name, then ``default`` for every other project; a pool named in neither bounds a
+    project by the pool's size only."""
+
+    default: dict[str, int] = Field(default_factory=dict)
+    projects: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+    def of(self, project: str, pool: str) -> int | None:
+        """The quota of ``project`` (a name) in ``pool``, or None when it has none."""
+        mine = self.projects.get(project) or {}
+        if pool in mine:
+            return mine[pool]
+        return self.default.get(pool)
 
 
 MEMORY_SETTINGS: tuple[str, ...] = (
@@ -194,6 +234,12 @@ class Deployment(_Strict):
         None,
         description="Profile for plans that name none; None picks cuda when present, else cpu.",
     )
+    pools: list[Pool] | None = Field(
+        None,
+        description="Device pools; None: one pool per device profile, named after it, of "
+        "one node with the profile's devicesPerNode.",
+    )
+    quotas: Quotas = Field(default_factory=Quotas)
     serving: ServingLimits = Field(default_factory=ServingLimits)
     limits: RegistryLimits = Field(default_factory=RegistryLimits)
     service: ServiceLimits = Field(default_factory=ServiceLimits)
@@ -218,6 +264,43 @@ class Deployment(_Strict):
             if p.name.lower() == name.lower():
                 return p
         return None
+
+    def device_pools(self) -> list[Pool]:
+        """The pools, each with ``devicesPerNode`` filled in (the declared ones, or one per
+        device profile when ``pools`` is omitted)."""
+        if self.pools is None:
+            return [
+                Pool(name=p.name, deviceProfile=p.name, devicesPerNode=p.devicesPerNode)
+                for p in self.deviceProfiles
+            ]
+        out = []
+        for pool in self.pools:
+            prof = self.profile(pool.deviceProfile)
+            per = pool.devicesPerNode or (prof.devicesPerNode if prof else 1)
+            out.append(pool.model_copy(update={"devicesPerNode": per}))
+        return out
+
+    @model_validator(mode="after")
+    def _pools_known(self) -> Deployment:
+        names = [p.name for p in self.device_pools()]
+        for i, pool in enumerate(self.pools or []):
+            if self.profile(pool.deviceProfile) is None:
+                raise ValueError(
+                    f"pools.{i}.deviceProfile {pool.deviceProfile!r} is not a declared "
+                    "device profile"
+                )
+        if len(set(names)) != len(names):
+            raise ValueError(f"pools: two pools share a name ({', '.join(names)})")
+        quoted = [("quotas.default", self.quotas.default)] + [
+            (f"quotas.projects.{k}", v) for k, v in self.quotas.projects.items()
+        ]
+        for where, quota in quoted:
+            for pool, n in quota.items():
+                if pool not in names:
+                    raise ValueError(f"{where}.{pool} names no pool (pools: {', '.join(names)})")
+                if n < 0:
+                    raise ValueError(f"{where}.{pool} is negative")
+        return self
 
 
 def load_deployment(path: Path | None = None) -> Deployment:

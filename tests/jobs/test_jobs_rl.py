@@ -102,6 +102,7 @@ def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
     meta = model["metadata"]
     assert meta["method"] == "rl" and meta["reward"] == run["reward"], meta
     text = service.cli("training", "runs", "get", run["id"], check=True).stdout
+    assert "training devices: 1 cpu device; judge endpoint: 0 cpu devices" in text
     assert "Reward" in text and "bundle:demo/scoring:v1#reward" in text
 
 
@@ -119,6 +120,10 @@ def test_a_judged_reinforcement_run_scores_on_the_judges_endpoint(
     assert run["graderInstructions"].endswith("Answer with #### N.")  # the rows' system message
     endpoint = service.api("GET", f"/v1/training/endpoints/{run['judgeEndpoint']}").json()
     assert endpoint["projectName"] == "demo" and endpoint["models"][0]["pinned"] == run["judge"]
+    assert run["claims"] == [  # two claims (issue 22): on the cpu pool an endpoint claims 0
+        {"for": "training devices", "pool": "cpu", "devices": 1},
+        {"for": "judge endpoint", "pool": "cpu", "devices": 0},
+    ]
     for u in run_json(service, "training", "runs", "samples", run["id"])["updates"]:
         for s in u["samples"]:
             assert s["error"] is None and round(s["reward"] * 10) == s["reward"] * 10

@@ -91,6 +91,20 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
                 if run.get("method") == "rl"
                 else []
             ),
+            *(
+                [
+                    (
+                        "Claims",
+                        "; ".join(
+                            f"{c['for']}: {c['devices']} {c['pool']} device"
+                            + ("" if c["devices"] == 1 else "s")
+                            for c in run["claims"]
+                        ),
+                    )
+                ]
+                if run.get("claims")
+                else []
+            ),
             ("Config hash", run["configHash"][:16] if run.get("configHash") else None),
         ]
     )

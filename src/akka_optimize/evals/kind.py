@@ -285,6 +285,31 @@ def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str,
     }
 
 
+def _claims(ctx: Any, project: str, device_kind: str, judged: bool) -> list[dict[str, Any]]:
+    """The evaluation's claims (one device, and its judge endpoint when judged), as its
+    record shows them; refused when no quota or pool could ever admit them (issue 22;
+    :mod:`akka_optimize.jobs.capacity`).
+
+    Raises:
+        InvalidRequest: ``quota_exceeded``, naming the quota or the pool.
+    """
+    from ..deployment import load_deployment
+    from ..jobs import capacity
+
+    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    devices = capacity.run_devices(dep, None, device_kind, 0, judged)
+    refused = capacity.refusal(
+        dep,
+        project,
+        devices,
+        capacity.claim_words(devices, judged),
+        "grader" if judged else "model",
+    )
+    if refused is not None:
+        raise refused
+    return capacity.claim_list(dep, None, device_kind, 0, judged, "evaluation devices")
+
+
 def start_evaluation(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
     """Record an evaluation (a comparison when ``req.baseline`` is set); it waits
     ``QUEUED`` until the scheduler starts it.
@@ -301,7 +326,9 @@ def start_evaluation(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> di
 
     ready_model_dir(s, ctx.settings, req.base_key)  # refuses a base model that is not READY
     resolved = _resolved(ctx, s, req, resolve)
+    claims = _claims(ctx, req.project, req.device_kind, bool(resolved["grader"].get("judge")))
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
+    resolved["claims"] = claims  # not hashed: the same evaluation on another deployment
     run = Run(
         id=uuid.uuid4().hex[:16],
         project=req.project,
@@ -489,6 +516,7 @@ def evaluation_view(
         "instructionsSource": r.get("instructionsSource"),
         "judge": (r.get("grader") or {}).get("judge"),
         "judgeEndpoint": res.get("judgeEndpoint"),
+        "claims": r.get("claims"),
         "sampling": r.get("sampling"),
         "limit": r.get("limit"),
         "progress": {"completed": run.current_step or 0, "total": run.total_steps or 0},

@@ -3,7 +3,8 @@
 A plan that resolves (:func:`akka_optimize.service.plans.resolve_run_plan`) can still be
 one this release cannot start: a method or device count not available yet, ``smoke``,
 a base model nobody selected, a ``modelName`` the registry would refuse at the end of
-training (F049), or a branch of a run in another project. :func:`admission_refusals`
+training (F049), a branch of a run in another project, or a claim no quota or pool could
+ever admit (:mod:`akka_optimize.jobs.capacity`). :func:`admission_refusals`
 lists every such refusal; the dry run reports them (``accepted: false``) and
 :func:`admit`, which :func:`akka_optimize.jobs.service.start_run` calls before it creates
 anything, raises the first. Both read the same list, so a dry run and a start give the
@@ -101,6 +102,43 @@ def _base_model(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | No
     return None
 
 
+def _claim_args(ctx: Any, f: dict[str, Any]) -> tuple[Any, str | None, str, int, bool]:
+    from ..deployment import load_deployment
+
+    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    r = f["resolved"]
+    rl = (r.get("config") or {}).get("rlHyperparams") or {}
+    judged = f["method"] == "rl" and str(rl.get("reward") or "").startswith("model:")
+    profile = (r.get("execution") or {}).get("deviceProfile")
+    return dep, profile, f["device_kind"], f["gpus"], judged
+
+
+def claims(ctx: Any, f: dict[str, Any]) -> list[dict[str, Any]]:
+    """The claims the run of fields ``f`` will make, as its record shows them
+    (:func:`akka_optimize.jobs.capacity.claim_list`): its training devices, and its judge
+    endpoint when its reward is a ``model:`` judge."""
+    from . import capacity
+
+    return capacity.claim_list(*_claim_args(ctx, f))
+
+
+def _capacity(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
+    """A claim no quota or pool could ever admit (issue 22; seeds/000 "a judged
+    reinforcement run needs quota for two claims"): a judged run (``reward: model:…``)
+    claims its training devices and its judge endpoint."""
+    from . import capacity
+
+    dep, profile, kind, gpus, judged = _claim_args(ctx, f)
+    try:
+        devices = capacity.run_devices(dep, profile, kind, gpus, judged)
+    except InvalidRequest as exc:
+        return exc
+    field = "config.rlHyperparams.reward" if judged else "execution.gpus"
+    return capacity.refusal(
+        dep, f["project"], devices, capacity.claim_words(devices, judged), field
+    )
+
+
 def _model_name(session: Session, f: dict[str, Any]) -> AkkaError | None:
     from ..registry.models import trained_name_refusal
 
@@ -126,6 +164,7 @@ def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaEr
         _gpus(f),
         _base_model(ctx, session, f),
         _model_name(session, f),
+        _capacity(ctx, f),
     ]
     return [e for e in found if e is not None]
 

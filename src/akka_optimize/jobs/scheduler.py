@@ -1,9 +1,10 @@
 """The scheduler: admission, the queue and devices; it launches one worker per attempt.
 
 One thread looks at the queue each second, or at once after :func:`wake`. A queued run starts
-when no active run holds its device kind, every run it waits for (its record's
-``resolved.after``: a sweep's comparison waits for the sweep's branches) has ended, and its
-base model is in the cache; its kind
+when every run it waits for (its record's ``resolved.after``: a sweep's comparison waits for
+the sweep's branches) has ended, its claim fits its pool and its project's quota in order of
+submission (:mod:`akka_optimize.jobs.capacity`; its ``queue_reason`` says its position and
+why it waits otherwise), and its base model is in the cache; its kind
 (:mod:`akka_optimize.jobs.kinds`) writes the attempt's spec, and an executor
 (:mod:`akka_optimize.jobs.executor`) starts the worker. The scheduler knows no kind: a new
 kind of job registers itself and is scheduled the same way. Workers that died without a
@@ -25,8 +26,10 @@ from sqlalchemy.orm import Session
 from ..db.base import utcnow
 from ..db.models.auth import ApiToken
 from ..db.models.jobs import Run, RunAttempt, Snapshot
+from ..deployment import load_deployment
 from ..errors import AkkaError, Conflict
 from ..service.auth import hash_token
+from . import capacity
 from . import states as S
 from .executor import Executor, LocalExecutor
 from .kinds import Launch, job_kind
@@ -36,15 +39,6 @@ from .recovery import reap_dead_workers
 log = logging.getLogger("akka_optimize.jobs")
 
 _WAKE = threading.Event()
-
-
-def _unfinished(s: Session, run: Run) -> list[str]:
-    """The IDs of the runs ``run`` waits for (``resolved.after``) that have not ended."""
-    after = (run.resolved or {}).get("after") or []
-    if not after:
-        return []
-    ended = set(s.scalars(select(Run.id).where(Run.id.in_(after), Run.state.in_(S.TERMINAL))))
-    return [r for r in after if r not in ended]
 
 
 def wake(_ctx: Any = None) -> None:
@@ -85,42 +79,55 @@ class Scheduler:
         with self.ctx.db.session() as s:
             reap_dead_workers(s, self.executor)
         self.executor.collect()
-        with self.ctx.db.session() as s:
+        with capacity.LOCK, self.ctx.db.session() as s:
             self._schedule(s)
 
-    def _holders(self, s: Session, device: str) -> list[Run]:
-        return list(
-            s.scalars(select(Run).where(Run.state.in_(S.ACTIVE), Run.device_kind == device))
-        )
-
     def _schedule(self, s: Session) -> None:
-        queued = s.scalars(select(Run).where(Run.state == S.QUEUED).order_by(Run.created_at)).all()
-        for run in queued:
-            waiting = _unfinished(s, run)
+        for run in s.scalars(select(Run).where(Run.state == S.QUEUED)).all():
+            waiting = capacity.unfinished(s, run)
             if waiting:
                 run.queue_reason = (
                     f"waiting for {len(waiting)} of {len((run.resolved or {})['after'])} runs "
                     f"to finish ({', '.join(r[:8] for r in waiting)})"
                 )
-                continue
-            holders = self._holders(s, run.device_kind)
-            if holders:
-                run.queue_reason = (
-                    f"waiting for the {run.device_kind} device held by run {holders[0].id}"
-                )
-                continue
-            try:
-                model_dir = self._model_dir(s, run)
-            except Conflict as exc:
-                if getattr(exc, "code", "") == "base_model_failed":
-                    finish(run, S.FAILED, exc.message)
-                else:
-                    run.queue_reason = exc.message
-                continue
-            except Exception as exc:
-                finish(run, S.FAILED, getattr(exc, "message", str(exc)))
-                continue
-            self._launch(s, run, model_dir)
+        dep = load_deployment(self.ctx.settings.resolved_deployment_file())
+        for run in s.scalars(select(Run).where(Run.state == S.QUEUED)).all():
+            refused = capacity.pool_refusal(dep, run)
+            if refused is not None:
+                finish(run, S.FAILED, refused.message)
+        book = capacity.ledger(s, dep)
+
+        tried: set[str] = set()
+
+        def start(claim: capacity.Claim) -> str | None:
+            if claim.kind == "endpoint":  # its start is the endpoint manager's; kept for it
+                return None
+            tried.add(claim.id)
+            run = s.get(Run, claim.id)
+            assert run is not None
+            return self._start(s, run)
+
+        for v in capacity.verdicts(s, dep, book, start):
+            if v.claim.kind != "endpoint" and v.reason is not None and v.claim.id not in tried:
+                run = s.get(Run, v.claim.id)
+                if run is not None:
+                    run.queue_reason = v.sentence()
+
+    def _start(self, s: Session, run: Run) -> str | None:
+        """Launch ``run`` now; None when launched (or failed for good), else why it waits."""
+        try:
+            model_dir = self._model_dir(s, run)
+        except Conflict as exc:
+            if getattr(exc, "code", "") == "base_model_failed":
+                finish(run, S.FAILED, exc.message)
+                return None
+            run.queue_reason = exc.message
+            return exc.message
+        except Exception as exc:
+            finish(run, S.FAILED, getattr(exc, "message", str(exc)))
+            return None
+        self._launch(s, run, model_dir)
+        return None
 
     def _model_dir(self, s: Session, run: Run) -> Path:
         from ..catalog.cache import ready_model_dir

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run
 from ..errors import Conflict
 from . import states as S
-from .admission import accepted, admit
+from .admission import accepted, admit, claims
 from .branches import branch_origin, record_origin
 from .kinds import JobKind, register_kind
 from .mapping import build_spec, job_fields
@@ -52,6 +52,7 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
     f = job_fields(resolved)
     admit(ctx, session, resolved)  # the refusals a dry run reports, checked the same way
     f["resolved"].update(accepted(ctx, session, f))  # what the run's kind pinned
+    f["resolved"]["claims"] = claims(ctx, f)  # the devices it will hold (jobs/capacity.py)
     if f["submission_id"]:
         existing = session.scalar(
             select(Run).where(Run.project == f["project"], Run.submission_id == f["submission_id"])

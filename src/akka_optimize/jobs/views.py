@@ -46,6 +46,7 @@ def run_view(session: Session, run: Run, *, settings: bool = False) -> dict[str,
         "branchFrom": res.get("branchFrom"),
         "warmStartModelId": (run.resolved or {}).get("warmStartModelId"),
         **(_reward(run) if run.method == "rl" else {}),
+        "claims": (run.resolved or {}).get("claims"),
         "results": _results(run, res),
         "cost": {
             "device": run.device_kind,

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,10 @@ class EndpointManager:
         self.stopping = threading.Event()
         self.last_used: dict[str, float] = {}
         self.in_flight: dict[str, int] = {}
+        self.admit: Callable[[str], str | None] | None = None
+        """``admit(endpoint_id)``: None when the queued endpoint may start (it is then
+        recorded ``STARTING``, holding its devices), else where it waits. Set by the service
+        (:func:`akka_optimize.jobs.capacity.endpoint_may_start`); None admits every start."""
         threading.Thread(target=self._idle_loop, daemon=True, name="endpoints-idle").start()
 
     # state ---------------------------------------------------------------------
@@ -68,7 +73,13 @@ class EndpointManager:
             if endpoint_id in self.queue:
                 return
             self.queue.append(endpoint_id)
-        self._set(endpoint_id, state="QUEUED", activity=self.queue_line(endpoint_id), error=None)
+        self._set(
+            endpoint_id,
+            state="QUEUED",
+            activity=self.queue_line(endpoint_id),
+            error=None,
+            queued_at=utcnow(),
+        )
         threading.Thread(target=self._start, args=(endpoint_id,), daemon=True).start()
 
     def queue_line(self, endpoint_id: str) -> str:
@@ -119,7 +130,26 @@ class EndpointManager:
         self.touch(endpoint_id)
 
     # starting ------------------------------------------------------------------
+    def _wait_for_devices(self, endpoint_id: str) -> bool:
+        """Wait until the endpoint's claim fits its pool and its project's quota (the
+        endpoint stays ``QUEUED``, its ``activity`` saying where it waits); False when it
+        was deleted or the service stops meanwhile."""
+        while self.admit is not None and not self.stopping.is_set():
+            try:
+                if self.admit(endpoint_id) is None:
+                    break
+            except Exception:  # the decision failed: say so on the endpoint, try again
+                log.exception("endpoint %s: capacity check failed", endpoint_id)
+            self.stopping.wait(0.5)
+        with intent(write=False), self.db.session() as s:
+            return s.get(Endpoint, endpoint_id) is not None and not self.stopping.is_set()
+
     def _start(self, endpoint_id: str) -> None:
+        if not self._wait_for_devices(endpoint_id):
+            with self.lock:
+                if endpoint_id in self.queue:
+                    self.queue.remove(endpoint_id)
+            return
         with self.start_lock:
             with self.lock:
                 for other in self.queue[1:]:

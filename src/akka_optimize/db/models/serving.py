@@ -32,6 +32,8 @@ class Endpoint(Base):
     last_request_at: Mapped[dt.datetime | None] = mapped_column(
         DateTime(timezone=True), nullable=True
     )
+    queued_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    """When its latest start was requested: its place in its pool's queue (issue 22)."""
 
 
 class EndpointModel(Base):

@@ -3,6 +3,7 @@ and may define ``on_startup(ctx)`` / ``on_shutdown(ctx)`` hooks."""
 
 from . import (
     base_models,
+    capacity,
     comparisons,
     data,
     docs,
@@ -27,6 +28,7 @@ ROUTERS = [
     endpoints,
     evaluations,
     comparisons,
+    capacity,
 ]
 
 __all__ = ["ROUTERS"]

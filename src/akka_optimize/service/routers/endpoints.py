@@ -31,6 +31,7 @@ from ...db.models.projects import Project
 from ...db.models.serving import Endpoint, EndpointModel
 from ...deployment import load_deployment
 from ...errors import InvalidRequest, NotFound
+from ...jobs import capacity
 from ...jsonvalues import loads
 from ...serving.manager import EndpointManager, idle_for
 from ...serving.parsers import parsers_table
@@ -60,7 +61,27 @@ def manager(ctx: ServiceContext) -> EndpointManager:
     m = ctx.extras.get(_KEY)
     if m is None:
         m = ctx.extras[_KEY] = EndpointManager(ctx.db, ctx.settings, ctx.store, _limits(ctx))
+        m.admit = lambda endpoint_id: capacity.endpoint_may_start(
+            ctx.db, load_deployment(ctx.settings.resolved_deployment_file()), endpoint_id
+        )
     return m
+
+
+def refuse_endpoint_claim(ctx: ServiceContext, project: str) -> None:
+    """Refuse an endpoint of ``project`` (a name) whose claim no quota or pool could ever
+    admit (issue 22).
+
+    Raises:
+        InvalidRequest: ``quota_exceeded``, naming the quota or the pool.
+    """
+    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    n = capacity.endpoint_devices(dep)
+    pool = capacity.serving_pool(dep).name
+    refused = capacity.refusal(
+        dep, project, {pool: n} if n else {}, capacity.claim_words({pool: n}, False), "model"
+    )
+    if refused is not None:
+        raise refused
 
 
 def on_startup(ctx: ServiceContext) -> None:
@@ -231,6 +252,7 @@ def create_endpoint(
     from ...catalog.cache import ready_model_dir
 
     ready_model_dir(s, ctx.settings, base_key)  # refuses a base model that is not READY
+    refuse_endpoint_claim(ctx, project.name)
     ep = _new_endpoint(s, ctx, project.id, base_key, row)
     s.commit()
     manager(ctx).request_start(ep.id)
