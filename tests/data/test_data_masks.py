@@ -393,3 +393,15 @@ def test_a_token_joining_a_header_space_and_the_reply_is_masked(smollm2_tokenize
         1,
     )
     assert supervised_text(tok, tokenize_row(tok, row, LossPolicy(), 1)) == " there<|im_end|>"
+
+
+def test_a_prompt_row_supervises_nothing_and_is_listed(tools_tokenizer):
+    """Issue 18 item 1: a prompt row (ending with a user message, its answer in
+    ground_truth) parses, and a supervised run lists it with the rows that train nothing."""
+    ok = parse_row(
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}, 1
+    )
+    prompt = parse_row({"prompt": "2+2?", "ground_truth": "4"}, 2)
+    assert prompt["messages"] == [{"role": "user", "content": "2+2?"}]
+    prep = prepare_examples(tools_tokenizer, [ok, prompt], LossPolicy("all"), 512)
+    assert prep.report["no_supervised"] == [2] and [e.row for e in prep.examples] == [1]

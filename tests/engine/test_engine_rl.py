@@ -260,3 +260,47 @@ def test_a_groups_samples_packed_in_one_pass_score_as_they_do_alone(tiny_model_d
     flat_one = torch.cat(one.logprobs[:2]).tolist() + one.logprobs[2].tolist()
     flat_two = torch.cat(two.logprobs).tolist()
     assert flat_two == pytest.approx(flat_one, abs=1e-5)
+
+
+def test_the_rollout_settings_bound_each_forward_pass_and_keep_the_logprobs(
+    tiny_model_dir,
+) -> None:
+    """``rollout.max_num_seqs``, ``max_num_batched_tokens`` and ``enable_prefix_caching``
+    take effect: no sampler forward pass reads more rows or tokens than they allow, a long
+    prompt is read in pieces, and the sampled log-probs are still the trainer's."""
+    session = TrainingSession(tiny_model_dir, fp32_config())
+    seen: list[tuple[int, int]] = []
+    hook = session.model.register_forward_pre_hook(  # the sampler's passes (with a cache)
+        lambda _m, _a, kw: (
+            seen.append(tuple(kw["input_ids"].shape)) if kw.get("use_cache") else None
+        ),
+        with_kwargs=True,
+    )
+
+    def score(_prompts, samples):  # equal rewards: no update, so the weights stay the sampler's
+        for s in samples:
+            s.reward = 1.0
+
+    prompts = [RLPrompt(PROMPT), RLPrompt(PROMPT[2:])]
+    cases = (  # (settings, most rows in a pass, most tokens in a pass, prompt reads)
+        (dict(max_num_seqs=2, max_num_batched_tokens=8192), 2, len(PROMPT), 1),
+        (dict(max_num_seqs=8, max_num_batched_tokens=3), 3, 3, 1),
+        (dict(max_num_seqs=4, max_num_batched_tokens=8192, prefix_caching=False), 4, 32, 4),
+    )
+    try:
+        for extra, rows, tokens, reads in cases:
+            settings = RLSettings(samples_per_prompt=4, max_new_tokens=3, seed=5, **extra)
+            seen.clear()
+            _m, samples = rl_update(session, prompts, score, settings, stop_ids=set())
+            sampler = list(seen)
+            assert max(r for r, _ in sampler) == rows, (extra, sampler)
+            assert max(r * n for r, n in sampler) <= tokens, (extra, sampler)
+            assert sampler[0][0] == reads  # the first prompt's first piece: 1 row or every row
+            passes, _ = rollout_passes(prompts, samples)
+            trainer = session.forward(passes).logprobs
+            for s, lp in zip(samples, trainer, strict=True):
+                k = len(prompts[s.group].prompt_ids)
+                got = [float(lp[k + i]) for i in range(len(s.tokens))]
+                assert got == pytest.approx(s.logprobs, abs=1e-4), extra
+    finally:
+        hook.remove()

@@ -83,3 +83,20 @@ def test_paired_statistics_leave_out_pairs_with_an_error():
     assert paired([None], [1.0])["meanDifference"] is None
     with pytest.raises(ValueError, match="2 candidate scores but 1"):
         paired([1.0, 1.0], [1.0])
+
+
+def test_a_prompt_row_is_asked_whole_and_graded_against_its_ground_truth():
+    """A prompt row (issue 18 item 1): a conversation ending with a user message, or a
+    prompt without a completion, with its reference answer in ground_truth."""
+    chat = parse_row({"messages": _row()["messages"][:2], "ground_truth": "4"}, 1)
+    single = parse_row({"prompt": "2+2?", "ground_truth": 4}, 2)
+    a, b = eval_rows([chat, single], DS, "proj/val")
+    assert [m["role"] for m in a.prompt] == ["system", "user"] and a.ground_truth == "4"
+    assert b.prompt == [{"role": "user", "content": "2+2?"}] and b.ground_truth == 4
+    for row, field in (
+        ({"messages": _row()["messages"][:2]}, "messages[1]"),  # no ground_truth: refused
+        ({"prompt": "2+2?"}, "completion"),
+    ):
+        with pytest.raises(RowError) as info:
+            parse_row(row, 3)
+        assert info.value.field == field, info.value

@@ -302,6 +302,7 @@ def test_a_model_judge_scores_on_its_own_endpoint_with_each_instruction_source(s
     assert built["results"]["count"] == 5 and built["results"]["errors"] == 0
     endpoint = svc.api("GET", f"/v1/training/endpoints/{built['judgeEndpoint']}").json()
     assert endpoint["projectName"] == "proj" and endpoint["models"][0]["pinned"] == built["judge"]
+    assert built["projectName"] == "proj" and built["projectId"] == endpoint["projectId"]
     assert [(c["for"], c["devices"]) for c in built["claims"]] == [
         ("evaluation devices", 1),
         ("judge endpoint", 0),  # an endpoint on the cpu pool shares the host (issue 22)

@@ -89,6 +89,8 @@ def test_quotas_positions_endpoints_and_the_capacity_report(tmp_path) -> None:
         assert [(w["id"], w["position"]) for w in by["a"]["waiting"]] == [(a2, 1)]
         assert [h["id"] for h in by["b"]["holding"]] == [b1]
         assert by["a"]["projectId"] and by["a"]["usage"] == {"cpu": 1}
+        # every run view names its project as the report does (F057)
+        assert (queued["projectId"], queued["projectName"]) == (by["a"]["projectId"], "a")
         only_b = run_json(svc, "training", "capacity", "--project", "b")
         assert [p["projectName"] for p in only_b["projects"]] == ["b"]
         text = svc.cli("training", "capacity", "--project", "a", check=True).stdout

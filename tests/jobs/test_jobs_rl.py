@@ -75,12 +75,28 @@ def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
     unused["execution"]["rollout"] = {"memoryShare": 0.4}  # accepted by the plan, not used
     dry = service.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=unused).json()
     assert dry["refusals"][0]["field"] == "execution.rollout.memoryShare", dry
+    graphs = json.loads(_plan(tmp_path / "graphs.json").read_text())
+    graphs["config"]["engineSettings"] = {"rollout.cuda_graphs": False}  # no graphs here
+    dry = service.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=graphs).json()
+    assert dry["refusals"][0]["field"] == "config.engineSettings.rollout.cuda_graphs", dry
     assert run_json(service, "training", "runs", "list")["runs"] == []
 
-    run = run_json(
-        service, "training", "runs", "start", "-f", str(_plan(tmp_path / "rl.json")), "--wait"
-    )
+    # the rollout settings the sampler honours are accepted and reach the worker
+    plan = _plan(tmp_path / "rl.json")
+    body = json.loads(plan.read_text())
+    body["config"]["engineSettings"] = {
+        "rollout.max_num_seqs": 3,
+        "rollout.enable_prefix_caching": False,
+    }
+    plan.write_text(json.dumps(body))
+    run = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
     assert run["state"] == "SUCCEEDED", run
+    spec = json.loads((service.home / "runs" / run["id"] / "attempt-1" / "spec.json").read_text())
+    assert spec["extra"]["rollout"] == {
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 8192,
+        "prefix_caching": False,
+    }
     assert run["method"] == "rl" and run["reward"].startswith("bundle:demo/scoring:v1#reward")
     m = run_json(service, "training", "runs", "metrics", run["id"])["metrics"]
     assert [x["step"] for x in m] == [1, 2, 3]
@@ -102,7 +118,8 @@ def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
     meta = model["metadata"]
     assert meta["method"] == "rl" and meta["reward"] == run["reward"], meta
     text = service.cli("training", "runs", "get", run["id"], check=True).stdout
-    assert "training devices: 1 cpu device; judge endpoint: 0 cpu devices" in text
+    assert "Claims" in text and "training devices: 1 cpu device" in text
+    assert "judge endpoint" not in text
     assert "Reward" in text and "bundle:demo/scoring:v1#reward" in text
 
 
@@ -128,4 +145,5 @@ def test_a_judged_reinforcement_run_scores_on_the_judges_endpoint(
         for s in u["samples"]:
             assert s["error"] is None and round(s["reward"] * 10) == s["reward"] * 10
     text = service.cli("training", "runs", "get", run["id"], check=True).stdout
+    assert "training devices: 1 cpu device; judge endpoint: 0 cpu devices" in text
     assert "Judge instructions" in text and "built-in" in text

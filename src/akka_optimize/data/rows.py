@@ -10,6 +10,11 @@ OpenAI-shaped ``tool_calls``; a ``tool`` message answers an earlier call by
 (0/1) flags (§1.1 A, B). A single-turn row may also be written
 ``{"prompt": ..., "completion": ...}``; a row that mixes the two formats is refused.
 
+A **prompt row** (for evaluations and reinforcement runs: issue 18 item 1) ends with a
+user message, or is ``{"prompt": ...}`` without a completion, and gives its reference
+answer as ``ground_truth``; it has nothing to supervise, so a supervised run lists it
+among the rows with no supervised token and leaves it out (:mod:`akka_optimize.data.masks`).
+
 The normalised row (what :func:`parse_row` returns and the rest of ``data/`` reads)::
 
     {"messages": [
@@ -318,6 +323,10 @@ def _messages_of(obj: dict[str, Any], line: int) -> Any:
         )
     if has_messages:
         return obj["messages"]
+    if single == ["prompt"] and obj.get("ground_truth") is not None:  # a prompt row
+        if not isinstance(obj["prompt"], str):
+            raise RowError(line, "prompt", f"must be a string, not {_kind(obj['prompt'])}")
+        return [{"role": "user", "content": obj["prompt"]}]
     if single:
         for key in _SINGLE_TURN_KEYS:
             if not isinstance(obj.get(key), str):
@@ -377,11 +386,14 @@ def parse_row(obj: Any, line: int) -> dict[str, Any]:
     call_ids: set[str] = set()
     out_messages = [_parse_message(m, i, line, call_ids) for i, m in enumerate(messages)]
     last = out_messages[-1]["role"]
-    if last != "assistant":
+    prompt_row = last == "user" and obj.get("ground_truth") is not None
+    if last != "assistant" and not prompt_row:
         raise RowError(
             line,
             f"messages[{len(out_messages) - 1}]",
-            f"the conversation must end with an assistant message, but it ends with a {last} message",
+            f"the conversation must end with an assistant message, but it ends with a {last} "
+            "message (a prompt row for evaluations and reinforcement runs ends with a user "
+            "message and gives its reference answer as ground_truth)",
         )
     row: dict[str, Any] = {"messages": out_messages}
     if obj.get("tools") is not None:

@@ -58,6 +58,15 @@ class RLSettings:
             ``beta``; :mod:`akka_optimize.engine.losses` gives their defaults).
         scale_by_std: divide each advantage by its group's standard deviation.
         seed: seeds every update's draw together with the update number.
+        max_num_seqs: most sequences the sampler decodes in one batch
+            (``config.engineSettings.rollout.max_num_seqs``); a larger group is sampled in
+            batches of at most this many, one after another, from the same generator.
+        max_num_batched_tokens: most tokens one forward pass of the sampler reads
+            (``rollout.max_num_batched_tokens``): a decode step reads one token per row, so
+            it bounds the rows too; a longer prompt is read in pieces of at most this many
+            tokens (chunked prefill).
+        prefix_caching: read a group's prompt once and copy its KV cache to every row
+            (``rollout.enable_prefix_caching``); off, each row reads the prompt itself.
     """
 
     samples_per_prompt: int
@@ -67,6 +76,13 @@ class RLSettings:
     loss_config: dict[str, float] = field(default_factory=dict)
     scale_by_std: bool = True
     seed: int = 0
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    prefix_caching: bool = True
+
+    def batch_rows(self) -> int:
+        """Rows the sampler decodes at once: ``min(max_num_seqs, max_num_batched_tokens)``."""
+        return max(1, min(self.max_num_seqs, self.max_num_batched_tokens))
 
 
 @dataclass(frozen=True)
@@ -131,16 +147,28 @@ def sample_group(
     temperature: float,
     stop_ids: set[int],
     generator: torch.Generator,
+    prefix_caching: bool = True,
+    max_batched_tokens: int | None = None,
 ) -> list[tuple[list[int], list[float]]]:
     """``n`` completions of one prompt, decoded together with a KV cache: per completion
-    its tokens and the sampler's log-probs (see the module docstring, step 1). The prompt
-    is read once; its cache is copied to the ``n`` rows (a shared prefix).
+    its tokens and the sampler's log-probs (see the module docstring, step 1). With
+    ``prefix_caching`` the prompt is read once and its cache copied to the ``n`` rows (a
+    shared prefix); without, the ``n`` rows read it side by side. The prompt is read in
+    pieces so that no forward pass reads more than ``max_batched_tokens`` tokens (all rows
+    together; None: no limit).
 
     Raises:
-        ValueError: an empty prompt, ``n`` < 1, ``max_new_tokens`` < 1 or ``temperature`` ≤ 0.
+        ValueError: an empty prompt, ``n`` < 1, ``max_new_tokens`` < 1, ``temperature`` ≤ 0,
+            or ``max_batched_tokens`` below ``n`` (a decode step reads one token per row).
     """
     if not prompt_ids or n < 1 or max_new_tokens < 1 or temperature <= 0:
         raise ValueError("sample_group needs a prompt, n ≥ 1, max_new_tokens ≥ 1, temperature > 0")
+    if max_batched_tokens is not None and max_batched_tokens < n:
+        raise ValueError(f"max_batched_tokens {max_batched_tokens} is below the {n} rows")
+    rows = 1 if prefix_caching else n
+    piece = len(prompt_ids)
+    if max_batched_tokens is not None:
+        piece = max(1, min(piece, max_batched_tokens // rows))
     model = session.model
     device = next(model.parameters()).device
     was_training = model.training
@@ -150,10 +178,17 @@ def sample_group(
     done = [False] * n
     try:
         with session.compute_context():
-            # the prompt is read once and its KV cache copied to every row of the group
-            ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-            next(iter(kv_cache(out).values())).batch_repeat_interleave(n)
+            # the prompt is read once (or by every row) in pieces, then its KV cache is
+            # copied to every row of the group
+            ids = torch.tensor([prompt_ids] * rows, dtype=torch.long, device=device)
+            cache: dict[str, Any] = {}
+            for at in range(0, len(prompt_ids), piece):
+                out = model(
+                    input_ids=ids[:, at : at + piece], use_cache=True, logits_to_keep=1, **cache
+                )
+                cache = kv_cache(out)
+            if rows == 1 and n > 1:
+                next(iter(cache.values())).batch_repeat_interleave(n)
             logits = out.logits[:, -1, :].expand(n, -1)
             for _ in range(max_new_tokens):
                 logq = torch.log_softmax(logits.float().cpu() / temperature, dim=-1)
@@ -274,17 +309,21 @@ def rl_update(
     version = session.step
     t0 = time.perf_counter()
     samples: list[Sample] = []
+    batch = settings.batch_rows()
     for g, prompt in enumerate(prompts):
-        for toks, lps in sample_group(
-            session,
-            prompt.prompt_ids,
-            settings.samples_per_prompt,
-            settings.max_new_tokens,
-            settings.temperature,
-            stop_ids,
-            gen,
-        ):
-            samples.append(Sample(g, toks, lps, version))
+        for first in range(0, settings.samples_per_prompt, batch):
+            for toks, lps in sample_group(
+                session,
+                prompt.prompt_ids,
+                min(batch, settings.samples_per_prompt - first),
+                settings.max_new_tokens,
+                settings.temperature,
+                stop_ids,
+                gen,
+                prefix_caching=settings.prefix_caching,
+                max_batched_tokens=settings.max_num_batched_tokens,
+            ):
+                samples.append(Sample(g, toks, lps, version))
     sampled = sum(len(s.tokens) for s in samples)
     sampling_s = time.perf_counter() - t0
     score(prompts, samples)

@@ -30,6 +30,7 @@ from ..jobs.kinds import JobKind, Launch, register_kind
 from ..jobs.records import end_attempt
 from ..jobs.scheduler import wake
 from ..jobs.spec import JobSpec
+from ..jobs.views import project_fields
 from ..store import content_key
 from .graders import check_bundle_entry, parse_grader
 
@@ -502,7 +503,7 @@ def evaluation_view(
     res = run.results or {}
     out: dict[str, Any] = {
         "id": run.id,
-        "project": run.project,
+        **project_fields(s, run.project),
         "state": run.state,
         "phase": run.phase_detail,
         "queueReason": run.queue_reason if run.state == S.QUEUED else None,

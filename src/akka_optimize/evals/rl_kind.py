@@ -37,9 +37,18 @@ NOT_USED = frozenset({"config.data.validationDataset", "config.data.use_dynamic_
 """Plan settings a reinforcement run refuses when stated (it would not use them)."""
 
 NOT_USED_PREFIXES = ("execution.rollout.", "config.engineSettings.")
-"""Groups a reinforcement run refuses when any of their fields is stated: the rollout
-engine and its settings (the loop samples with the training session itself) and the
-engine settings of runs on several devices."""
+"""Groups a reinforcement run refuses when any of their fields is stated (except
+:data:`ROLLOUT_SETTINGS`): the rollout engine's memory share and CUDA graphs (the loop
+samples with the training session itself, in its memory, without graphs) and the engine
+settings of runs on several devices."""
+
+ROLLOUT_SETTINGS = {
+    "rollout.max_num_seqs": "max_num_seqs",
+    "rollout.max_num_batched_tokens": "max_num_batched_tokens",
+    "rollout.enable_prefix_caching": "prefix_caching",
+}
+"""Rollout engine settings the loop's sampler honours (:class:`akka_optimize.engine.rl.
+RLSettings`), by ``config.engineSettings`` key."""
 
 _FIELDS = {"grader": REWARD_FIELD, "graderInstructions": REWARD_FIELD, "dataset": "config.dataset"}
 
@@ -67,7 +76,8 @@ def accept(ctx: Any, s: Session, f: dict[str, Any]) -> dict[str, Any]:
     from .rows import eval_rows
 
     for path in f["resolved"].get("stated") or []:
-        if path in NOT_USED or path.startswith(NOT_USED_PREFIXES):
+        used = path.removeprefix("config.engineSettings.") in ROLLOUT_SETTINGS
+        if path in NOT_USED or (path.startswith(NOT_USED_PREFIXES) and not used):
             raise InvalidRequest(
                 f"{path}: a reinforcement run does not use it yet (it samples with the "
                 "training session's own weights on its device, validates nothing and "
@@ -133,6 +143,10 @@ def build_spec(launch: Launch) -> JobSpec:
                 "seed",
             )
         },  # fmt: skip
+        rollout={
+            name: ((r.get("config") or {}).get("engineSettings") or {}).get(key)
+            for key, name in ROLLOUT_SETTINGS.items()
+        },
         grader=g,
         limits={
             "cpu_seconds": lim.cpuSeconds,

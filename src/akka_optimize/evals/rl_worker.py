@@ -106,6 +106,7 @@ def train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
         temperature=float(rl["temperature"]),
         loss_fn=str(rl["lossFn"]),
         seed=int(rl["seed"]),
+        **{k: v for k, v in (spec.extra.get("rollout") or {}).items() if v is not None},
     )
     state_dir = work / "state"
     resume_step, warm_dir = starting_state(spec, store, work, state_dir)

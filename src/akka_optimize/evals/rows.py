@@ -68,7 +68,8 @@ def eval_rows(rows: list[dict[str, Any]], dataset: str, data_source: str) -> lis
     out: list[EvalRow] = []
     for i, row in enumerate(rows):
         messages = row.get("messages") or []
-        prompt = messages[:-1]
+        answered = bool(messages) and messages[-1].get("role") == "assistant"
+        prompt = messages[:-1] if answered else messages  # a prompt row asks its last message
         if not any(m.get("role") == "user" for m in prompt):
             raise InvalidRequest(
                 f"Dataset {dataset} row {i + 1}: nothing to answer; an evaluation row needs a "
@@ -77,7 +78,7 @@ def eval_rows(rows: list[dict[str, Any]], dataset: str, data_source: str) -> lis
             )
         truth = row.get("ground_truth")
         if truth is None:
-            truth = content_text(messages[-1].get("content")) if messages else ""
+            truth = content_text(messages[-1].get("content")) if answered else ""
             if not truth.strip():
                 raise InvalidRequest(
                     f"Dataset {dataset} row {i + 1} has no ground truth for the grader: give "

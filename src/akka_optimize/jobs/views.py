@@ -10,11 +10,20 @@ from sqlalchemy.orm import Session
 
 from ..db.base import utcnow
 from ..db.models.jobs import Run, RunMetric, Snapshot
+from ..db.models.projects import Project
 from . import states as S
 
 
 def _iso(t: dt.datetime | None) -> str | None:
     return t.isoformat() if t else None
+
+
+def project_fields(session: Session, name: str) -> dict[str, Any]:
+    """``project`` (the name, as before), ``projectId`` and ``projectName`` of a record of
+    project ``name`` (F057: text shows the name, JSON keeps the ID too); ``projectId`` is
+    None when the project is gone."""
+    pid = session.scalar(select(Project.id).where(Project.name == name))
+    return {"project": name, "projectId": pid, "projectName": name}
 
 
 def run_view(session: Session, run: Run, *, settings: bool = False) -> dict[str, Any]:
@@ -29,7 +38,7 @@ def run_view(session: Session, run: Run, *, settings: bool = False) -> dict[str,
     res = dict(run.results or {})
     view: dict[str, Any] = {
         "id": run.id,
-        "project": run.project,
+        **project_fields(session, run.project),
         "method": run.method,
         "baseModel": run.base_model,
         "dataset": run.dataset,
