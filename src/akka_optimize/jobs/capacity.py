@@ -235,7 +235,7 @@ def run_claim(dep: Deployment, run: Run) -> Claim:
     )
 
 
-def _judge_served(s: Session, runs: Iterable[Run]) -> set[tuple[str, str]]:
+def _judge_served(runs: Iterable[Run]) -> set[tuple[str, str]]:
     """``(project name, judge version)`` of every judged run in ``runs``."""
     return {(r.project, (r.resolved or {})["grader"]["judge"]) for r in runs if _judged(r)}
 
@@ -357,7 +357,7 @@ def holders(s: Session, dep: Deployment) -> list[Claim]:
     run's claim), oldest first."""
     active = list(s.scalars(select(Run).where(Run.state.in_(S.ACTIVE))))
     out = _claims(dep, active)
-    judges = _judge_served(s, active)
+    judges = _judge_served(active)
     names = _project_names(s)
     for ep in s.scalars(select(Endpoint).where(Endpoint.state.in_(ENDPOINT_HOLDS))):
         project = names.get(ep.project_id, ep.project_id)
@@ -372,7 +372,7 @@ def waiting(s: Session, dep: Deployment) -> list[Claim]:
     queued = s.scalars(select(Run).where(Run.state == S.QUEUED))
     out = _claims(dep, [r for r in queued if not unfinished(s, r)])
     active = list(s.scalars(select(Run).where(Run.state.in_(S.ACTIVE))))
-    judges = _judge_served(s, active)
+    judges = _judge_served(active)
     names = _project_names(s)
     for ep in s.scalars(select(Endpoint).where(Endpoint.state == "QUEUED")):
         project = names.get(ep.project_id, ep.project_id)
