@@ -86,6 +86,8 @@ class World:
             i["b_endpoint"],
             i["b_evaluation"],
             i["b_comparison"],
+            i["b_curation"],
+            i["b_pipeline"],
             i["b_project_id"],
             "b/train",
             "b/pics",
@@ -153,7 +155,24 @@ def _populate(w: World, tmp: Path) -> World:
     w.ids["b_comparison"] = cmp["id"]
     settings = {"dataset": "b/train", "grader": "bundle:b/grader#g", "autoEvaluate": False}
     w.ok(b, "PUT", "/v1/training/projects/b/evaluation", json=settings)
+    cu = w.ok(b, "POST", "/v1/training/curations", json=_curation("b"))
+    w.ids["b_curation"] = cu["id"]
+    w.ok(b, "POST", f"/v1/training/curations/{cu['id']}/cancel")
+    pipe = w.ok(b, "POST", "/v1/training/pipelines", json=_pipeline("b"))
+    w.ids["b_pipeline"] = pipe["id"]
+    w.ok(b, "POST", f"/v1/training/pipelines/{pipe['id']}/cancel")
     return w
+
+
+def _curation(owner: str, **kw: Any) -> dict[str, Any]:
+    body = {"project": owner, "source": f"{owner}/train", "judge": f"model:{TINY_MODEL}",
+            "keep": {"topShare": 0.5}, "dataset": f"{owner}/curated"}  # fmt: skip
+    return {**body, **kw}
+
+
+def _pipeline(owner: str, **kw: Any) -> dict[str, Any]:
+    stage = {k: v for k, v in _curation(owner).items() if k != "project"}
+    return {"kind": "pipeline", "project": owner, "stages": [{"kind": "curate", **stage}], **kw}
 
 
 GRADER = b"def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n"
@@ -409,6 +428,49 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("POST", "/v1/training/comparisons/{comparison_id}/cancel"): [
         {"path": "/v1/training/comparisons/{comparison}/cancel", "expect": "hidden"},
     ],
+    ("POST", "/v1/training/runs/{run_id}/snapshots/{name}/register"): [
+        {"path": "/v1/training/runs/{run}/snapshots/step-1/register", "json": {},
+         "expect": "hidden"},
+    ],
+    ("POST", "/v1/training/curations"): [
+        {"path": "/v1/training/curations", "json": _curation("b"),
+         "expect": "forbid:curations.create"},
+        {"path": "/v1/training/curations", "json": _curation("a", source="b/train"),
+         "expect": "hidden"},
+        {"path": "/v1/training/curations", "json": _curation("a", dataset="b/curated"),
+         "expect": "forbid:curations.create"},
+    ],
+    ("GET", "/v1/training/curations"): [
+        {"path": "/v1/training/curations", "expect": "list"},
+        {"path": "/v1/training/curations", "params": {"project": "b"}, "expect": "list"},
+    ],
+    ("GET", "/v1/training/curations/{curation_id}"): [
+        {"path": "/v1/training/curations/{curation}", "expect": "hidden"},
+        {"path": "/v1/training/curations/{curation_prefix}", "expect": "hidden"},
+    ],
+    ("POST", "/v1/training/curations/{curation_id}/cancel"): [
+        {"path": "/v1/training/curations/{curation}/cancel", "expect": "hidden"},
+    ],
+    ("POST", "/v1/training/pipelines"): [
+        {"path": "/v1/training/pipelines", "json": _pipeline("b"),
+         "expect": "forbid:pipelines.start"},
+        {"path": "/v1/training/pipelines", "json": _pipeline("b"), "params": {"dryRun": "true"},
+         "expect": "forbid:pipelines.start"},
+    ],
+    ("GET", "/v1/training/pipelines"): [
+        {"path": "/v1/training/pipelines", "expect": "list"},
+        {"path": "/v1/training/pipelines", "params": {"project": "b"}, "expect": "list"},
+    ],
+    ("GET", "/v1/training/pipelines/{pipeline_id}"): [
+        {"path": "/v1/training/pipelines/{pipeline}", "expect": "hidden"},
+        {"path": "/v1/training/pipelines/{pipeline_prefix}", "expect": "hidden"},
+    ],
+    ("POST", "/v1/training/pipelines/{pipeline_id}/cancel"): [
+        {"path": "/v1/training/pipelines/{pipeline}/cancel", "expect": "hidden"},
+    ],
+    ("POST", "/v1/training/pipelines/{pipeline_id}/resume"): [
+        {"path": "/v1/training/pipelines/{pipeline}/resume", "expect": "hidden"},
+    ],
     ("POST", "/v1/training/endpoints"): [
         {"path": "/v1/training/endpoints", "json": {"model": "b/tiny-smollm2:v1"},
          "expect": "hidden"},
@@ -468,6 +530,10 @@ def _fill(value: Any, w: World) -> Any:
         "{endpoint}": i["b_endpoint"],
         "{evaluation}": i["b_evaluation"],
         "{comparison}": i["b_comparison"],
+        "{curation}": i["b_curation"],
+        "{curation_prefix}": i["b_curation"][:10],
+        "{pipeline}": i["b_pipeline"],
+        "{pipeline_prefix}": i["b_pipeline"][:10],
         "{comparison_prefix}": i["b_comparison"][:10],
         "{evaluation_prefix}": i["b_evaluation"][:10],
         "{endpoint_prefix}": i["b_endpoint"][:10],

@@ -125,6 +125,24 @@ class GraderLimits(_Strict):
     workers: int = Field(2, ge=1, le=64, description="Grader processes of one evaluation.")
 
 
+class JobStorage(_Strict):
+    """What the training jobs can read (seeds/001 "Optimize refuses a run, a pipeline, or an
+    evaluation whose dataset or scoring bundle its training jobs cannot read"; F019).
+
+    ``readable`` lists locations, as fsspec URLs (``s3://bucket/prefix``) or absolute local
+    paths, under which the jobs' executor can read blobs; None means the service's own blob
+    store, wherever it is (a local executor reads it). A dataset or bundle whose blob lies
+    under none of them is refused at submit, before a device is claimed, naming the part
+    of its location that did not match (:mod:`akka_optimize.jobs.readable`).
+    """
+
+    readable: list[str] | None = Field(
+        None,
+        description="Locations the jobs can read (s3://bucket/prefix or /abs/path); null: the "
+        "service's blob store.",
+    )
+
+
 class Pool(_Strict):
     """A pool of devices the scheduler hands out (issue 22; seeds/000 "Capacity and
     waiting"): ``nodes`` machines of one device profile, ``devicesPerNode`` each
@@ -244,6 +262,7 @@ class Deployment(_Strict):
     limits: RegistryLimits = Field(default_factory=RegistryLimits)
     service: ServiceLimits = Field(default_factory=ServiceLimits)
     graders: GraderLimits = Field(default_factory=GraderLimits)
+    jobStorage: JobStorage = Field(default_factory=JobStorage)
     memorySettings: MemorySettingsPolicy = Field(
         default_factory=MemorySettingsPolicy,
         description="Allowed execution.memory/rollout settings and values, and defaults.",

@@ -20,6 +20,7 @@ from . import (
     data,
     endpoints,
     evaluations,
+    pipelines,
     plan,
     projects,
     registry,
@@ -52,6 +53,8 @@ training_app.add_typer(base_models.app, name="base-models")
 training_app.add_typer(endpoints.app, name="endpoints")
 training_app.add_typer(evaluations.app, name="evaluations")
 training_app.add_typer(comparisons.app, name="comparisons")
+training_app.add_typer(pipelines.curations_app, name="curations")
+training_app.add_typer(pipelines.pipelines_app, name="pipelines")
 training_app.add_typer(data.app, name="data")
 training_app.add_typer(run_states.snapshots_app, name="snapshots")
 training_app.add_typer(adapters.app, name="adapters")

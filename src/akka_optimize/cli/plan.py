@@ -10,7 +10,7 @@ import sys
 import typer
 import yaml
 
-from ..plan.reference import field_schema, plan_json_schema
+from ..plan.reference import KINDS, descriptor_schema, field_schema
 from .context import CliError
 
 
@@ -19,15 +19,25 @@ def config_schema(
         None, "--field", help="Show one field, e.g. config.maxSeqLength."
     ),
     format: str = typer.Option("json", "--format", help="json or yaml."),
+    kind: str = typer.Option(
+        "run",
+        "--kind",
+        help="run (a run descriptor), pipeline (a pipeline descriptor and its curate, train "
+        "and evaluate stages), curation (training curations start) or evaluation (training "
+        "evaluations start).",
+    ),
 ) -> None:
-    """Print the run plan's JSON schema with descriptions, defaults and bounds.
+    """Print a descriptor's JSON schema with descriptions, defaults and bounds.
 
     Example: {prog} config-schema --field config.hyperparams.lora.rank
+    Example: {prog} config-schema --kind pipeline
     """
     if format not in ("json", "yaml"):
         raise CliError(f"--format must be json or yaml, not {format!r}.", exit_code=2)
     try:
-        schema = field_schema(field) if field else plan_json_schema()
+        if kind not in KINDS:
+            raise KeyError(f"--kind {kind!r}: the kinds are {', '.join(KINDS)}")
+        schema = field_schema(field, kind) if field else descriptor_schema(kind)
     except KeyError as exc:
         raise CliError(str(exc.args[0])) from exc
     if format == "yaml":

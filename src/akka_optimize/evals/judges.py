@@ -83,7 +83,7 @@ def training_instructions(judge: Any) -> str | None:
 
 
 def judge_instructions(
-    given: str | None, judge: Any, rows: list[dict[str, Any]]
+    given: str | None, judge: Any, rows: list[dict[str, Any]], built_in: str = BUILT_IN
 ) -> tuple[str, str]:
     """The instructions a judge gets and their source (one of :data:`SOURCES`).
 
@@ -91,6 +91,8 @@ def judge_instructions(
         given: ``graderInstructions`` from the request (or project settings), or None.
         judge: the judge's resolved model version (:class:`akka_optimize.registry.ResolvedVersion`).
         rows: the scored dataset's rows (for the built-in instructions' context).
+        built_in: the last resort's text (:data:`BUILT_IN` for an evaluation; a curation
+            has its own, :data:`akka_optimize.evals.curation.BUILT_IN`).
     """
     if given is not None and given.strip():
         return given, "given"
@@ -98,7 +100,7 @@ def judge_instructions(
     if own is not None:
         return own, "judge-training"
     system = first_system_message(rows)
-    return (BUILT_IN + (_CONTEXT + system if system else "")), "built-in"
+    return (built_in + (_CONTEXT + system if system else "")), "built-in"
 
 
 def _conversation(prompt: list[dict[str, Any]]) -> str:

@@ -197,6 +197,7 @@ def check_scoring(
             ground truth a grader needs (the row named).
         NotFound: a bundle, judge or dataset reference that does not resolve.
     """
+    from ..jobs.readable import check_readable
     from ..registry import load_dataset_rows
     from .judges import judge_instructions
     from .rows import eval_rows
@@ -217,6 +218,9 @@ def check_scoring(
         where = f"{bundle.repo}:v{bundle.version}"
         check_bundle_entry(_bundle_sources(ctx.store, bundle), spec, where)
     ds = resolve("dataset", dataset, field="dataset")
+    check_readable(ctx, "dataset", ds)
+    if bundle is not None:
+        check_readable(ctx, "grader", bundle)
     rows = load_dataset_rows(ctx.store, ds)
     if limit is not None:
         rows = rows[:limit]
@@ -540,14 +544,14 @@ def evaluation_view(
 def find_evaluation(
     s: Session, evaluation_id: str, project: str | None, method: str = METHOD
 ) -> Run:
-    """The evaluation (``method`` ``eval``) or comparison (``compare``) with this ID or
-    unambiguous ID prefix, in ``project`` when given.
+    """The evaluation (``method`` ``eval``), comparison (``compare``) or curation
+    (``curate``) with this ID or unambiguous ID prefix, in ``project`` when given.
 
     Raises:
-        NotFound: no such evaluation (field ``evaluation`` or ``comparison``).
+        NotFound: no such evaluation (field ``evaluation``, ``comparison`` or ``curation``).
         InvalidRequest: the prefix matches several.
     """
-    what = "evaluation" if method == METHOD else "comparison"
+    what = {METHOD: "evaluation", COMPARE: "comparison"}.get(method, "curation")
     run = s.get(Run, evaluation_id)
     if run is not None and run.method == method and (project is None or run.project == project):
         return run

@@ -3,7 +3,8 @@
 A plan that resolves (:func:`akka_optimize.service.plans.resolve_run_plan`) can still be
 one this release cannot start: a method or device count not available yet, ``smoke``,
 a base model nobody selected, a ``modelName`` the registry would refuse at the end of
-training (F049), a branch of a run in another project, or a claim no quota or pool could
+training (F049), a branch of a run in another project, a dataset or bundle the jobs cannot
+read (:mod:`akka_optimize.jobs.readable`), or a claim no quota or pool could
 ever admit (:mod:`akka_optimize.jobs.capacity`). :func:`admission_refusals`
 lists every such refusal; the dry run reports them (``accepted: false``) and
 :func:`admit`, which :func:`akka_optimize.jobs.service.start_run` calls before it creates
@@ -145,6 +146,28 @@ def _model_name(session: Session, f: dict[str, Any]) -> AkkaError | None:
     return trained_name_refusal(session, f["project"], f["model_name"], f["base_model"])
 
 
+def _readable(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+    """A dataset, validation dataset or reward bundle the jobs cannot read (F019;
+    :mod:`akka_optimize.jobs.readable`)."""
+    from ..registry import resolve
+    from .readable import check_readable
+
+    cfg = f["resolved"].get("config") or {}
+    todo = [("dataset", "config.dataset", cfg.get("dataset"))]
+    todo.append(("dataset", "config.validationDataset", cfg.get("validationDataset")))
+    reward = str((cfg.get("rlHyperparams") or {}).get("reward") or "")
+    if reward.startswith("bundle:"):
+        ref = reward.removeprefix("bundle:").split("#", 1)[0]
+        todo.append(("bundle", "config.rlHyperparams.reward", ref))
+    try:
+        for kind, field, ref in todo:
+            if ref:
+                check_readable(ctx, field, resolve(session, kind, ref, f["project"]))
+    except AkkaError as exc:
+        return exc
+    return None
+
+
 def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaError]:
     """Every reason the start of ``resolved`` would be refused, in the order a start checks
     them; empty when it may start. Reads the database, creates nothing.
@@ -164,6 +187,7 @@ def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaEr
         _gpus(f),
         _base_model(ctx, session, f),
         _model_name(session, f),
+        _readable(ctx, session, f),
         _capacity(ctx, f),
     ]
     return [e for e in found if e is not None]

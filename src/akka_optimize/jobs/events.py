@@ -17,9 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.base import utcnow
+from ..db.models.auth import hash_token
 from ..db.models.jobs import Run, RunAttempt, RunMetric
 from ..errors import AkkaError, NotFound
-from ..service.auth import hash_token
 from . import states as S
 from .kinds import job_kind
 from .records import end_attempt

@@ -17,6 +17,7 @@ import logging
 import secrets
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ..db.base import utcnow
-from ..db.models.auth import ApiToken
+from ..db.models.auth import ApiToken, hash_token
 from ..db.models.jobs import Run, RunAttempt, Snapshot
 from ..deployment import load_deployment
 from ..errors import AkkaError, Conflict
-from ..service.auth import hash_token
 from . import capacity
 from . import states as S
 from .executor import Executor, LocalExecutor
@@ -44,6 +44,17 @@ _WAKE = threading.Event()
 def wake(_ctx: Any = None) -> None:
     """Ask the scheduler to look at the queue now."""
     _WAKE.set()
+
+
+_TICK_HOOKS: dict[str, Callable[[Any], None]] = {}
+
+
+def on_tick(name: str, hook: Callable[[Any], None]) -> None:
+    """Call ``hook(ctx)`` on every pass of the scheduler, before it starts queued runs
+    (pipelines move on to their next stage there: :mod:`akka_optimize.service.pipelines`).
+    Registering ``name`` again replaces it; a hook that raises is logged and the pass goes
+    on."""
+    _TICK_HOOKS[name] = hook
 
 
 class Scheduler:
@@ -75,10 +86,16 @@ class Scheduler:
             _WAKE.clear()
 
     def tick(self) -> None:
-        """One pass: reap dead workers, then start what can start."""
+        """One pass: reap dead workers, run the hooks (:func:`on_tick`), then start what
+        can start."""
         with self.ctx.db.session() as s:
             reap_dead_workers(s, self.executor)
         self.executor.collect()
+        for name, hook in list(_TICK_HOOKS.items()):
+            try:
+                hook(self.ctx)
+            except Exception:
+                log.exception("scheduler hook %s failed", name)
         with capacity.LOCK, self.ctx.db.session() as s:
             self._schedule(s)
 

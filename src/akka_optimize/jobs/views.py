@@ -107,12 +107,12 @@ def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_runs(session: Session, project: str | None = None, limit: int = 100) -> list[dict]:
-    """Newest runs first, optionally in one project. Evaluations and comparisons (methods
-    ``eval`` and ``compare``, listed by their own routes) are not runs of a plan and are left
-    out."""
+    """Newest runs first, optionally in one project. Evaluations, comparisons and
+    curations (methods ``eval``, ``compare`` and ``curate``, listed by their own routes)
+    are not runs of a plan and are left out."""
     q = (
         select(Run)
-        .where(Run.method.not_in(("eval", "compare")))
+        .where(Run.method.not_in(("eval", "compare", "curate")))
         .order_by(Run.created_at.desc())
         .limit(limit)
     )

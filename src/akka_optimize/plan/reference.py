@@ -99,14 +99,40 @@ def plan_json_schema() -> dict[str, Any]:
     return schema
 
 
-def field_schema(field: str) -> dict[str, Any]:
+KINDS = ("run", "pipeline", "curation", "evaluation")
+"""What ``config-schema --kind`` documents: the run descriptor, the pipeline descriptor
+(its curate, train and evaluate stages), and the bodies of ``training curations start``
+and ``training evaluations start``."""
+
+
+def descriptor_schema(kind: str = "run") -> dict[str, Any]:
+    """The JSON schema of one of :data:`KINDS`, references inlined.
+
+    Raises:
+        KeyError: ``kind`` is not one of :data:`KINDS`.
+    """
+    from . import pipeline as P
+
+    if kind == "run":
+        return plan_json_schema()
+    model = {"pipeline": P.PipelinePlan, "curation": P.CurationRequest,
+             "evaluation": P.EvaluationRequest}.get(kind)  # fmt: skip
+    if model is None:
+        raise KeyError(f"--kind {kind!r}: the kinds are {', '.join(KINDS)}")
+    raw = model.model_json_schema()
+    schema = _inline(raw, raw.get("$defs", {}))
+    schema["description"] = " ".join((model.__doc__ or "").split())
+    return schema
+
+
+def field_schema(field: str, kind: str = "run") -> dict[str, Any]:
     """The schema of one dotted field (``config.hyperparams.lora.rank``,
-    ``config.engineSettings.head.chunk_tokens``).
+    ``config.engineSettings.head.chunk_tokens``) of a descriptor of ``kind``.
 
     Raises:
         KeyError: no such field; the message names the fields at the deepest level found.
     """
-    node: dict[str, Any] = plan_json_schema()
+    node: dict[str, Any] = descriptor_schema(kind)
     parts = field.split(".") if field else []
     walked: list[str] = []
     while parts:

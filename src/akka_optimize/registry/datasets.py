@@ -318,6 +318,8 @@ def register_dataset(
     limits: RegistryLimits | None = None,
     project: str | None = None,
     source: str | None = None,
+    lineage: dict[str, Any] | None = None,
+    origin: str = "upload",
 ) -> tuple[ResolvedVersion, bool]:
     """Register the examples of a JSONL or ZIP file as a version of dataset ``ref``.
 
@@ -328,6 +330,9 @@ def register_dataset(
         alias: an alias to point at the version.
         limits: the deployment's registry limits (defaults when None).
         source: the file name used in refusals (default ``path.name``).
+        lineage: where the rows came from, kept as ``metadata.curation`` (a curation's
+            ID, pinned source and judge: :mod:`akka_optimize.evals.curation`).
+        origin: the version's ``source`` column (``upload``, ``curation``).
 
     Returns:
         ``(version, created)``; ``created`` is False when the same examples were registered.
@@ -370,6 +375,8 @@ def register_dataset(
         "object": {"digest": obj_digest, "size": obj_size},
         "images": sorted(images),
     }
+    if lineage:
+        meta["curation"] = lineage
     return register_version(
         session,
         "dataset",
@@ -379,7 +386,7 @@ def register_dataset(
         size=nbytes,
         files={"examples.jsonl": {"digest": digest, "size": nbytes}},
         metadata_=meta,
-        source="upload",
+        source=origin,
     )
 
 

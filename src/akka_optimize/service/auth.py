@@ -27,7 +27,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..db.base import utcnow, write_intent
-from ..db.models.auth import ApiToken
+from ..db.models.auth import ApiToken, hash_token
 from ..db.models.projects import Project
 from ..errors import InvalidRequest, NotFound, Unauthorized, Unavailable
 from .context import ServiceContext
@@ -67,11 +67,6 @@ def ensure_dev_secret(home: Path) -> bytes:
 def mint_dev_token(secret: bytes) -> str:
     """The development token for a server whose secret is ``secret``."""
     return DEV_PREFIX + hmac.new(secret, DEV_LABEL, hashlib.sha256).hexdigest()
-
-
-def hash_token(token: str) -> str:
-    """SHA-256 hex of a token, as stored."""
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def issue_token(ctx_db: object, project: str | None = None) -> str:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 
 from sqlalchemy import DateTime, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ..base import Base, utcnow
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 hex of a token, as :class:`ApiToken` stores it."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class ApiToken(Base):

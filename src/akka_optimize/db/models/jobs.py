@@ -116,3 +116,22 @@ class Snapshot(Base):
     recoverable: Mapped[bool] = mapped_column(default=True)
     model_version: Mapped[str | None] = mapped_column(String(256), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Pipeline(Base):
+    """One pipeline: its checked descriptor, its stages' progress and its state
+    (:mod:`akka_optimize.service.pipelines`)."""
+
+    __tablename__ = "pipelines"
+    __table_args__ = (UniqueConstraint("project", "submission_id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project: Mapped[str] = mapped_column(String(128), index=True)
+    submission_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    descriptor: Mapped[dict[str, Any]] = mapped_column(JSON)
+    stages: Mapped[list[Any]] = mapped_column(JSON)
+    config_hash: Mapped[str] = mapped_column(String(64))
+    failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -5,11 +5,13 @@ from . import (
     base_models,
     capacity,
     comparisons,
+    curations,
     data,
     docs,
     endpoints,
     evaluations,
     health,
+    pipelines,
     projects,
     registry,
     run_records,
@@ -28,6 +30,8 @@ ROUTERS = [
     endpoints,
     evaluations,
     comparisons,
+    curations,
+    pipelines,
     capacity,
 ]
 

@@ -12,47 +12,20 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import InvalidRequest
 from ...evals import kind as evals
 from ...evals.settings import grader_text
 from ...jobs import control
+from ...plan.pipeline import EvaluationRequest
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
-from .sampling import Sampling
 
 router = APIRouter(prefix="/v1/training/evaluations")
 
 
-class EvaluationCreate(BaseModel):
-    """Body of ``POST /v1/training/evaluations``."""
-
-    model_config = ConfigDict(extra="forbid")
-    modelId: str = Field(  # noqa: N815
-        min_length=1,
-        description="Registry reference of the model: a trained adapter or a base model.",
-    )
-    dataset: str | None = Field(
-        None,
-        min_length=1,
-        description="Registry reference of the dataset; the project's evaluation settings' "
-        "dataset when left out.",
-    )
-    grader: str | None = Field(
-        None,
-        min_length=1,
-        description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default); the "
-        "project's evaluation settings' grader when left out.",
-    )
-    graderInstructions: str | None = Field(  # noqa: N815
-        None, description="A model: judge's instructions (not read by a bundle grader)."
-    )
-    project: str | None = Field(
-        None, description="Project (name or ID); a base model needs one, an adapter takes its own."
-    )
-    sampling: Sampling = Field(default_factory=Sampling)
-    limit: int | None = Field(None, ge=1, description="Evaluate only the first N rows.")
+EvaluationCreate = EvaluationRequest
+"""Body of ``POST /v1/training/evaluations`` (:class:`akka_optimize.plan.pipeline.EvaluationRequest`)."""
 
 
 def prepare(

@@ -1,0 +1,215 @@
+"""The pipeline descriptor and the request bodies its stages take: what ``config-schema
+--kind pipeline`` (``curation``, ``evaluation``) documents and the service checks (seeds/001
+"The trainer pages document every descriptor field, including kind, submissionId, smoke,
+execution.engine, the pipeline descriptor's fields, the curate stage and the options of
+training evaluations start"; FEATURES F022, F023, F168; issue 19).
+
+A pipeline runs its ``stages`` in order (:mod:`akka_optimize.service.pipelines`): a
+``curate`` stage is a curation request (:class:`CurationRequest`) without ``project``, a
+``train`` stage a run descriptor (:class:`akka_optimize.plan.schema.RunPlan`) without
+``kind``, ``project`` and ``submissionId``, an ``evaluate`` stage an evaluation request
+(:class:`EvaluationRequest`) without ``project``. ``stage:NAME`` in a dataset or model
+field names an earlier stage's output. The stage models here declare the fields each
+kind takes; each stage's values are checked by its standalone form's own rules, so the
+messages are the same.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .schema import BranchFrom, ExecutionGroup, RunConfig
+
+__all__ = [
+    "CurateStage",
+    "CurationRequest",
+    "EvaluateStage",
+    "EvaluationRequest",
+    "KeepRule",
+    "PipelinePlan",
+    "Sampling",
+    "TrainStage",
+    "stage_fields",
+]
+
+
+class Sampling(BaseModel):
+    """How the answers are sampled; a setting left out takes its default (greedy, 256 tokens)."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float = Field(0.0, ge=0, le=2, description="0 is greedy.")
+    topP: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")  # noqa: N815
+    maxTokens: int = Field(256, ge=1, le=32768, description="Longest answer, in tokens.")  # noqa: N815
+    seed: int | None = Field(0, ge=0, le=2**31 - 1, description="Sampling seed.")
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _EvaluationFields(_Body):
+    modelId: str = Field(  # noqa: N815
+        min_length=1,
+        description="Registry reference of the model: a trained adapter or a base model "
+        "(in a pipeline, stage:NAME of a train stage).",
+    )
+    dataset: str | None = Field(
+        None,
+        min_length=1,
+        description="Registry reference of the dataset; each row's last assistant message (or "
+        "its ground_truth) is the reference answer. Left out: the project's evaluation "
+        "settings' dataset.",
+    )
+    grader: str | None = Field(
+        None,
+        min_length=1,
+        description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default), or "
+        "model:REFERENCE, a judge served on its own endpoint that scores each answer 0-10. "
+        "Left out: the project's evaluation settings' grader.",
+    )
+    graderInstructions: str | None = Field(  # noqa: N815
+        None, description="A model: judge's instructions (not read by a bundle grader)."
+    )
+
+
+class EvaluationRequest(_EvaluationFields):
+    """``POST /v1/training/evaluations`` (``training evaluations start``)."""
+
+    project: str | None = Field(
+        None, description="Project (name or ID); a base model needs one, an adapter takes its own."
+    )
+    sampling: Sampling = Field(default_factory=Sampling, description="How answers are sampled.")
+    limit: int | None = Field(None, ge=1, description="Evaluate only the first N rows.")
+
+
+class KeepRule(_Body):
+    """``keep``: which scored rows a curation keeps (both rules apply when both are given;
+    a row the judge could not score is never kept)."""
+
+    minScore: float | None = Field(  # noqa: N815
+        None, description="Keep rows scoring at least this (the judge's 0-10 over 10, in [0, 1])."
+    )
+    topShare: float | None = Field(  # noqa: N815
+        None,
+        description="Keep the best share of the rows, in (0, 1] (ceil(share x rows), "
+        "ties by row order).",
+    )
+
+
+class _CurationFields(_Body):
+    source: str = Field(
+        min_length=1,
+        description="Registry reference of the dataset to curate (in a pipeline, stage:NAME of "
+        "a curate stage); each row ends with the assistant answer the judge scores.",
+    )
+    judge: str = Field(
+        min_length=1, description="model:REFERENCE: the judge that scores each row 0-10."
+    )
+    judgeInstructions: str | None = Field(  # noqa: N815
+        None,
+        description="The judge's instructions; left out, its training instructions, else the "
+        "built-in ones (with the source's first system message as context).",
+    )
+    keep: KeepRule = Field(description="Which rows are kept: minScore and/or topShare.")
+    dataset: str | None = Field(
+        None,
+        description="Required: the dataset (NS/NAME) the kept rows are registered under, "
+        "e.g. oasst1/curated; the judge's dataset, every row with its score and the judge's "
+        "reply, goes beside it as oasst1/curated-judge.",
+    )
+    limit: int | None = Field(None, ge=1, description="Curate only the first N rows.")
+
+
+class CurationRequest(_CurationFields):
+    """``POST /v1/training/curations`` (``training curations start``)."""
+
+    project: str = Field(min_length=1, description="The project (name or ID) it runs in.")
+
+
+_NAME = Field(
+    None,
+    min_length=1,
+    max_length=100,
+    description="The stage's name, unique in the pipeline; defaults to its kind.",
+)
+
+
+class CurateStage(_CurationFields):
+    """A ``curate`` stage: a curation request without ``project``."""
+
+    kind: Literal["curate"] = Field(description="`curate`.")
+    name: str | None = _NAME
+
+
+class TrainStage(_Body):
+    """A ``train`` stage: a run descriptor without ``kind``, ``project`` and
+    ``submissionId``; ``config.dataset`` and ``config.validationDataset`` may name a curate
+    stage's output (``stage:NAME``)."""
+
+    kind: Literal["train"] = Field(description="`train`.")
+    name: str | None = _NAME
+    baseModel: str = Field(  # noqa: N815
+        min_length=1,
+        max_length=200,
+        description="Required: the base model's hub repository (every pipeline train stage "
+        "names its baseModel).",
+    )
+    modelName: str | None = Field(  # noqa: N815
+        None, min_length=1, max_length=100, description="As a run descriptor's modelName."
+    )
+    smoke: bool | None = Field(None, description="As a run descriptor's smoke.")
+    warmStartModelId: str | None = Field(  # noqa: N815
+        None, min_length=1, max_length=400, description="As a run descriptor's warmStartModelId."
+    )
+    branchFrom: BranchFrom | None = Field(None, description="As a run descriptor's branchFrom.")
+    config: RunConfig = Field(description="As a run descriptor's config.")
+    execution: ExecutionGroup | None = Field(None, description="As a run descriptor's execution.")
+
+
+class EvaluateStage(_EvaluationFields):
+    """An ``evaluate`` stage: an evaluation request without ``project``; ``modelId`` may
+    name a train stage's model and ``dataset`` a curate stage's dataset."""
+
+    kind: Literal["evaluate"] = Field(description="`evaluate`.")
+    name: str | None = _NAME
+    sampling: Sampling | None = Field(None, description="How answers are sampled.")
+    limit: int | None = Field(None, ge=1, description="Evaluate only the first N rows.")
+
+
+Stage = Annotated[CurateStage | TrainStage | EvaluateStage, Field(discriminator="kind")]
+
+
+class PipelinePlan(_Body):
+    """A pipeline descriptor: ``POST /v1/training/pipelines`` and ``training pipelines start
+    -f FILE``."""
+
+    kind: Literal["pipeline"] = Field(description="Always `pipeline` for a pipeline descriptor.")
+    project: str = Field(
+        min_length=1, max_length=100, description="The training project every stage runs in."
+    )
+    submissionId: str | None = Field(  # noqa: N815
+        None,
+        min_length=1,
+        max_length=128,
+        description="Idempotency key: resubmitting with the same ID in the project returns the "
+        "first pipeline.",
+    )
+    stages: list[Stage] = Field(
+        min_length=1,
+        max_length=16,
+        description="The stages, run in order; stage:NAME names an earlier stage's output.",
+    )
+
+
+_STAGES = {"curate": CurateStage, "train": TrainStage, "evaluate": EvaluateStage}
+
+
+def stage_fields(kind: str) -> tuple[str, ...]:
+    """The fields a stage of ``kind`` (``curate``, ``train``, ``evaluate``) takes.
+
+    Raises:
+        KeyError: no such kind of stage.
+    """
+    return tuple(_STAGES[kind].model_fields)

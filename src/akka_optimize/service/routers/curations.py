@@ -1,0 +1,104 @@
+"""Curations: ``/v1/training/curations`` (seeds/001 "Datasets live in the registry";
+FEATURES F023; issue 19 item 1).
+
+A curation asks a ``model:`` judge to score every row of a source dataset and registers
+the rows its keep rule keeps as ``dataset``, and every row with its score as
+``dataset-judge`` (:mod:`akka_optimize.evals.curation`). It runs as a job (method
+``curate``); the source and the judge are pinned when it is accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from ...evals import curation
+from ...evals import kind as evals
+from ...jobs import control
+from ...plan.pipeline import CurationRequest
+from .. import access
+from ..deps import CtxDep, PrincipalDep, SessionDep
+
+router = APIRouter(prefix="/v1/training/curations")
+
+
+CurationCreate = CurationRequest
+"""Body of ``POST /v1/training/curations`` (:class:`akka_optimize.plan.pipeline.CurationRequest`)."""
+
+
+def check_request(
+    body: dict[str, Any], s: Any, ctx: Any, principal: Any, action: str
+) -> dict[str, Any]:
+    """A curation request checked for ``principal``: its project, the output's namespace
+    (a project token writes only its own) and :func:`akka_optimize.evals.curation.check_curation`.
+    A pipeline's curate stage is checked by this same function.
+
+    Raises:
+        InvalidRequest / NotFound / Forbidden: refused, the field named; nothing is created.
+    """
+    from ...refs import parse_ref
+
+    access.check_project_key_write(principal, s, body["project"], action)
+    project = access.find_project(s, body["project"], principal)
+    access.check_project_write(principal, project.name, action)
+    if isinstance(body.get("dataset"), str) and body["dataset"].strip():
+        out = parse_ref(body["dataset"], project.name, field="dataset")
+        access.check_namespace_write(principal, out.namespace, action, field="dataset")
+
+    def resolve(kind: str, ref: str, *, field: str) -> Any:
+        return access.resolve(principal, s, kind, ref, project.name, field=field)
+
+    return curation.check_curation(ctx, s, body, project.name, resolve)
+
+
+@router.post("", status_code=201)
+def start_curation(
+    body: CurationCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
+) -> JSONResponse:
+    """Accept a curation: pin the source and the judge, refuse what would fail, queue it."""
+    raw = body.model_dump(exclude_none=True)
+    resolved = check_request(raw, s, ctx, principal, "curations.create")
+    view = curation.start_curation(ctx, s, resolved, raw, evals.eval_device_kind(ctx.settings))
+    return JSONResponse(view, status_code=201)
+
+
+@router.get("")
+def list_curations(
+    s: SessionDep,
+    principal: PrincipalDep,
+    project: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Newest curations first, of the projects the caller sees."""
+    from sqlalchemy import select
+
+    from ...db.models.jobs import Run
+
+    visible, project = access.list_scope(principal, project)
+    if not visible:
+        return {"curations": []}
+    q = select(Run).where(Run.method == curation.METHOD).order_by(Run.created_at.desc())
+    if project:
+        q = q.where(Run.project == project)
+    return {"curations": [curation.curation_view(s, r) for r in s.scalars(q.limit(limit))]}
+
+
+@router.get("/{curation_id}")
+def get_curation(curation_id: str, s: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
+    """One curation (ID or unambiguous prefix)."""
+    run = evals.find_evaluation(s, curation_id, access.scope(principal), curation.METHOD)
+    return curation.curation_view(s, run)
+
+
+@router.post("/{curation_id}/cancel")
+def cancel_curation(
+    curation_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    """Cancel a curation: a queued one ends ``CANCELLED`` at once, a running one at its next
+    row; nothing is registered."""
+    run = evals.find_evaluation(s, curation_id, access.scope(principal), curation.METHOD)
+    access.check_project_write(principal, run.project, "curations.cancel")
+    control.request_control(ctx, s, run, "cancel")
+    return curation.curation_view(s, run)
