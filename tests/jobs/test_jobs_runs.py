@@ -58,7 +58,13 @@ def test_run_trains_registers_v1_then_v2(service: LiveService, tmp_path) -> None
     assert "validateEachEpoch=false" in training and "None" not in wide.stdout
     assert next(x for x in lines if x.startswith("lora:")).startswith("lora: rank=16 ")
 
-    second = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    # F033/F068: a start prints the findings of the version it trains on (on stderr);
+    # without a terminal it does not ask, and starts
+    started = service.cli("training", "runs", "start", "-f", str(plan), check=True)
+    assert "Dataset findings for demo/train:v1@sha256:" in started.stderr, started.stderr
+    assert "rows: 8, trainable: 8" in started.stderr
+    assert started.stdout.startswith("Run ") and "Start the run?" not in started.stdout
+    second = run_json(service, "training", "runs", "wait", started.stdout.split()[1])
     assert second["results"]["model"].startswith("demo/tiny-smollm2:v2@")
     versions = service.api("GET", "/v1/registry/models/demo/tiny-smollm2/versions").json()
     got = {v["version"]: v for v in versions["items"]}
@@ -282,6 +288,22 @@ def test_epoch_adapters_are_registered_and_kept_apart_from_keep_adapters(
     missing = service.cli("training", "snapshots", "get", run["id"], "step-9")
     assert missing.returncode == 1
     assert "its snapshots: step-1, step-2, step-3, step-4, step-5, step-6" in missing.stderr
+    # F050: a kept snapshot's adapter registers as a candidate version, under another name
+    reg = run_json(service, "training", "snapshots", "register", run["id"], "step-5",
+                   "--model-name", "step5-candidate")  # fmt: skip
+    assert reg["state"] == "REGISTERED" and reg["model"].startswith("demo/step5-candidate:v1@")
+    assert reg["registrationId"] == f"{run['id']}@step-5:step5-candidate"
+    again = run_json(service, "training", "snapshots", "register", run["id"], "step-5",
+                     "--model-name", "step5-candidate")  # fmt: skip
+    assert again["model"] == reg["model"]  # the same snapshot and name: the same version
+    cand = service.api("GET", "/v1/registry/models/demo/step5-candidate").json()
+    assert cand["runId"] == run["id"] and cand["metadata"]["snapshot"] == "step-5"
+    assert (
+        run_json(service, "training", "snapshots", "get", run["id"], "step-5")["model"]
+        == (reg["model"])
+    )
+    gone = service.cli("training", "snapshots", "register", run["id"], "step-3")
+    assert gone.returncode == 1 and "kept no adapter" in gone.stderr
     # The worker's scratch copies (states, adapters) are gone once the attempt ends.
     attempts = [p for p in service.home.rglob("attempt-1") if p.parent.name == run["id"]]
     assert len(attempts) == 1 and (attempts[0] / "worker.log").exists()

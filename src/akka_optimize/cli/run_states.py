@@ -142,3 +142,28 @@ def resume(
         if run["state"] != "SUCCEEDED":
             raise CliError(f"Run {run['id']} ended {run['state']}: {run.get('failure') or ''}")
         console.print(f"Model: {run['results']['model']}", highlight=False, markup=False)
+
+
+@snapshots_app.command("register")
+def snapshot_register(
+    run_id: str,
+    snapshot: str,
+    model_name: str | None = typer.Option(
+        None, "--model-name", help="Register under this name (the run's model name by default)."
+    ),
+    output: OutputOpt = "text",
+) -> None:
+    """Register a kept snapshot's adapter as a model version (a candidate), while the run
+    trains or after.
+
+    Example: {prog} training snapshots register 970076e8 step-40 --model-name gsm8k-step40
+    """
+    body = {"modelName": model_name} if model_name else {}
+    d = Client().post(f"/v1/training/runs/{run_id}/snapshots/{snapshot}/register", json=body)
+    emit(
+        d,
+        output,
+        lambda r, w: print_kv(
+            [("Registration", r["registrationId"]), ("State", r["state"]), ("Model", r["model"])]
+        ),
+    )

@@ -125,13 +125,15 @@ def print_dry_run(report: dict[str, Any], show_resolved: bool) -> None:
         print_findings(report["findings"])
 
 
-def print_findings(f: dict[str, Any]) -> None:
-    """Dataset findings of a dry run: rows, duplicates, rows that do not fit or train."""
-    print(f"Dataset findings for {f.get('dataset')}:")
+def print_findings(f: dict[str, Any], file: Any = None) -> None:
+    """Dataset findings of a dry run: rows, duplicates, rows that do not fit or train
+    (on ``file``, standard output by default)."""
+    out = file or sys.stdout
+    print(f"Dataset findings for {f.get('dataset')}:", file=out)
     line = f"  rows: {f.get('rows')}"
     if "trainable_rows" in f:
         line += f", trainable: {f['trainable_rows']}"
-    print(line)
+    print(line, file=out)
     labels = {
         "exact_duplicates": "exact duplicates (row groups)",
         "near_duplicates": "near duplicates (row groups)",
@@ -143,9 +145,9 @@ def print_findings(f: dict[str, Any]) -> None:
         values = f.get(key) or []
         if values:
             count = f.get(f"{key}_count", len(values))
-            print(f"  {label}: {count}: {json.dumps(values[:10])}")
+            print(f"  {label}: {count}: {json.dumps(values[:10])}", file=out)
     if f.get("tokenFindings") is not True and f.get("tokenFindings"):
-        print(f"  ({f['tokenFindings']})")
+        print(f"  ({f['tokenFindings']})", file=out)
 
 
 @app.command("start")
@@ -161,14 +163,30 @@ def start(
     wait: bool = typer.Option(
         False, "--wait", help="Follow the run until it ends; exit non-zero unless it SUCCEEDED."
     ),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Start without asking after the dataset findings."
+    ),
 ) -> None:
     """Start a run from a plan, or check it with --dry-run.
+
+    Before a start the dataset findings of the version the run would train on are printed
+    (duplicates, rows longer than maxSeqLength, rows that train nothing); on a terminal the
+    command then asks whether to start, unless --yes. Without a terminal (a script, CI) it
+    prints them and starts. With -o json nothing is asked or printed before the start.
 
     Example: {prog} training runs start -f plan.json --dry-run --show-resolved
     Example: {prog} training runs start -f plan.json --wait
     """
     check_format(output)
     plan = read_plan_file(file)
+    if not dry_run and output != "json":
+        status, report = post_plan(plan, True)  # the findings, and a refusal, before a start
+        if status < 400 and report.get("accepted") is not False and report.get("findings"):
+            print_findings(report["findings"], sys.stderr)
+            if not yes and sys.stdin.isatty() and sys.stdout.isatty():
+                if not typer.confirm("Start the run?", default=True):
+                    print("Not started.", file=sys.stderr)
+                    raise typer.Exit(1)
     status, body = post_plan(plan, dry_run)
     if status >= 400:
         if output == "json":

@@ -70,10 +70,18 @@ def describe_adapter(adapter_dir: Path, run: Run, snap: Snapshot) -> None:
     (adapter_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
 
 
-def register(ctx: Any, s: Session, run: Run, snap: Snapshot, extra: dict[str, Any]) -> str:
-    """Register the adapter of ``snap`` as a version of the run's model and tell the
-    registration's listeners (:func:`akka_optimize.jobs.kinds.model_registered`: a
-    project's evaluation settings queue its evaluation); returns its pinned ref."""
+def register(
+    ctx: Any,
+    s: Session,
+    run: Run,
+    snap: Snapshot,
+    extra: dict[str, Any],
+    model_name: str | None = None,
+) -> str:
+    """Register the adapter of ``snap`` as a version of the run's model (or of
+    ``model_name`` in the run's project) and tell the registration's listeners
+    (:func:`akka_optimize.jobs.kinds.model_registered`: a project's evaluation settings
+    queue its evaluation); returns its pinned ref."""
     from ..registry import register_adapter
 
     adapter_dir = materialize_adapter(ctx.store, snap.adapter_key)
@@ -83,7 +91,7 @@ def register(ctx: Any, s: Session, run: Run, snap: Snapshot, extra: dict[str, An
             s,
             ctx.store,
             run.project,
-            run.model_name,
+            model_name or run.model_name,
             adapter_dir,
             base_model=run.base_model,
             run_id=run.id,
@@ -127,9 +135,15 @@ def _metadata(run: Run, extra: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+def model_name_of(pinned: str) -> str:
+    """The NAME of a pinned model ref ``ns/name:vN@sha256:…``."""
+    return pinned.split("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+
+
 def complete(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
     """Apply a ``completed`` event: record the result and register the newest saved adapter
-    (unless a save already registered it); a run without one, or one the registry refuses,
+    (unless a save already registered it under the run's model name; a snapshot registered
+    as a candidate under another name does not count); a run without one, or one the registry refuses,
     ends ``FAILED`` with a sentence."""
     run.results = {**(run.results or {}), **(ev.get("result") or {})}
     last = s.scalar(
@@ -146,7 +160,8 @@ def complete(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]
         )
         return
     try:
-        run.registered_model = last.model_version or register(
+        mine = last.model_version and model_name_of(last.model_version) == run.model_name
+        run.registered_model = (last.model_version if mine else None) or register(
             ctx, s, run, last, {"step": last.step, "final": True}
         )
     except Exception as exc:  # a refusal by the registry is the run's failure sentence

@@ -272,6 +272,71 @@ def get_snapshot(
     )
 
 
+@router.post("/runs/{run_id}/snapshots/{name}/register", status_code=201)
+def register_snapshot(
+    run_id: str,
+    name: str,
+    ctx: CtxDep,
+    session: SessionDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any] | None, Body()] = None,
+) -> dict[str, Any]:
+    """Register a kept snapshot's adapter as a model version, while the run trains or
+    after (seeds/001 "Other changes"; F050): ``{"modelName"?}`` (the run's model name by
+    default, in the run's project). The registration happens in the request: the answer
+    has ``registrationId`` (``RUN@step-N:NAME``), ``state`` ``REGISTERED`` and ``model``,
+    the pinned version. Registering the same snapshot under the same name again answers
+    the same version.
+
+    Raises:
+        NotFound: no such run or snapshot. Conflict: the snapshot kept no adapter
+            (``execution.keepAdapters``), or the registry refuses the name (F049).
+    """
+    from ...db.models.jobs import Snapshot
+    from ...errors import Conflict
+    from ...refs import validate_name
+
+    run = access.find_run(principal, session, run_id)
+    access.check_project_write(principal, run.project, "snapshots.register")
+    body = body or {}
+    unknown = sorted(set(body) - {"modelName"})
+    if unknown:
+        raise InvalidRequest(f"{unknown[0]}: not a field here (only modelName).", field=unknown[0])
+    model_name = run.model_name
+    if body.get("modelName") is not None:
+        model_name = validate_name(body["modelName"], "modelName")
+    step = name.removeprefix("step-")
+    snap = session.scalar(
+        select(Snapshot).where(Snapshot.run_id == run.id, Snapshot.step == int(step))
+    ) if step.isdigit() else None  # fmt: skip
+    if snap is None:
+        have = ", ".join(s["name"] for s in views.snapshots(session, run)) or "none yet"
+        raise NotFound(
+            f"Run {run.id} has no snapshot {name!r}; its snapshots: {have}.", field="snapshot"
+        )
+    if snap.adapter_key is None:
+        raise Conflict(
+            f"Snapshot step-{snap.step} of run {run.id} kept no adapter (it was not among "
+            "execution.keepAdapters); register one that `training runs snapshots` lists with "
+            "an adapter stored.",
+            field="snapshot",
+        )
+    from ...jobs.results import model_name_of, register
+
+    already = snap.model_version
+    if already and model_name_of(already) == model_name:
+        pinned = already
+    else:
+        pinned = register(ctx, session, run, snap, {"snapshot": f"step-{snap.step}"}, model_name)
+    return {
+        "registrationId": f"{run.id}@step-{snap.step}:{model_name}",
+        "run": run.id,
+        "snapshot": f"step-{snap.step}",
+        "state": "REGISTERED",
+        "model": pinned,
+    }
+
+
 @router.get("/runs/{run_id}/failure")
 def run_failure(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """Why a run failed: one sentence; the worker's output stays with operators."""
