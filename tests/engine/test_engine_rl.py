@@ -304,3 +304,43 @@ def test_the_rollout_settings_bound_each_forward_pass_and_keep_the_logprobs(
                 assert got == pytest.approx(s.logprobs, abs=1e-4), extra
     finally:
         hook.remove()
+
+
+def _cache_bytes(cache) -> int:
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return sum(x.keys.nbytes + x.values.nbytes for x in layers)
+    return sum(k.nbytes + v.nbytes for k, v in zip(cache.key_cache, cache.value_cache, strict=True))
+
+
+def test_the_memory_share_bounds_the_rows_the_sampler_decodes_at_once(tiny_model_dir) -> None:
+    """``execution.rollout.memoryShare`` takes effect as the sampler's KV-cache budget: the
+    bytes per token are the model's own cache's, a group is decoded in batches of the rows
+    that fit, and a budget below one row is refused naming memoryShare."""
+    from akka_optimize.engine.errors import EngineError
+    from akka_optimize.engine.rl import kv_bytes_per_token, rows_that_fit
+    from akka_optimize.engine.sampling import kv_cache
+
+    session = TrainingSession(tiny_model_dir, fp32_config())
+    per = kv_bytes_per_token(session.model.config, torch.float32)
+    with torch.no_grad():
+        out = session.model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=True)
+    assert _cache_bytes(next(iter(kv_cache(out).values()))) == 3 * per  # the real cache
+
+    budget = per * (len(PROMPT) + 3) * 2  # two rows of the longer prompt fit
+    settings = RLSettings(samples_per_prompt=4, max_new_tokens=3, seed=5, kv_cache_bytes=budget)
+    assert rows_that_fit(settings, per, len(PROMPT)) == 2
+    assert rows_that_fit(settings, per, 1) == budget // (per * 4)  # a short prompt: more fit
+    seen: list[int] = []
+    hook = session.model.register_forward_pre_hook(
+        lambda _m, _a, kw: seen.append(kw["input_ids"].shape[0]) if kw.get("use_cache") else None,
+        with_kwargs=True,
+    )
+    try:
+        rl_update(session, [RLPrompt(PROMPT)], lambda _p, ss: None, settings, stop_ids=set())
+    finally:
+        hook.remove()
+    assert max(seen) == 2
+    with pytest.raises(EngineError, match="memoryShare leaves"):
+        rows_that_fit(RLSettings(samples_per_prompt=4, max_new_tokens=3, kv_cache_bytes=per),
+                      per, len(PROMPT))  # fmt: skip

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from jobs_helpers import TINY, run_json, setup_project
 
-from helpers import LiveService
+from akka_optimize.deployment import load_deployment
+from helpers import REPO, LiveService
 
 REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -71,10 +72,6 @@ def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
         assert (err["field"], err["message"]) == (first["field"], first["message"]), err
         out = service.cli("training", "runs", "start", "-f", str(plan))
         assert out.returncode == 1 and words in out.stderr, out.stderr
-    unused = json.loads(_plan(tmp_path / "unused.json").read_text())
-    unused["execution"]["rollout"] = {"memoryShare": 0.4}  # accepted by the plan, not used
-    dry = service.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=unused).json()
-    assert dry["refusals"][0]["field"] == "execution.rollout.memoryShare", dry
     graphs = json.loads(_plan(tmp_path / "graphs.json").read_text())
     graphs["config"]["engineSettings"] = {"rollout.cuda_graphs": False}  # no graphs here
     dry = service.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=graphs).json()
@@ -88,14 +85,17 @@ def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
         "rollout.max_num_seqs": 3,
         "rollout.enable_prefix_caching": False,
     }
+    body["execution"]["rollout"] = {"memoryShare": 0.4}  # bounds the sampler's KV cache
     plan.write_text(json.dumps(body))
     run = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
     assert run["state"] == "SUCCEEDED", run
     spec = json.loads((service.home / "runs" / run["id"] / "attempt-1" / "spec.json").read_text())
+    host = load_deployment(REPO / "src/akka_optimize/deployment.yaml").profile("cpu")
     assert spec["extra"]["rollout"] == {
         "max_num_seqs": 3,
         "max_num_batched_tokens": 8192,
         "prefix_caching": False,
+        "kv_cache_bytes": int(0.4 * host.hostMemoryGiB * 1024**3),
     }
     assert run["method"] == "rl" and run["reward"].startswith("bundle:demo/scoring:v1#reward")
     m = run_json(service, "training", "runs", "metrics", run["id"])["metrics"]

@@ -67,6 +67,10 @@ class RLSettings:
             tokens (chunked prefill).
         prefix_caching: read a group's prompt once and copy its KV cache to every row
             (``rollout.enable_prefix_caching``); off, each row reads the prompt itself.
+        kv_cache_bytes: most bytes the sampler's KV cache may take
+            (``execution.rollout.memoryShare`` of the device's memory, the deployment
+            profile's ``deviceMemoryGiB``, or ``hostMemoryGiB`` on cpu); a group is sampled
+            in batches of as many rows as fit (:func:`rows_that_fit`). None: no bound.
     """
 
     samples_per_prompt: int
@@ -79,10 +83,47 @@ class RLSettings:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     prefix_caching: bool = True
+    kv_cache_bytes: int | None = None
 
     def batch_rows(self) -> int:
         """Rows the sampler decodes at once: ``min(max_num_seqs, max_num_batched_tokens)``."""
         return max(1, min(self.max_num_seqs, self.max_num_batched_tokens))
+
+
+def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
+    """Bytes of KV cache one token takes: keys and values of every layer,
+    ``2 × layers × kv_heads × head_dim × bytes(dtype)`` (a transformers text config;
+    grouped-query attention counts its key/value heads)."""
+    cfg = getattr(config, "text_config", None) or config
+    heads = int(cfg.num_attention_heads)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+    size = torch.empty((), dtype=dtype).element_size()
+    return 2 * int(cfg.num_hidden_layers) * kv_heads * head_dim * size
+
+
+def rows_that_fit(settings: RLSettings, per_token: int, prompt_tokens: int) -> int:
+    """Rows of one group the sampler decodes at once: :meth:`RLSettings.batch_rows`, and no
+    more than ``kv_cache_bytes`` holds at the longest (prompt plus ``max_new_tokens``).
+
+    Raises:
+        EngineError: not even one row fits; the sentence names the budget, the row's need
+            and ``execution.rollout.memoryShare``.
+    """
+    rows = settings.batch_rows()
+    if settings.kv_cache_bytes is None:
+        return rows
+    row = per_token * (prompt_tokens + settings.max_new_tokens)
+    fit = settings.kv_cache_bytes // max(1, row)
+    if fit < 1:
+        mib = 1024**2
+        raise EngineError(
+            f"execution.rollout.memoryShare leaves {settings.kv_cache_bytes / mib:.1f} MiB for "
+            f"the rollout's KV cache, and one sample of {prompt_tokens} prompt + "
+            f"{settings.max_new_tokens} new tokens needs {row / mib:.1f} MiB; raise "
+            "memoryShare or lower rlHyperparams.maxNewTokens."
+        )
+    return min(rows, fit)
 
 
 @dataclass(frozen=True)
@@ -309,8 +350,9 @@ def rl_update(
     version = session.step
     t0 = time.perf_counter()
     samples: list[Sample] = []
-    batch = settings.batch_rows()
+    per_token = kv_bytes_per_token(session.model.config, next(session.model.parameters()).dtype)
     for g, prompt in enumerate(prompts):
+        batch = rows_that_fit(settings, per_token, len(prompt.prompt_ids))
         for first in range(0, settings.samples_per_prompt, batch):
             for toks, lps in sample_group(
                 session,

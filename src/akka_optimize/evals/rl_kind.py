@@ -36,11 +36,12 @@ REWARD_FIELD = "config.rlHyperparams.reward"
 NOT_USED = frozenset({"config.data.validationDataset", "config.data.use_dynamic_bsz"})
 """Plan settings a reinforcement run refuses when stated (it would not use them)."""
 
-NOT_USED_PREFIXES = ("execution.rollout.", "config.engineSettings.")
+NOT_USED_PREFIXES = ("config.engineSettings.",)
 """Groups a reinforcement run refuses when any of their fields is stated (except
-:data:`ROLLOUT_SETTINGS`): the rollout engine's memory share and CUDA graphs (the loop
-samples with the training session itself, in its memory, without graphs) and the engine
-settings of runs on several devices."""
+:data:`ROLLOUT_SETTINGS`): the rollout engine's CUDA graphs (the loop samples with the
+training session itself, without graphs) and the engine settings of runs on several
+devices. ``execution.rollout.memoryShare`` takes effect: it bounds the sampler's KV cache
+(:func:`kv_cache_bytes`)."""
 
 ROLLOUT_SETTINGS = {
     "rollout.max_num_seqs": "max_num_seqs",
@@ -115,6 +116,19 @@ def accept(ctx: Any, s: Session, f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def kv_cache_bytes(dep: Any, resolved: dict[str, Any]) -> int | None:
+    """The sampler's KV-cache budget: ``execution.rollout.memoryShare`` of one device of the
+    run's profile (``deviceMemoryGiB``; on cpu, ``hostMemoryGiB``), in bytes; None when the
+    run states no share and the deployment gives none."""
+    ex = resolved.get("execution") or {}
+    share = (ex.get("rollout") or {}).get("memoryShare")
+    profile = dep.profile(ex.get("deviceProfile")) if ex.get("deviceProfile") else None
+    if share is None or profile is None:
+        return None
+    gib = profile.deviceMemoryGiB if profile.kind == "cuda" else profile.hostMemoryGiB
+    return int(float(share) * float(gib or 0) * 1024**3) if gib else None
+
+
 def build_spec(launch: Launch) -> JobSpec:
     """A supervised run's spec (engine settings from ``rlHyperparams``), plus the loop's
     settings, the pinned reward and the grader sandbox's limits in ``extra``."""
@@ -144,8 +158,13 @@ def build_spec(launch: Launch) -> JobSpec:
             )
         },  # fmt: skip
         rollout={
-            name: ((r.get("config") or {}).get("engineSettings") or {}).get(key)
-            for key, name in ROLLOUT_SETTINGS.items()
+            **{
+                name: ((r.get("config") or {}).get("engineSettings") or {}).get(key)
+                for key, name in ROLLOUT_SETTINGS.items()
+            },
+            "kv_cache_bytes": kv_cache_bytes(
+                load_deployment(launch.ctx.settings.resolved_deployment_file()), r
+            ),
         },
         grader=g,
         limits={
