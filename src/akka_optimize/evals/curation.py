@@ -58,6 +58,7 @@ from ..jobs.scheduler import wake
 from ..jobs.spec import JobSpec
 from ..jobs.views import project_fields
 from ..store import BlobStore
+from .kind import MAX_ERROR_SHARE, _iso, _progress  # the evaluation kind's, shared
 from .rows import content_text
 
 METHOD = "curate"
@@ -319,14 +320,8 @@ def check_curation(
         },
         "judgeInstructions": text,
         "instructionsSource": where,
-        "maxErrorShare": _max_error_share(),
+        "maxErrorShare": MAX_ERROR_SHARE,
     }
-
-
-def _max_error_share() -> float:
-    from .kind import MAX_ERROR_SHARE
-
-    return MAX_ERROR_SHARE
 
 
 def start_curation(
@@ -501,12 +496,6 @@ def _register(ctx: Any, s: Session, run: Run, key: str, name: str) -> Any:
     return rv
 
 
-def _progress(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
-    run.current_step = int(event.get("completed") or 0)
-    run.total_steps = int(event.get("total") or run.total_steps or 0)
-    run.results = {**(run.results or {}), "stage": str(event.get("stage") or "")}
-
-
 def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
     """Register the judge's dataset, then (unless too many rows failed or none was kept)
     the kept rows; end the attempt."""
@@ -545,10 +534,6 @@ CURATION = register_kind(
     )
 )
 """The curation kind, registered when this module is imported."""
-
-
-def _iso(t: Any) -> str | None:
-    return t.isoformat() if t is not None else None
 
 
 def curation_view(s: Session, run: Run) -> dict[str, Any]:
