@@ -147,3 +147,75 @@ def test_a_branch_of_a_run_in_another_project_is_refused_alike(demo: LiveService
     assert dry.json()["error"] == err
     runs = demo.api("GET", "/v1/training/runs").json()["runs"]
     assert [r["id"] for r in runs] == [src["id"]]
+
+
+def _prepared_folder(rows_file, tokenizer_dir, out, extra_token: bool = False):
+    """Prepared token rows written by the shipped script (``python -m
+    akka_optimize.data.prepared``), from the tiny model's tokenizer or, with
+    ``extra_token``, from one that has an added token (another tokenizer)."""
+    from akka_optimize.data.prepared import main
+
+    tok = tokenizer_dir
+    if extra_token:
+        from transformers import AutoTokenizer
+
+        t = AutoTokenizer.from_pretrained(tokenizer_dir)
+        t.add_tokens(["<extra_token>"])
+        tok = out.parent / "other-tokenizer"
+        t.save_pretrained(tok)
+    assert main([str(rows_file), "--tokenizer", str(tok), "--out", str(out)]) == 0
+    return out
+
+
+def test_prepared_rows_train_as_given_and_their_refusals_are_the_dry_runs(
+    demo: LiveService, tmp_path, tiny_model_dir, capsys
+) -> None:
+    import pyarrow.parquet as pq
+
+    rows = gsm8k_rows(tmp_path / "rows.jsonl", 4)
+    good = _prepared_folder(rows, tiny_model_dir, tmp_path / "good")
+    other = _prepared_folder(rows, tiny_model_dir, tmp_path / "other", extra_token=True)
+    capsys.readouterr()
+    for name, folder in (("demo/tok", good), ("demo/other-tok", other)):
+        demo.cli("registry", "datasets", "register", name, "-f", str(folder), check=True)
+    got = run_json(demo, "registry", "datasets", "get", "demo/tok")
+    desc = json.loads((good / "prepared.json").read_text())
+    assert got["metadata"]["format"] == "prepared"
+    assert got["metadata"]["prepared"]["supervisedTokens"] == desc["supervisedTokens"]
+    masks = [m for f in desc["files"] for m in pq.read_table(good / f)["loss_mask"].to_pylist()]
+    mask_sum = sum(map(sum, masks))
+    assert mask_sum == desc["supervisedTokens"] > 0
+
+    # F030: refused at submit, the dry run alike, before any run (or device claim) exists
+    tok = {"config__dataset": "demo/tok"}
+    cases = [
+        (_plan(config__dataset="demo/other-tok"), "prepared_tokenizer", "config.dataset",
+         "the base model has another tokenizer"),
+        (_plan(**tok, config__maxSeqLength=desc["longestRow"] - 1), "prepared_too_long",
+         "config.maxSeqLength", f"longest prepared row ({desc['longestRow']} tokens)"),
+        (_plan(**tok, config__loss={"assistantTurns": "last"}), "prepared_rows",
+         "config.loss.assistantTurns", "would be ignored"),
+        (_plan(**tok, config__data={"onTooLong": "drop"}), "prepared_rows",
+         "config.data.onTooLong", "would be ignored"),
+    ]  # fmt: skip
+    for plan, code, field, words in cases:
+        err = _same_refusal(demo, plan)
+        assert (err["code"], err["field"]) == (code, field), err
+        assert words in err["message"], err["message"]
+    # the plan that may start: accepted, its findings are the registered counts
+    dry = demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=_plan(**tok))
+    assert dry.json()["accepted"] is True, dry.text
+    assert dry.json()["findings"]["prepared"]["rows"] == 4
+
+    # F029: a run trains the tokens and masks as given
+    plan = _plan(**tok, config__hyperparams={"training": {"epochs": 1, "microBatchPerGpu": 2}})
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    run = run_json(demo, "training", "runs", "start", "-f", str(path), "--wait", "--yes")
+    assert run["state"] == "SUCCEEDED", run
+    data = run["results"]["data"]
+    assert data["rows"] == data["examples"] == 4 and data["dropped_too_long"] == []
+    assert data["supervised_tokens"]["total"] == mask_sum
+    metrics = demo.api("GET", f"/v1/training/runs/{run['id']}/metrics").json()
+    steps = [m for m in metrics["metrics"] if "supervisedTokens" in m]
+    assert steps and sum(m["supervisedTokens"] for m in steps) == mask_sum

@@ -7,7 +7,9 @@ without further setup", and "every run and endpoint reads them from the shared v
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -38,6 +40,19 @@ def ready_model_dir(session: Session, settings: Settings, ref: str) -> tuple[Pat
             (``base_model_version_mismatch``).
     """
     return require_ready(session, settings_catalog(settings), ref)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_tokenizer(path: str, _mtime: float) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def load_tokenizer(path: Path) -> Any:
+    """The tokenizer in folder ``path``, cached while the folder is unchanged (a dry run
+    and the start that follows load it once)."""
+    return _load_tokenizer(str(path), path.stat().st_mtime)
 
 
 def tokenizer_dir(session: Session, settings: Settings, ref: str) -> Path:

@@ -203,6 +203,32 @@ def _with_images(file: Path, tmp: Path) -> Path:
     return out
 
 
+def _prepared_zip(folder: Path, tmp: Path) -> Path:
+    """A folder of prepared token rows as a ZIP: ``prepared.json`` and the files it lists
+    (stored, not compressed again: Parquet is compressed)."""
+    desc = folder / "prepared.json"
+    if not desc.is_file():
+        raise CliError(
+            f"{folder} is a folder without prepared.json; give a JSONL file, a ZIP, or a "
+            "folder written by `python -m akka_optimize.data.prepared`."
+        )
+    try:
+        names = json.loads(desc.read_text()).get("files")
+    except (ValueError, AttributeError) as exc:
+        raise CliError(f"{desc} is not a JSON object: {exc}") from exc
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise CliError(f"{desc}: files must list the Parquet files of the rows.")
+    out = tmp / (folder.name + ".zip")
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
+        zf.write(desc, "prepared.json")
+        for n in names:
+            p = folder / n
+            if not p.is_file():
+                raise CliError(f"{desc} names {n}, which is not a file in {folder}.")
+            zf.write(p, n)
+    return out
+
+
 def _kv(pairs: list[tuple[str, Any]]) -> None:
     """``key  value`` lines, never wrapped (references and digests must stay copyable)."""
     w = max((len(k) for k, _ in pairs), default=0)
@@ -319,21 +345,34 @@ def info(output: OutputOpt = "text") -> None:
 @datasets_app.command("register")
 def datasets_register(
     name: Annotated[str, typer.Argument(help="NS/NAME, such as triage/train")],
-    file: Annotated[Path, typer.Option("-f", "--file", help="A JSONL file, or a ZIP.")],
+    file: Annotated[
+        Path,
+        typer.Option(
+            "-f", "--file", help="A JSONL file, a ZIP, or a folder of prepared token rows."
+        ),
+    ],
     alias: AliasOpt = None,
     timeout: TimeoutOpt = None,
     output: OutputOpt = "text",
 ) -> None:
     """Register a dataset version; the same examples return the existing version.
 
+    A folder holding prepared.json and its Parquet token rows (written by
+    `python -m akka_optimize.data.prepared`) registers prepared token rows, which a
+    supervised run trains as given.
+
     Example: {prog} registry datasets register triage/train -f train.jsonl --alias candidate
     """
     r = _ref(name, bare=True)
-    if not file.is_file():
-        raise CliError(f"{file} is not a file.")
+    if not (file.is_file() or file.is_dir()):
+        raise CliError(f"{file} is not a file or a folder.")
     with tempfile.TemporaryDirectory() as tmp:
-        send = _with_images(file, Path(tmp))
-        params = {"alias": alias, "filename": file.name}
+        if file.is_dir():
+            send = _prepared_zip(file, Path(tmp))
+            params = {"alias": alias, "filename": file.name + ".zip"}
+        else:
+            send = _with_images(file, Path(tmp))
+            params = {"alias": alias, "filename": file.name}
         out = upload(_path("dataset", r), send, params, timeout)
     emit(out, output, _show_version)
 

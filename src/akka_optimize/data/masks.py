@@ -164,6 +164,32 @@ class Prepared:
     report: dict[str, Any] = field(default_factory=dict)
 
 
+def examples_report(
+    rows: int,
+    kept: list[Example],
+    max_seq_length: int,
+    too_long: list[int] | None = None,
+    empty: list[int] | None = None,
+) -> dict[str, Any]:
+    """The report of :class:`Prepared` for ``kept`` examples out of ``rows`` rows.
+
+    Prepared token rows (:mod:`akka_optimize.data.prepared`) get the same report, with no
+    row dropped: they are trained as given.
+    """
+    return {
+        "rows": rows,
+        "examples": len(kept),
+        "max_seq_length": max_seq_length,
+        "dropped_too_long": list(too_long or []),
+        "no_supervised": list(empty or []),
+        "supervised_tokens": _stats([e.supervised_tokens for e in kept])
+        | {"total": sum(e.supervised_tokens for e in kept)},
+        "total_tokens": _stats([len(e.input_ids) for e in kept])
+        | {"total": sum(len(e.input_ids) for e in kept)},
+        "warnings": [],
+    }
+
+
 def prepare_examples(
     tokenizer: Any,
     rows: list[dict[str, Any]],
@@ -209,18 +235,8 @@ def prepare_examples(
             field="config.maxSeqLength",
             details={"rows": [r for r, _ in too_long]},
         )
-    report = {
-        "rows": len(rows),
-        "examples": len(kept),
-        "max_seq_length": max_seq_length,
-        "dropped_too_long": [r for r, _ in too_long],
-        "no_supervised": empty,
-        "supervised_tokens": _stats([e.supervised_tokens for e in kept])
-        | {"total": sum(e.supervised_tokens for e in kept)},
-        "total_tokens": _stats([len(e.input_ids) for e in kept])
-        | {"total": sum(len(e.input_ids) for e in kept)},
-        "warnings": warnings,
-    }
+    report = examples_report(len(rows), kept, max_seq_length, [r for r, _ in too_long], empty)
+    report["warnings"] = warnings
     if not kept:
         why = []
         if too_long:

@@ -25,6 +25,13 @@ Layout of a prepared dataset folder::
 ``Example.weights``), so ``loss_mask[0]`` must be 0 and the run's supervised token count is
 the sum of the masks. Write one with :func:`write_prepared`, or from a JSONL file with
 ``python -m akka_optimize.data.prepared``.
+
+``registry datasets register NS/NAME -f DIR`` sends the folder as a ZIP; the registry
+checks every row without a tokenizer (:func:`iter_rows`: ids below ``vocabSize``) and
+the descriptor's counts (:func:`check_counts`), and stores the canonical form: a header
+line (:func:`header_of`) and one ``{"input_ids", "loss_mask"}`` line per row, so the
+same tokens are the same version. A supervised run reads it back with
+:func:`examples_from_canonical`.
 """
 
 from __future__ import annotations
@@ -114,37 +121,73 @@ def write_prepared(
     return descriptor
 
 
+def parse_descriptor(data: bytes, source: str = DESCRIPTOR) -> dict[str, Any]:
+    """Parse and check the bytes of ``prepared.json``.
+
+    Raises:
+        InvalidRequest: not JSON, another format, or a missing or mistyped field (named as
+            ``prepared.json:FIELD``).
+    """
+    try:
+        desc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"{source} is not valid JSON: {exc}", field=DESCRIPTOR) from None
+    if not isinstance(desc, dict) or desc.get("format") != FORMAT:
+        raise InvalidRequest(f"{source}: format must be {FORMAT!r}", field=f"{DESCRIPTOR}:format")
+    for key in ("tokenizer", "chatTemplate", "files", "longestRow"):
+        if key not in desc:
+            raise InvalidRequest(f"{source} has no {key}", field=f"{DESCRIPTOR}:{key}")
+    tok = desc["tokenizer"]
+    if not isinstance(tok, dict) or not isinstance(tok.get("sha256"), str):
+        raise InvalidRequest(
+            f"{source}: tokenizer must hold sha256 (the writer script records it)",
+            field=f"{DESCRIPTOR}:tokenizer",
+        )
+    vocab = tok.get("vocabSize")
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+        raise InvalidRequest(
+            f"{source}: tokenizer.vocabSize must be a positive integer, not {vocab!r}",
+            field=f"{DESCRIPTOR}:tokenizer.vocabSize",
+        )
+    if not isinstance(desc["chatTemplate"], dict) or not isinstance(
+        desc["chatTemplate"].get("sha256"), str
+    ):
+        raise InvalidRequest(
+            f"{source}: chatTemplate must hold sha256", field=f"{DESCRIPTOR}:chatTemplate"
+        )
+    files = desc["files"]
+    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
+        raise InvalidRequest(
+            f"{source}: files must list the Parquet files of the rows",
+            field=f"{DESCRIPTOR}:files",
+        )
+    return desc
+
+
 def read_descriptor(directory: str | Path) -> dict[str, Any]:
-    """Read and check ``prepared.json``.
+    """Read and check ``prepared.json`` in ``directory`` (:func:`parse_descriptor`).
 
     Raises:
         InvalidRequest: missing, not JSON, or missing a field (named).
     """
     path = Path(directory) / DESCRIPTOR
     try:
-        desc = json.loads(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError:
         raise InvalidRequest(
             f"prepared dataset has no {DESCRIPTOR}", field="config.dataset"
         ) from None
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"{DESCRIPTOR} is not valid JSON: {exc}", field=DESCRIPTOR) from None
-    if not isinstance(desc, dict) or desc.get("format") != FORMAT:
-        raise InvalidRequest(
-            f"{DESCRIPTOR}: format must be {FORMAT!r}", field=f"{DESCRIPTOR}:format"
-        )
-    for key in ("tokenizer", "chatTemplate", "files", "longestRow"):
-        if key not in desc:
-            raise InvalidRequest(f"{DESCRIPTOR} has no {key}", field=f"{DESCRIPTOR}:{key}")
-    return desc
+    return parse_descriptor(data)
 
 
-def check_prepared(desc: dict[str, Any], tokenizer: Any, max_seq_length: int) -> None:
-    """The guards of F030, from the descriptor alone (cheap; run before claiming devices).
+def check_tokenizer(desc: dict[str, Any], tokenizer: Any) -> None:
+    """F030: the rows were prepared with ``tokenizer`` and its chat template.
+
+    Args:
+        desc: a descriptor, or a registered version's ``metadata.prepared``.
 
     Raises:
-        InvalidRequest: another tokenizer or chat template, or ``max_seq_length`` shorter
-            than the longest row.
+        InvalidRequest: another tokenizer or chat template (``field="config.dataset"``).
     """
     want = tokenizer_fingerprint(tokenizer)
     if desc["tokenizer"].get("sha256") != want:
@@ -153,19 +196,123 @@ def check_prepared(desc: dict[str, Any], tokenizer: Any, max_seq_length: int) ->
             f"(sha256 {str(desc['tokenizer'].get('sha256'))[:12]}…), but the base model has another "
             f"tokenizer (sha256 {want[:12]}…); prepare the rows again with the base model's tokenizer",
             field="config.dataset",
+            code="prepared_tokenizer",
         )
     if desc["chatTemplate"].get("sha256") != template_fingerprint(tokenizer):
         raise InvalidRequest(
             "the prepared rows were made with another chat template than the base model's; "
             "prepare the rows again with the base model's tokenizer",
             field="config.dataset",
+            code="prepared_tokenizer",
         )
+
+
+def check_length(desc: dict[str, Any], max_seq_length: int) -> None:
+    """F030: ``maxSeqLength`` holds the longest prepared row (rows are never truncated).
+
+    Raises:
+        InvalidRequest: ``max_seq_length`` < ``desc["longestRow"]``
+            (``field="config.maxSeqLength"``).
+    """
     if int(desc["longestRow"]) > max_seq_length:
         raise InvalidRequest(
             f"maxSeqLength {max_seq_length} is shorter than the longest prepared row "
             f"({desc['longestRow']} tokens); raise maxSeqLength to at least {desc['longestRow']}",
             field="config.maxSeqLength",
+            code="prepared_too_long",
         )
+
+
+def check_prepared(desc: dict[str, Any], tokenizer: Any, max_seq_length: int) -> None:
+    """The guards of F030, from the descriptor alone (cheap; run before claiming devices):
+    :func:`check_tokenizer`, then :func:`check_length`.
+
+    Raises:
+        InvalidRequest: another tokenizer or chat template, or ``max_seq_length`` shorter
+            than the longest row.
+    """
+    check_tokenizer(desc, tokenizer)
+    check_length(desc, max_seq_length)
+
+
+def check_row(
+    where: str, field: str, ids: Any, mask: Any, vocab: int, max_seq_length: int | None
+) -> None:
+    """The checks one prepared row passes (registration and loading share them).
+
+    Raises:
+        InvalidRequest: lengths that differ or are zero, a mask value other than 0/1,
+            ``loss_mask[0]`` = 1, a mask of zeros only, a token id outside ``[0, vocab)``, or (when
+            ``max_seq_length`` is given) a row longer than it; each names ``where``.
+    """
+    if not ids or mask is None or len(ids) != len(mask):
+        raise InvalidRequest(
+            f"{where}: input_ids and loss_mask must be non-empty and the same length",
+            field=field,
+        )
+    if max_seq_length is not None and len(ids) > max_seq_length:
+        raise InvalidRequest(
+            f"{where} has {len(ids)} tokens, more than maxSeqLength {max_seq_length}",
+            field="config.maxSeqLength",
+        )
+    if any(m not in (0, 1) for m in mask) or mask[0]:
+        raise InvalidRequest(
+            f"{where}: loss_mask values must be 0 or 1, and loss_mask[0] 0 (nothing predicts the first token)",
+            field=field,
+        )
+    if not any(mask):
+        raise InvalidRequest(
+            f"{where}: every loss_mask value is 0, so the row trains nothing; leave it out",
+            field=field,
+        )
+    if any(i is None for i in ids) or min(ids) < 0 or max(ids) >= vocab:
+        raise InvalidRequest(
+            f"{where}: a token id is outside the vocabulary (size {vocab})", field=field
+        )
+
+
+def iter_rows(
+    desc: dict[str, Any], read_file: Any, vocab: int, max_seq_length: int | None = None
+) -> Any:
+    """Yield ``(input_ids, loss_mask)`` of every row, in file order, each checked.
+
+    Args:
+        desc: a checked descriptor (:func:`parse_descriptor`).
+        read_file: ``name -> bytes | None`` (None: the file is missing).
+        vocab: ids must lie in ``[0, vocab)``.
+        max_seq_length: refuse rows longer than this (None: no bound).
+
+    Raises:
+        InvalidRequest: a missing or unreadable file or column, or a bad row
+            (:func:`check_row`), naming the file and row (numbered 1.. across files).
+    """
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row = 0
+    for name in desc["files"]:
+        data = read_file(name)
+        if data is None:
+            raise InvalidRequest(
+                f"{DESCRIPTOR} names {name}, which is missing", field=f"{DESCRIPTOR}:files"
+            )
+        try:
+            table = pq.read_table(io.BytesIO(data))
+        except (pa.ArrowException, OSError) as exc:
+            raise InvalidRequest(
+                f"{name} is not a readable Parquet file: {exc}", field=name
+            ) from None
+        for col in ("input_ids", "loss_mask"):
+            if col not in table.column_names:
+                raise InvalidRequest(f"{name} has no {col} column", field=name)
+        for ids, mask in zip(
+            table["input_ids"].to_pylist(), table["loss_mask"].to_pylist(), strict=True
+        ):
+            row += 1
+            check_row(f"{name}: row {row}", name, ids, mask, vocab, max_seq_length)
+            yield list(ids), list(mask)
 
 
 def load_prepared(directory: str | Path, tokenizer: Any, max_seq_length: int) -> list[Example]:
@@ -182,52 +329,75 @@ def load_prepared(directory: str | Path, tokenizer: Any, max_seq_length: int) ->
 
     Raises:
         InvalidRequest: descriptor guards (:func:`check_prepared`), a missing file or
-            column, lengths that differ, a mask value other than 0/1, ``loss_mask[0]`` = 1,
-            a token id outside the vocabulary, a row longer than ``max_seq_length`` (each
-            naming the file and row).
+            column, or a bad row (:func:`check_row`), each naming the file and row.
     """
-    import pyarrow.parquet as pq
-
     desc = read_descriptor(directory)
     check_prepared(desc, tokenizer, max_seq_length)
-    vocab = len(tokenizer)
-    examples: list[Example] = []
-    for name in desc["files"]:
+
+    def read(name: str) -> bytes | None:
         path = Path(directory) / name
-        if not path.is_file():
+        return path.read_bytes() if path.is_file() else None
+
+    pairs = iter_rows(desc, read, len(tokenizer), max_seq_length)
+    return [
+        Example(ids, [float(m) for m in mask], n) for n, (ids, mask) in enumerate(pairs, start=1)
+    ]
+
+
+# -- the registry's canonical form ---------------------------------------------------------
+
+
+def header_of(desc: dict[str, Any], rows: int, longest: int, supervised: int) -> dict[str, Any]:
+    """The first canonical line of a registered prepared dataset: what the tokens mean
+    (tokenizer and chat template fingerprints, vocabulary size) and their counts. The
+    tokenizer's name is left out, so the same tokens prepared from another copy of the
+    same tokenizer are the same version."""
+    return {
+        "prepared": {
+            "format": FORMAT,
+            "version": 1,
+            "tokenizer": {
+                "sha256": desc["tokenizer"]["sha256"],
+                "vocabSize": desc["tokenizer"]["vocabSize"],
+            },
+            "chatTemplate": {"sha256": desc["chatTemplate"]["sha256"]},
+            "rows": rows,
+            "longestRow": longest,
+            "supervisedTokens": supervised,
+        }
+    }
+
+
+def check_counts(desc: dict[str, Any], rows: int, longest: int, supervised: int) -> None:
+    """The descriptor's counts must be what its files hold (a descriptor that says
+    otherwise was written for other files).
+
+    Raises:
+        InvalidRequest: ``rows``, ``longestRow`` or ``supervisedTokens`` differ (named).
+    """
+    for key, have in (("rows", rows), ("longestRow", longest), ("supervisedTokens", supervised)):
+        if key in desc and desc[key] != have:
             raise InvalidRequest(
-                f"{DESCRIPTOR} names {name}, which is missing", field=f"{DESCRIPTOR}:files"
+                f"{DESCRIPTOR}: {key} is {desc[key]!r}, but the files hold {have}; "
+                "write the folder again with the writer script",
+                field=f"{DESCRIPTOR}:{key}",
             )
-        table = pq.read_table(path)
-        for col in ("input_ids", "loss_mask"):
-            if col not in table.column_names:
-                raise InvalidRequest(f"{name} has no {col} column", field=name)
-        for ids, mask in zip(
-            table["input_ids"].to_pylist(), table["loss_mask"].to_pylist(), strict=True
-        ):
-            row = len(examples) + 1
-            where = f"{name}: row {row}"
-            if not ids or ids is None or mask is None or len(ids) != len(mask):
-                raise InvalidRequest(
-                    f"{where}: input_ids and loss_mask must be non-empty and the same length",
-                    field=name,
-                )
-            if len(ids) > max_seq_length:
-                raise InvalidRequest(
-                    f"{where} has {len(ids)} tokens, more than maxSeqLength {max_seq_length}",
-                    field="config.maxSeqLength",
-                )
-            if any(m not in (0, 1) for m in mask) or mask[0]:
-                raise InvalidRequest(
-                    f"{where}: loss_mask values must be 0 or 1, and loss_mask[0] 0 (nothing predicts the first token)",
-                    field=name,
-                )
-            if min(ids) < 0 or max(ids) >= vocab:
-                raise InvalidRequest(
-                    f"{where}: a token id is outside the vocabulary (size {vocab})", field=name
-                )
-            examples.append(Example(list(ids), [float(m) for m in mask], row))
-    return examples
+
+
+def examples_from_canonical(data: bytes) -> tuple[dict[str, Any], list[Example]]:
+    """The header and the examples of a registered prepared dataset's canonical blob.
+
+    Returns:
+        ``(header["prepared"], examples)``: examples numbered 1.. in order, ``weights`` =
+        ``loss_mask`` as floats (``input_ids`` ints, one weight per token).
+    """
+    lines = [line for line in data.splitlines() if line]
+    header = json.loads(lines[0])["prepared"]
+    examples = []
+    for n, line in enumerate(lines[1:], start=1):
+        row = json.loads(line)
+        examples.append(Example(row["input_ids"], [float(m) for m in row["loss_mask"]], n))
+    return header, examples
 
 
 def main(argv: list[str] | None = None) -> int:

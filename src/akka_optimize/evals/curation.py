@@ -294,7 +294,7 @@ def check_curation(
     source = resolve("dataset", body["source"], field="source")
     output, judged = output_names(body["dataset"], project, source)
     check_readable(ctx, "source", source)
-    rows = load_dataset_rows(ctx.store, source)
+    rows = load_dataset_rows(ctx.store, source, field="source")
     limit = body.get("limit")
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:

@@ -4,7 +4,8 @@ A plan that resolves (:func:`akka_optimize.service.plans.resolve_run_plan`) can 
 one this release cannot start: a method or device count not available yet, ``smoke``,
 a base model nobody selected, a ``modelName`` the registry would refuse at the end of
 training (F049), a branch of a run in another project, a dataset or bundle the jobs cannot
-read (:mod:`akka_optimize.jobs.readable`), or a claim no quota or pool could
+read (:mod:`akka_optimize.jobs.readable`), prepared token rows the base model or plan
+cannot train, or a claim no quota or pool could
 ever admit (:mod:`akka_optimize.jobs.capacity`). :func:`admission_refusals`
 lists every such refusal; the dry run reports them (``accepted: false``) and
 :func:`admit`, which :func:`akka_optimize.jobs.service.start_run` calls before it creates
@@ -154,7 +155,7 @@ def _readable(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None
 
     cfg = f["resolved"].get("config") or {}
     todo = [("dataset", "config.dataset", cfg.get("dataset"))]
-    todo.append(("dataset", "config.validationDataset", cfg.get("validationDataset")))
+    todo.append(("dataset", "config.data.validationDataset", f["validation_dataset"]))
     reward = str((cfg.get("rlHyperparams") or {}).get("reward") or "")
     if reward.startswith("bundle:"):
         ref = reward.removeprefix("bundle:").split("#", 1)[0]
@@ -164,6 +165,62 @@ def _readable(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None
             if ref:
                 check_readable(ctx, field, resolve(session, kind, ref, f["project"]))
     except AkkaError as exc:
+        return exc
+    return None
+
+
+# Plan fields that shape how rows become tokens: prepared token rows are already tokens
+# and masks, so a plan stating one would have it ignored (seeds/001 "Train prepared token
+# rows as given"); the start refuses it instead.
+_ROW_FIELDS = ("config.loss.", "config.data.onTooLong")
+
+
+def _prepared(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+    """Prepared token rows (F029, F030), checked before any device is claimed: only a
+    supervised run trains them, a stated loss policy would be ignored, the base model's
+    tokenizer and chat template must be the ones the rows were made with (checked once
+    the base model is READY; the worker checks again), and ``maxSeqLength`` must hold the
+    longest row."""
+    from ..catalog.cache import load_tokenizer, tokenizer_dir
+    from ..data.prepared import check_length, check_tokenizer
+    from ..registry import is_prepared, resolve
+
+    todo = [("config.dataset", f["dataset"]),
+            ("config.data.validationDataset", f["validation_dataset"])]  # fmt: skip
+    try:
+        for field, ref in todo:
+            if not ref:
+                continue
+            version = resolve(session, "dataset", ref, f["project"])
+            if not is_prepared(version):
+                continue
+            if f["method"] != "sft":
+                return InvalidRequest(
+                    f"{field} {version.pinned} holds prepared token rows, which only a "
+                    f"supervised run trains; config.method is {f['method']!r}",
+                    field=field,
+                    code="prepared_rows",
+                )
+            stated = [p for p in f["resolved"].get("stated") or [] if p.startswith(_ROW_FIELDS)]
+            if stated:
+                return InvalidRequest(
+                    f"{stated[0]}: {version.pinned} holds prepared token rows, trained with "
+                    "their own loss_mask and never truncated, so this setting would be "
+                    "ignored; remove it",
+                    field=stated[0],
+                    code="prepared_rows",
+                )
+            info = dict(version.metadata["prepared"])
+            try:
+                path = tokenizer_dir(session, ctx.settings, f["base_model"])
+            except AkkaError:
+                path = None  # not READY yet: _base_model says why, or the worker checks
+            if path is not None:
+                check_tokenizer(info, load_tokenizer(path))
+            check_length(info, int(f["resolved"]["config"]["maxSeqLength"]))
+    except AkkaError as exc:
+        if exc.field == "config.dataset" and field != "config.dataset":
+            exc.field = field
         return exc
     return None
 
@@ -182,6 +239,7 @@ def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaEr
     f = job_fields(resolved)
     found = [
         _method(f),
+        _prepared(ctx, session, f),
         _kind(ctx, session, f),
         _smoke(f),
         _gpus(f),

@@ -54,32 +54,58 @@ def first_system_message(rows: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _is_prepared(record: dict[str, Any] | None) -> bool:
+    return bool(record) and (record.get("metadata") or {}).get("format") == "prepared"
+
+
+def _prepared_set(
+    store: BlobStore, record: dict[str, Any], tokenizer: Any, max_seq_length: int
+) -> Any:
+    """A prepared dataset's examples, trained as given (F029): the tokens and masks as
+    registered, checked again against the base model's tokenizer and ``maxSeqLength``
+    (F030; the start checked them from the version's metadata)."""
+    from ..data.masks import Prepared, examples_report
+    from ..data.prepared import check_prepared
+    from ..registry import load_prepared_examples
+
+    header, examples = load_prepared_examples(store, _version("dataset", record))
+    check_prepared(header, tokenizer, max_seq_length)
+    return Prepared(examples, examples_report(len(examples), examples, max_seq_length))
+
+
 def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, Any]:
-    """Rows, tokenized training set and validation set (or None), with their phase events."""
+    """Rows, tokenized training set and validation set (or None), with their phase events.
+
+    A dataset of prepared token rows gives no rows (``[]``) and its examples as given."""
     from transformers import AutoTokenizer
 
     from ..data.masks import prepare_examples
     from ..data.policy import LossPolicy
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
-    rows = _load_rows(store, spec.dataset)
-    val_rows = _load_rows(store, spec.validation_dataset) if spec.validation_dataset else None
     tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
-    policy = LossPolicy.from_config(spec.loss)
-    events.send(
-        {
-            "type": "phase",
-            "phase": "PREPARING",
-            "detail": f"tokenizing {len(rows)} rows",
-            "rowsTotal": len(rows),
-        }
-    )
-    train_set = prepare_examples(tokenizer, rows, policy, spec.max_seq_length, spec.on_too_long)
-    val_set = (
-        prepare_examples(tokenizer, val_rows, policy, spec.max_seq_length, "drop")
-        if val_rows
-        else None
-    )
+    if _is_prepared(spec.dataset):
+        rows: list[dict[str, Any]] = []
+        train_set = _prepared_set(store, spec.dataset, tokenizer, spec.max_seq_length)
+    else:
+        rows = _load_rows(store, spec.dataset)
+        events.send(
+            {
+                "type": "phase",
+                "phase": "PREPARING",
+                "detail": f"tokenizing {len(rows)} rows",
+                "rowsTotal": len(rows),
+            }
+        )
+        policy = LossPolicy.from_config(spec.loss)
+        train_set = prepare_examples(tokenizer, rows, policy, spec.max_seq_length, spec.on_too_long)
+    val_set = None
+    if _is_prepared(spec.validation_dataset):
+        val_set = _prepared_set(store, spec.validation_dataset, tokenizer, spec.max_seq_length)
+    elif spec.validation_dataset:
+        val_rows = _load_rows(store, spec.validation_dataset)
+        policy = LossPolicy.from_config(spec.loss)
+        val_set = prepare_examples(tokenizer, val_rows, policy, spec.max_seq_length, "drop")
     events.send(
         {
             "type": "data",

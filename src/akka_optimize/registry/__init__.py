@@ -18,7 +18,14 @@ from .core import (
     resolve,
     set_alias,
 )
-from .datasets import load_dataset_rows, open_object, push_image, register_dataset
+from .datasets import (
+    is_prepared,
+    load_dataset_rows,
+    load_prepared_examples,
+    open_object,
+    push_image,
+    register_dataset,
+)
 from .models import download_model_files, register_adapter, register_base_model
 
 __all__ = [
@@ -29,7 +36,9 @@ __all__ = [
     "download_model_files",
     "list_names",
     "list_versions",
+    "is_prepared",
     "load_dataset_rows",
+    "load_prepared_examples",
     "open_object",
     "parse_version",
     "push_image",

@@ -40,6 +40,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ..data.prepared import DESCRIPTOR
 from ..db.models.registry import RegistryImage
 from ..deployment import RegistryLimits
 from ..errors import InvalidRequest, TooLarge
@@ -186,8 +187,8 @@ def _safe_member(name: str) -> PurePosixPath | None:
     return p
 
 
-def _read_zip(path: Path, limit: int) -> tuple[bytes, str, dict[str, bytes]]:
-    """The JSONL member of a dataset ZIP, its name, and every other member's bytes.
+def _zip_members(path: Path, limit: int) -> dict[str, bytes]:
+    """Every file member of a dataset ZIP by its (safe) name.
 
     Sizes are counted while decompressing (never trusting headers), so a ZIP bomb stops
     at ``limit`` expanded bytes.
@@ -219,14 +220,64 @@ def _read_zip(path: Path, limit: int) -> tuple[bytes, str, dict[str, bytes]]:
                         )
                     buf += chunk
             members[str(p)] = bytes(buf)
+    return members
+
+
+def _jsonl_member(members: dict[str, bytes]) -> tuple[bytes, str, dict[str, bytes]]:
+    """The JSONL member of a dataset ZIP, its name, and every other member's bytes."""
     jsonl = [k for k in members if k.lower().endswith(".jsonl")]
     if len(jsonl) != 1:
         raise InvalidRequest(
-            f"A dataset ZIP must hold exactly one .jsonl file; this one holds {len(jsonl)}.",
+            f"A dataset ZIP must hold exactly one .jsonl file (or prepared.json and its "
+            f"Parquet files); this one holds {len(jsonl)}.",
             field="file",
         )
     name = jsonl[0]
     return members.pop(name), name, members
+
+
+def _canonical_prepared(
+    store: BlobStore, members: dict[str, bytes], source: str, beside: Path
+) -> tuple[str, int, int, dict[str, Any]]:
+    """Check prepared token rows (seeds/001 "Train prepared token rows as given") and
+    store their canonical form: a header line (:func:`akka_optimize.data.prepared.
+    header_of`) and one ``{"input_ids", "loss_mask"}`` line per row, in file order.
+
+    Returns ``(sha256:<hex>, rows, bytes, header)``; nothing is stored when a row fails.
+    """
+    from ..data import prepared as P
+
+    desc = P.parse_descriptor(members[P.DESCRIPTOR], f"{source}:{P.DESCRIPTOR}")
+    vocab = desc["tokenizer"]["vocabSize"]
+    fd, tmp_name = tempfile.mkstemp(dir=beside.parent, prefix=".canonical-", suffix=".part")
+    tmp = Path(tmp_name)
+    rows = longest = supervised = 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for ids, mask in P.iter_rows(desc, members.get, vocab):
+                out.write(canonical_line({"input_ids": ids, "loss_mask": mask}))
+                rows, longest = rows + 1, max(longest, len(ids))
+                supervised += sum(mask)
+        P.check_counts(desc, rows, longest, supervised)
+        header = P.header_of(desc, rows, longest, supervised)
+        h = hashlib.sha256()
+        final = tmp.with_suffix(".whole")
+        try:
+            with open(final, "wb") as out, open(tmp, "rb") as f:
+                chunk = canonical_line(header)
+                while chunk:
+                    h.update(chunk)
+                    out.write(chunk)
+                    chunk = f.read(CHUNK)
+            nbytes = final.stat().st_size
+            if not store.exists(content_key(h.hexdigest())):
+                store.put_file(content_key(h.hexdigest()), final)
+        finally:
+            final.unlink(missing_ok=True)
+    finally:
+        tmp.unlink(missing_ok=True)
+    info = header["prepared"] | {"tokenizer": dict(desc["tokenizer"])}
+    return f"sha256:{h.hexdigest()}", rows, nbytes, info
 
 
 def _zip_uploader(session: Session, store: BlobStore, members: dict[str, bytes], base: str):
@@ -355,11 +406,18 @@ def register_dataset(
         )
     with open(path, "rb") as f:
         is_zip = f.read(4) == b"PK\x03\x04"
+    prepared = None
     if is_zip:
-        data, inner, members = _read_zip(path, limits.uploadBytes)
-        uploader = _zip_uploader(session, store, members, inner)
-        canon = _canonical_file(store, io.BytesIO(data), f"{source}:{inner}", uploader, path)
-        del data, members
+        members = _zip_members(path, limits.uploadBytes)
+        if DESCRIPTOR in members:
+            digest, count, nbytes, prepared = _canonical_prepared(store, members, source, path)
+            canon = digest, count, nbytes, set()
+        else:
+            data, inner, members = _jsonl_member(members)
+            uploader = _zip_uploader(session, store, members, inner)
+            canon = _canonical_file(store, io.BytesIO(data), f"{source}:{inner}", uploader, path)
+            del data
+        del members
     else:
         # Never the service's own disk: the JSONL came alone, so it names no files
         # the client sent (issue 14 item 2).
@@ -370,11 +428,13 @@ def register_dataset(
     meta = {
         "rows": count,
         "bytes": nbytes,
-        "format": "zip" if is_zip else "jsonl",
+        "format": "prepared" if prepared else "zip" if is_zip else "jsonl",
         "filename": source,
         "object": {"digest": obj_digest, "size": obj_size},
         "images": sorted(images),
     }
+    if prepared:
+        meta["prepared"] = prepared
     if lineage:
         meta["curation"] = lineage
     return register_version(
@@ -384,20 +444,55 @@ def register_dataset(
         digest,
         alias=alias,
         size=nbytes,
-        files={"examples.jsonl": {"digest": digest, "size": nbytes}},
+        files={
+            ("prepared.jsonl" if prepared else "examples.jsonl"): {"digest": digest, "size": nbytes}
+        },
         metadata_=meta,
         source=origin,
     )
 
 
-def load_dataset_rows(store: BlobStore, resolved: ResolvedVersion) -> list[dict[str, Any]]:
+def is_prepared(resolved: ResolvedVersion) -> bool:
+    """Whether a dataset version holds prepared token rows, not conversations."""
+    return resolved.metadata.get("format") == "prepared"
+
+
+def load_dataset_rows(
+    store: BlobStore, resolved: ResolvedVersion, field: str = "dataset"
+) -> list[dict[str, Any]]:
     """The canonical (validated, normalised) examples of a dataset version, in file order.
+
+    ``field`` names the request field that gave the version, in the refusal below.
+
+    Raises:
+        NotFound: the version's blob is missing from the store.
+        InvalidRequest: the version holds prepared token rows (code ``prepared_rows``),
+            which only a supervised run trains (:func:`load_prepared_examples`).
+    """
+    if is_prepared(resolved):
+        raise InvalidRequest(
+            f"dataset {resolved.pinned} holds prepared token rows (prepared.json), which only "
+            "a supervised run trains; give a dataset of messages rows here",
+            field=field,
+            code="prepared_rows",
+        )
+    data = store.get_bytes(content_key(resolved.digest.removeprefix("sha256:")))
+    return [json.loads(line) for line in data.splitlines() if line]
+
+
+def load_prepared_examples(
+    store: BlobStore, resolved: ResolvedVersion
+) -> tuple[dict[str, Any], list]:
+    """The header and :class:`~akka_optimize.data.types.Example` list of a prepared dataset
+    version (:func:`akka_optimize.data.prepared.examples_from_canonical`).
 
     Raises:
         NotFound: the version's blob is missing from the store.
     """
+    from ..data.prepared import examples_from_canonical
+
     data = store.get_bytes(content_key(resolved.digest.removeprefix("sha256:")))
-    return [json.loads(line) for line in data.splitlines() if line]
+    return examples_from_canonical(data)
 
 
 def open_object(store: BlobStore, resolved: ResolvedVersion):

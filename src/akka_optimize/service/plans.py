@@ -8,7 +8,6 @@ module supplies the world it resolves against.
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
 
@@ -122,13 +121,6 @@ def resolve_run_plan(
     return resolved
 
 
-@functools.lru_cache(maxsize=4)
-def _tokenizer(path: str, _mtime: float) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
-
-
 def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPlan) -> Any:
     """Findings for the pinned training dataset (seeds/001: "A dry run reports dataset
     findings, such as exact and near duplicates, for the version the run would train on").
@@ -138,6 +130,10 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
     base model is selected and READY; until then the report has the duplicate findings
     and ``tokenFindings`` says why the rest is missing.
 
+    Prepared token rows (seeds/001 "Train prepared token rows as given") are trained as
+    given: their report is the registered counts (``prepared``), and ``tokenFindings``
+    says so.
+
     Returns:
         The dict of :func:`akka_optimize.data.findings.findings` (or of ``duplicates``),
         with ``dataset`` (the pinned reference) and ``tokenFindings`` (``true`` or the
@@ -146,10 +142,22 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
     from ..data import findings as F
     from ..data.policy import LossPolicy
     from ..errors import AkkaError
-    from ..registry import load_dataset_rows, resolve
+    from ..registry import is_prepared, load_dataset_rows, resolve
 
     cfg = resolved.plan["config"]
     version = resolve(session, "dataset", cfg["dataset"], resolved.project)
+    if is_prepared(version):
+        info = version.metadata["prepared"]
+        return {
+            "dataset": cfg["dataset"],
+            "tokenFindings": "prepared token rows are trained as given: "
+            f"{info['supervisedTokens']} supervised tokens, the longest row "
+            f"{info['longestRow']} tokens",
+            "rows": info["rows"],
+            "trainable_rows": info["rows"],
+            "max_seq_length": cfg["maxSeqLength"],
+            "prepared": info,
+        }
     rows = load_dataset_rows(ctx.store, version)
     numbers = list(range(1, len(rows) + 1))
     reason: Any = True
@@ -158,10 +166,11 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
         reason = "token findings are computed for supervised runs"
     else:
         try:
-            from ..catalog.cache import tokenizer_dir
+            from ..catalog.cache import load_tokenizer, tokenizer_dir
 
-            path = tokenizer_dir(session, ctx.settings, resolved.plan["baseModel"])
-            tokenizer = _tokenizer(str(path), path.stat().st_mtime)
+            tokenizer = load_tokenizer(
+                tokenizer_dir(session, ctx.settings, resolved.plan["baseModel"])
+            )
         except AkkaError as exc:
             reason = f"token findings need the base model's tokenizer: {exc.message}"
     if tokenizer is not None:

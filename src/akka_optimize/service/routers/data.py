@@ -17,7 +17,6 @@ Answer: ``{"baseModel", "source", "loss": {...}, "rows": [{"row", "segments":
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -33,13 +32,6 @@ from ..deps import CtxDep, PrincipalDep
 
 router = APIRouter()
 MAX_PREVIEW_ROWS = 100
-
-
-@functools.lru_cache(maxsize=4)
-def _tokenizer(path: str, _mtime: float) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
 
 
 def _policy(body: dict[str, Any]) -> Any:
@@ -91,7 +83,7 @@ def preview_request(
 ) -> dict[str, Any]:
     """Answer one preview request (blocking: may load a tokenizer); a ``dataset`` resolves
     among the artifacts ``principal`` sees (:mod:`..access`)."""
-    from ...catalog.cache import tokenizer_dir
+    from ...catalog.cache import load_tokenizer, tokenizer_dir
     from ...data.preview import preview
 
     if not isinstance(body, dict):
@@ -111,7 +103,7 @@ def preview_request(
     with ctx.db.session() as session:
         source, numbers, rows = _rows(ctx, session, body, principal)
         path = tokenizer_dir(session, ctx.settings, base)
-    tokenizer = _tokenizer(str(path), path.stat().st_mtime)
+    tokenizer = load_tokenizer(path)
     out = preview(tokenizer, rows, policy, count, numbers)
     return {
         "baseModel": base,

@@ -133,7 +133,8 @@ async def register_dataset_route(
     alias: str | None = None,
     filename: str = "upload.jsonl",
 ) -> JSONResponse:
-    """Register the streamed body (JSONL, or ZIP of JSONL plus images) as a dataset version.
+    """Register the streamed body (JSONL, a ZIP of JSONL plus images, or a ZIP of prepared
+    token rows: prepared.json and its Parquet files) as a dataset version.
     Its images then belong to the namespace's project (:func:`..access.can_read_image`)."""
     limits = _limits(ctx)
     ref = f"{namespace}/{name}"
@@ -363,7 +364,8 @@ def dataset_object(
     """The bytes that were registered for a dataset version."""
     with ctx.db.session() as s:
         rv = access.resolve(principal, s, "dataset", f"{namespace}/{name}")
-    media = "application/zip" if rv.metadata.get("format") == "zip" else "application/x-ndjson"
+    zipped = rv.metadata.get("format") in ("zip", "prepared")
+    media = "application/zip" if zipped else "application/x-ndjson"
     resp = _stream(open_object(ctx.store, rv), media)
     resp.headers["X-Akka-Ref"] = rv.pinned
     return resp
