@@ -33,7 +33,6 @@ def _plan(**changes: Any) -> dict[str, Any]:
 
 # (name, plan, code, field, words the message must hold)
 REFUSALS = [
-    ("smoke", _plan(smoke=True), "not_available", "smoke", "smoke runs"),
     (
         "two-gpus",
         _plan(execution={"gpus": 2, "deviceProfile": "H100"}),
@@ -102,20 +101,16 @@ def test_every_start_refusal_is_the_dry_runs(demo: LiveService, tmp_path) -> Non
     assert out.returncode == 1
     assert "Configuration hash:" in out.stdout and "a start would be refused" in out.stdout
     assert "The start would be refused (1 reason):" in out.stderr
-    assert "smoke runs are not available" in out.stderr
-    # Every refusal at once in the dry run: a smoke run on two devices under a taken name.
-    both = _plan(
-        project="akka-optimize",
-        smoke=True,
-        execution={"gpus": 2, "deviceProfile": "H100"},
-    )
+    assert "set execution.gpus to 1" in out.stderr
+    # Every refusal at once in the dry run: two devices under a taken name.
+    both = _plan(project="akka-optimize", execution={"gpus": 2, "deviceProfile": "H100"})
     fields = [
         r["field"]
         for r in demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=both).json()[
             "refusals"
         ]
     ]
-    assert fields == ["smoke", "execution.gpus", "modelName"]
+    assert fields == ["execution.gpus", "modelName"]
     # A plan the start accepts is accepted by the dry run, with no refusals.
     ok = demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=BASE).json()
     assert ok["accepted"] is True and ok["refusals"] == []
@@ -219,3 +214,53 @@ def test_prepared_rows_train_as_given_and_their_refusals_are_the_dry_runs(
     metrics = demo.api("GET", f"/v1/training/runs/{run['id']}/metrics").json()
     steps = [m for m in metrics["metrics"] if "supervisedTokens" in m]
     assert steps and sum(m["supervisedTokens"] for m in steps) == mask_sum
+
+
+def test_a_smoke_run_reports_its_reading_and_an_early_stop_is_unstable(
+    demo: LiveService, tmp_path
+) -> None:
+    """F076: the slice trains until it is reproduced (REPRODUCED, SUCCEEDED, no model
+    registered); a check that stops at maxSteps below its threshold reports
+    UNSTABLE_READING and fails with the reading."""
+    hp = {"training": {"microBatchPerGpu": 2, "seed": 7}, "optimizer": {"learningRate": 0.01}}
+    runs = {}
+    for name, check in (
+        ("ok", {"rows": 2, "threshold": 0.5, "maxSteps": 80, "measureEverySteps": 4}),
+        ("early", {"rows": 2, "threshold": 1.0, "maxSteps": 2, "measureEverySteps": 4}),
+    ):
+        plan = _plan(smoke=True, smokeCheck=check, config__hyperparams=hp)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(plan))
+        out = demo.cli("training", "runs", "start", "-f", str(path), "--wait", "-o", "json")
+        runs[name] = json.loads(out.stdout)
+        assert out.returncode == (0 if name == "ok" else 1), (out.stdout, out.stderr)
+    ok, early = runs["ok"], runs["early"]
+    assert ok["state"] == "SUCCEEDED", ok
+    reading = ok["results"]["smoke"]
+    assert reading["reading"] == "REPRODUCED" and reading["reproduction"] >= 0.5
+    assert reading["rows"] == 2 and reading["step"] % 4 == 0 and reading["step"] < 80
+    assert ok["results"]["model"] is None  # a smoke run registers no model
+    readings = demo.api("GET", f"/v1/training/runs/{ok['id']}/metrics").json()["smoke"]
+    assert readings[-1]["reproduction"] == reading["reproduction"]
+    assert all(r["reproduction"] < 0.5 for r in readings[:-1])
+    assert [r["step"] for r in readings] == list(range(4, reading["step"] + 1, 4))
+
+    assert early["state"] == "FAILED", early
+    assert early["results"]["smoke"]["reading"] == "UNSTABLE_READING"
+    assert early["results"]["smoke"]["step"] == 2
+    assert early["failure"].startswith("UNSTABLE_READING: the smoke check stopped at step 2")
+    # refused alike at dry run and start: the fields a smoke run would ignore
+    for extra, field in (
+        ({"modelName": "m"}, "modelName"),
+        ({"config__hyperparams": {"training": {"epochs": 3}}},
+         "config.hyperparams.training.epochs"),
+    ):  # fmt: skip
+        plan = _plan(smoke=True, **extra)
+        dry = demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=plan)
+        start = demo.api("POST", "/v1/training/runs", json=plan)
+        assert dry.status_code == start.status_code == 400, (dry.text, start.text)
+        assert dry.json()["error"] == start.json()["error"]
+        assert start.json()["error"]["field"] == field, start.text
+    plan = _plan(smokeCheck={"rows": 2})
+    r = demo.api("POST", "/v1/training/runs", json=plan)
+    assert r.status_code == 400 and r.json()["error"]["field"] == "smokeCheck", r.text

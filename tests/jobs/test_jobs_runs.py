@@ -240,7 +240,7 @@ def test_plan_fields_this_release_cannot_train_are_refused_at_start(
         "config": {"dataset": "demo/train", "method": "sft"},
     }
     for extra, field in (
-        ({"smoke": True}, "smoke"),
+        ({"smoke": True, "modelName": "m"}, "modelName"),  # a smoke run registers none
         ({"execution": {"gpus": 2, "deviceProfile": "H100"}}, "execution.gpus"),
     ):
         r = service.api("POST", "/v1/training/runs", json={**base, **extra})

@@ -124,6 +124,7 @@ def run_sft(
     init_adapter: Path | None = None,
     stop_after_step: int | None = None,
     should_stop: Callable[[], bool] | None = None,
+    until: Callable[[TrainingSession, int, int], bool] | None = None,
 ) -> SftResult:
     """Train a LoRA adapter on ``train`` and save it under ``state_dir``.
 
@@ -139,6 +140,9 @@ def run_sft(
             (``warmStartModelId``); ignored when resuming (the state holds the adapter).
         stop_after_step: save and stop after this update (a pause).
         should_stop: polled after each update; True saves and stops (pause or cancel).
+        until: called after each update as ``until(session, update, total)``; True saves
+            and ends the run there as finished, not stopped (the smoke check's
+            :class:`akka_optimize.engine.smoke.SmokeMeter`).
 
     Events: ``phase``, ``metrics`` (per update), ``validation``, ``save``, and a
     ``warning`` when a fresh run's first loss is implausible (engine/sanity.py).
@@ -214,11 +218,15 @@ def run_sft(
         ):
             log["validation"] = _validate(session, validation, cfg, update, emit)
 
-        stopping = update < total and (
-            update == stop_after_step or bool(should_stop and should_stop())
+        done = until is not None and until(session, update, total)
+        stopping = (
+            not done
+            and update < total
+            and (update == stop_after_step or bool(should_stop and should_stop()))
         )
         every = cfg.save_every_steps and update % cfg.save_every_steps == 0
-        if update == total or every or stopping or (cfg.save_each_epoch and epoch_end):
+        last = update == total or done
+        if last or every or stopping or (cfg.save_each_epoch and epoch_end):
             adapter = save_snapshot(
                 session, cfg, model_dir, state_dir, epoch, epoch_end, len(train), log, emit
             )
@@ -229,6 +237,8 @@ def run_sft(
                 )
         if stopping:
             result.stopped = True
+            break
+        if done:
             break
 
     # ---- result

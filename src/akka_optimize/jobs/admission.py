@@ -1,7 +1,7 @@
 """Admission: whether a resolved plan may start, decided once for the dry run and the start.
 
 A plan that resolves (:func:`akka_optimize.service.plans.resolve_run_plan`) can still be
-one this release cannot start: a method or device count not available yet, ``smoke``,
+one this release cannot start: a method or device count not available yet,
 a base model nobody selected, a ``modelName`` the registry would refuse at the end of
 training (F049), a branch of a run in another project, a dataset or bundle the jobs cannot
 read (:mod:`akka_optimize.jobs.readable`), prepared token rows the base model or plan
@@ -60,16 +60,6 @@ def accepted(ctx: Any, session: Session, f: dict[str, Any]) -> dict[str, Any]:
 
     kind = job_kind(f["method"])
     return kind.accept(ctx, session, f) if kind.accept is not None else {}
-
-
-def _smoke(f: dict[str, Any]) -> AkkaError | None:
-    if not f["resolved"].get("smoke"):
-        return None
-    return InvalidRequest(
-        "smoke: smoke runs are not available yet; remove it to train from the base model.",
-        field="smoke",
-        code="not_available",
-    )
 
 
 def _gpus(f: dict[str, Any]) -> AkkaError | None:
@@ -241,7 +231,6 @@ def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaEr
         _method(f),
         _prepared(ctx, session, f),
         _kind(ctx, session, f),
-        _smoke(f),
         _gpus(f),
         _base_model(ctx, session, f),
         _model_name(session, f),

@@ -25,6 +25,7 @@ from .kinds import job_kind
 from .records import end_attempt
 
 log = logging.getLogger("akka_optimize.jobs")
+SMOKE_KEYS = ("reproduction", "step", "threshold", "supervisedTokens")
 
 
 def authorize_attempt(session: Session, run_id: str, number: int, token: str) -> RunAttempt:
@@ -49,7 +50,8 @@ def handle_event(
 
 
 def apply_event(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
-    """Apply one event (``phase``, ``data``, ``metrics``, ``validation``, ``warning``, ``failed``,
+    """Apply one event (``phase``, ``data``, ``metrics``, ``validation``, ``smoke`` (a smoke
+    run's reading of its slice), ``warning``, ``failed``,
     ``paused``, ``cancelled``, or one of the run's kind: ``save`` and ``completed`` for a
     supervised run) to ``run``. An event type nobody handles is logged and ignored."""
     kind = ev.get("type")
@@ -61,7 +63,7 @@ def apply_event(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, A
             "data": ev.get("train"),
             "validationData": ev.get("validation"),
         }
-    elif kind in ("metrics", "validation"):
+    elif kind in ("metrics", "validation", "smoke"):
         _measurement(s, run, att, kind, ev)
     elif kind == "warning":  # engine/sanity.py: shown by runs get and runs metrics
         entry = {k: v for k, v in ev.items() if k != "type"}
@@ -111,5 +113,11 @@ def _measurement(s: Session, run: Run, att: RunAttempt, kind: str, ev: dict[str,
         run.phase_detail = "training"
         if ev.get("totalSteps"):
             run.total_steps = int(ev["totalSteps"])
+    elif kind == "smoke":  # engine/smoke.py: the reading so far, shown while it trains
+        run.results = {**(run.results or {}), "smoke": {k: values.get(k) for k in SMOKE_KEYS}}
+        run.phase_detail = (
+            f"smoke check: reproduction {float(values.get('reproduction') or 0):.3f} at step "
+            f"{step} (threshold {values.get('threshold')})"
+        )
     else:
         run.results = {**(run.results or {}), "validationLoss": ev.get("loss")}

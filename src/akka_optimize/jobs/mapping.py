@@ -155,4 +155,5 @@ def build_spec(launch: Launch) -> JobSpec:
         if plan.get("warmStartModelId")
         else None,
         device=engine["device"],
+        extra={"smoke": plan["smokeCheck"]} if plan.get("smoke") else {},
     )

@@ -140,12 +140,34 @@ def model_name_of(pinned: str) -> str:
     return pinned.split("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
 
 
+def _smoke_end(run: Run, att: RunAttempt, reading: dict[str, Any]) -> None:
+    """A smoke run registers no model: REPRODUCED ends it SUCCEEDED; UNSTABLE_READING
+    (an early stop below the threshold; engine/smoke.py) ends it FAILED with a sentence
+    that gives the reading."""
+    if reading.get("reading") == "REPRODUCED":
+        end_attempt(run, att, S.SUCCEEDED)
+        return
+    end_attempt(
+        run,
+        att,
+        S.FAILED,
+        f"UNSTABLE_READING: the smoke check stopped at step {reading.get('step')} with "
+        f"reproduction {float(reading.get('reproduction') or 0):.3f} over its "
+        f"{reading.get('rows')}-row slice, below the threshold {reading.get('threshold')}; "
+        "the plan did not make the model reproduce the slice. Check config.loss, the "
+        "learning rate and the chat template, or raise smokeCheck.maxSteps.",
+    )
+
+
 def complete(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
     """Apply a ``completed`` event: record the result and register the newest saved adapter
     (unless a save already registered it under the run's model name; a snapshot registered
     as a candidate under another name does not count); a run without one, or one the registry refuses,
     ends ``FAILED`` with a sentence."""
     run.results = {**(run.results or {}), **(ev.get("result") or {})}
+    if (ev.get("result") or {}).get("smoke"):
+        _smoke_end(run, att, ev["result"]["smoke"])
+        return
     last = s.scalar(
         select(Snapshot)
         .where(Snapshot.run_id == run.id, Snapshot.adapter_key.is_not(None))

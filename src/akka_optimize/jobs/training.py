@@ -196,21 +196,32 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
 
     rows, train_set, val_set = _prepare(spec, store, events)
     cfg = EngineConfig(**spec.engine)
+    examples = train_set.examples
     state_dir = work / "state"
     resume_step, warm_dir = starting_state(spec, store, work, state_dir)
     speed = {"tokens": 0, "seconds": 0.0}
+    emit = uploading(spec, store, events, speed)
+    meter = None
+    if spec.extra.get("smoke"):  # a smoke run: its slice, until reproduced (engine/smoke.py)
+        from ..engine.smoke import SmokeCheck, SmokeMeter, smoke_config, smoke_slice
+
+        check = SmokeCheck.from_plan(spec.extra["smoke"])
+        examples = smoke_slice(examples, check)
+        cfg = smoke_config(cfg, len(examples), check)
+        meter = SmokeMeter(examples, check, emit)
     events.send({"type": "phase", "phase": "RUNNING", "detail": "training"})
     result = run_sft(
         cfg,
         Path(spec.model_dir),
-        train_set.examples,
+        examples,
         val_set.examples if val_set else None,
         state_dir,
-        uploading(spec, store, events, speed),
+        emit,
         resume_step=resume_step,
         branch=spec.branch_origin,
         init_adapter=warm_dir,
         should_stop=lambda: events.control in ("pause", "cancel"),
+        until=meter,
     )
     stopped = stop_event(events, result)
     if stopped is not None:
@@ -225,4 +236,6 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         else None,
         "instructions": first_system_message(rows),
     }
+    if meter is not None:
+        out["smoke"] = meter.reading()
     return {"type": "completed", "result": out}

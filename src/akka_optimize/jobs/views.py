@@ -102,6 +102,7 @@ def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
         "tokensPerSecond": res.get("tokensPerSecond"),
         "data": res.get("data"),
         "epochModels": res.get("epochModels"),
+        "smoke": res.get("smoke"),
         "unrecordedSaves": res.get("unrecordedSaves"),
     }
 
@@ -122,8 +123,8 @@ def list_runs(session: Session, project: str | None = None, limit: int = 100) ->
 
 
 def metrics(session: Session, run: Run) -> dict[str, Any]:
-    """Per-update metrics and validation records; a step retrained after a resume
-    shows its newest attempt's values."""
+    """Per-update metrics, validation records and a smoke run's readings (``smoke``); a
+    step retrained after a resume shows its newest attempt's values."""
     rows = session.scalars(
         select(RunMetric)
         .where(RunMetric.run_id == run.id)
@@ -136,6 +137,7 @@ def metrics(session: Session, run: Run) -> dict[str, Any]:
         "run": run.id,
         "metrics": [out["metrics"][k] for k in sorted(out["metrics"])],
         "validation": [out["validation"][k] for k in sorted(out["validation"])],
+        "smoke": [out["smoke"][k] for k in sorted(out.get("smoke", {}))],
         "finalLoss": (run.results or {}).get("finalLoss"),
         "meanLoss": (run.results or {}).get("meanLoss"),
         "warnings": (run.results or {}).get("warnings") or [],

@@ -58,6 +58,14 @@ RL_LOOP: dict[str, Any] = {
     "seed": 42,
 }
 
+SMOKE_CHECK: dict[str, Any] = {
+    "rows": 8,
+    "threshold": 0.9,
+    "maxSteps": 100,
+    "measureEverySteps": 5,
+}
+"""``smokeCheck`` of a smoke run (:mod:`akka_optimize.engine.smoke`)."""
+
 MAX_SEQ_LENGTH = 2048
 """Default ``config.maxSeqLength``, capped by the base model's context."""
 

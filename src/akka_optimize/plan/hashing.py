@@ -8,7 +8,7 @@ and ``config.engineSettings`` are part of it. Because the hash is taken over the
 stated defaults do not change it, and every field that changes how the run trains does.
 
 What is hashed (:func:`hashed_view`): ``baseModel``, ``warmStartModelId``,
-``branchFrom``, ``smoke``, the whole resolved ``config`` (pinned dataset, every
+``branchFrom``, ``smoke`` (and a smoke run's ``smokeCheck``), the whole resolved ``config`` (pinned dataset, every
 hyperparameter, model loading, data, loss, every engine setting of the loop) and the
 execution fields that change the computation: ``gpus`` (one device and several train
 differently), ``engine``, ``memory`` and ``rollout``. Not hashed: ``project``,
@@ -43,7 +43,7 @@ def canonical_json(value: Any) -> str:
 def hashed_view(resolved: dict[str, Any]) -> dict[str, Any]:
     """The part of a resolved plan the hash covers (see module docstring)."""
     ex = resolved.get("execution") or {}
-    return {
+    view = {
         "baseModel": resolved["baseModel"],
         "warmStartModelId": resolved.get("warmStartModelId"),
         "branchFrom": resolved.get("branchFrom"),
@@ -51,6 +51,9 @@ def hashed_view(resolved: dict[str, Any]) -> dict[str, Any]:
         "config": resolved["config"],
         "execution": {k: ex.get(k) for k in EXECUTION_HASHED},
     }
+    if resolved.get("smokeCheck") is not None:  # a smoke run's only: other hashes unchanged
+        view["smokeCheck"] = resolved["smokeCheck"]
+    return view
 
 
 def config_hash(resolved: dict[str, Any]) -> str:

@@ -159,7 +159,10 @@ class TrainStage(_Body):
     modelName: str | None = Field(  # noqa: N815
         None, min_length=1, max_length=100, description="As a run descriptor's modelName."
     )
-    smoke: bool | None = Field(None, description="As a run descriptor's smoke.")
+    smoke: bool | None = Field(
+        None,
+        description="Refused: a smoke run registers no model, so it is not a pipeline stage.",
+    )
     warmStartModelId: str | None = Field(  # noqa: N815
         None, min_length=1, max_length=400, description="As a run descriptor's warmStartModelId."
     )

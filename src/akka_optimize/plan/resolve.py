@@ -227,6 +227,7 @@ def build_resolved(plan: RunPlan, env: PlanEnvironment, facts: Facts) -> dict[st
         "modelName": None,
         "submissionId": plan.submissionId,
         "smoke": bool(plan.smoke),
+        "smokeCheck": fill(D.SMOKE_CHECK, plan.smokeCheck) if plan.smoke else None,
         "warmStartModelId": plan.warmStartModelId,
         "branchFrom": plan.branchFrom.model_dump() if plan.branchFrom else None,
         "config": config,

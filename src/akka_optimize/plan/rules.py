@@ -462,11 +462,60 @@ def check_bounds(plan: RunPlan, resolved: dict[str, Any], out: Refusals) -> None
             )
 
 
+# What a smoke run decides itself (engine/smoke.py): a plan stating one of these would
+# have it ignored, so the plan is refused naming it.
+SMOKE_IGNORED = (
+    ("config.hyperparams.training.epochs",
+     "a smoke run trains its slice until it reproduces it, at most smokeCheck.maxSteps updates"),
+    ("config.hyperparams.training.maxSteps", "a smoke run stops at smokeCheck.maxSteps"),
+    ("config.data.validationDataset", "a smoke run reads its own training slice"),
+    ("modelName", "a smoke run registers no model (`training snapshots register` registers "
+     "its adapter)"),
+    ("branchFrom", "a smoke run checks a plan from the base model or its warmStartModelId"),
+    ("execution.saveEachEpoch", "a smoke run's epochs are passes over its slice"),
+)  # fmt: skip
+
+
+def _stated(dumped: dict[str, Any], path: str) -> Any:
+    node: Any = dumped
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def check_smoke(plan: RunPlan, facts: Facts, out: Refusals) -> None:
+    """``smoke`` and ``smokeCheck`` (seeds/000 "Smaller changes", F076): the smoke check
+    is of supervised runs, ``smokeCheck`` needs ``smoke: true``, and a smoke run refuses
+    the fields it would ignore (:data:`SMOKE_IGNORED`)."""
+    if plan.smokeCheck is not None and not plan.smoke:
+        out.add(
+            "smokeCheck",
+            "smokeCheck sets a smoke run's slice and threshold; set smoke: true or leave it out.",
+        )
+    if not plan.smoke:
+        return
+    if facts.method != "sft":
+        out.add(
+            "smoke",
+            f"smoke: the smoke check is of supervised runs (config.method sft); a "
+            f"{facts.method} run cannot be one. Leave smoke out.",
+            True,
+        )
+    dumped = plan.model_dump(exclude_none=True)
+    for path, why in SMOKE_IGNORED:
+        value = _stated(dumped, path)
+        if value is not None:
+            out.add(path, f"{path}: {why}; leave it out of a smoke run.", value)
+
+
 def check_all(
     plan: RunPlan, resolved: dict[str, Any], env: PlanEnvironment, facts: Facts, out: Refusals
 ) -> None:
     """Run every rule, in field order, adding each refusal to ``out``."""
     check_identity(plan, env, facts, out)
+    check_smoke(plan, facts, out)
     check_loop_groups(plan, facts, out)
     check_ceilings(resolved, env, facts, out)
     check_supervised(plan, resolved, facts, out)

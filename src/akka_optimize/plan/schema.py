@@ -408,6 +408,40 @@ class BranchFrom(_Group):
     )
 
 
+class SmokeCheckGroup(_Group):
+    """``smokeCheck``: the slice and the reading of a smoke run (``smoke: true``;
+    :mod:`akka_optimize.engine.smoke`)."""
+
+    rows: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="Conversations in the slice a smoke run trains: the dataset's first "
+        "rows, in file order (default 8).",
+    )
+    threshold: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Greedy token accuracy over the whole slice's supervised tokens that "
+        "ends the check with reading REPRODUCED (default 0.9).",
+    )
+    maxSteps: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="Updates at most; a check that stops there below the threshold "
+        "reports UNSTABLE_READING and fails (default 100).",
+    )
+    measureEverySteps: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Updates between two readings of the slice; the last update is always "
+        "read (default 5).",
+    )
+
+
 class RunPlan(_Group):
     """A run descriptor: ``POST /v1/training/runs`` and ``training runs start -f PLAN``."""
 
@@ -439,7 +473,13 @@ class RunPlan(_Group):
         "the first run.",
     )
     smoke: bool | None = Field(
-        None, description="A smoke run: a short check that the plan trains, not a full run."
+        None,
+        description="A smoke run: a short check that the plan trains, not a full run. It "
+        "trains the first smokeCheck.rows conversations until greedy decoding reproduces "
+        "them (smokeCheck.threshold), reports the reading and registers no model.",
+    )
+    smokeCheck: SmokeCheckGroup | None = Field(
+        None, description="The slice and threshold of a smoke run (needs smoke: true)."
     )
     warmStartModelId: str | None = Field(
         None,

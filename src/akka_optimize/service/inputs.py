@@ -19,6 +19,7 @@ EVENT_TYPES = (
     "data",
     "metrics",
     "validation",
+    "smoke",
     "warning",
     "failed",
     "paused",

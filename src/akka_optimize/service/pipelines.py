@@ -294,6 +294,13 @@ def _check_stage(
                 field="baseModel",
                 code="plan_refused",
             )
+        if st.get("smoke"):
+            raise InvalidRequest(
+                "smoke: a smoke run registers no model, so it cannot be a pipeline's train "
+                "stage; check the plan with `training runs start` and smoke: true first.",
+                field="smoke",
+                code="plan_refused",
+            )
         plan = _train_plan(st, project)
         if start:
             from ..jobs.supervised import start_run
