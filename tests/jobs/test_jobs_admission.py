@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 import pytest
-from jobs_helpers import TINY, gsm8k_rows, run_json
+from jobs_helpers import TINY, gsm8k_rows, run_json, wait_state
 
-from helpers import LiveService
+from helpers import LiveService, hold_at, release, wait_held
 
 BASE: dict[str, Any] = {
     "kind": "run",
@@ -264,3 +264,33 @@ def test_a_smoke_run_reports_its_reading_and_an_early_stop_is_unstable(
     plan = _plan(smokeCheck={"rows": 2})
     r = demo.api("POST", "/v1/training/runs", json=plan)
     assert r.status_code == 400 and r.json()["error"]["field"] == "smokeCheck", r.text
+
+
+def test_preparing_shows_row_counts_and_a_cancel_stops_tokenizing(
+    demo: LiveService, tmp_path
+) -> None:
+    """F071: while it tokenizes, the run is PREPARING with completed and total rows (text
+    and JSON); a cancel then stops tokenizing at the next batch and no update is trained.
+    A PREPARING run cannot be paused."""
+    data = gsm8k_rows(tmp_path / "big.jsonl", 600)
+    demo.cli("registry", "datasets", "register", "demo/big", "-f", str(data), check=True)
+    hold_at(demo, "tokenized-256")  # after the 256-row report, before the next batch
+    r = demo.api("POST", "/v1/training/runs", json=_plan(config__dataset="demo/big"))
+    assert r.status_code == 201, r.text
+    run_id = r.json()["id"]
+    wait_held(demo)
+    run = run_json(demo, "training", "runs", "get", run_id)
+    assert run["state"] == "PREPARING", run
+    assert run["results"]["preparing"] == {"rowsDone": 256, "rowsTotal": 600}
+    assert run["phase"] == "tokenizing rows: 256 of 600 done"
+    text = demo.cli("training", "runs", "get", run_id, check=True).stdout
+    assert "256/600" in text, text
+    paused = demo.api("POST", f"/v1/training/runs/{run_id}/pause")
+    assert paused.status_code == 409 and "tokenizing" in paused.json()["error"]["message"]
+    assert demo.api("POST", f"/v1/training/runs/{run_id}/cancel").status_code == 200
+    release(demo)
+    run = wait_state(demo, run_id, ("CANCELLED",))
+    assert run["results"]["preparing"] == {"rowsDone": 512, "rowsTotal": 600}
+    assert run["results"]["step"] in (0, None) and run["results"]["lastSavedStep"] is None
+    metrics = demo.api("GET", f"/v1/training/runs/{run_id}/metrics").json()
+    assert metrics["metrics"] == []

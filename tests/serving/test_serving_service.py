@@ -16,7 +16,7 @@ import pytest
 from serving_assets import FINAL_ANSWER, INSTRUCTIONS, TOOLS, make_random_adapter
 
 from akka_optimize.serving.check import CHECK_PROMPTS, trainer_greedy
-from helpers import BIN, free_port
+from helpers import BIN, free_port, hold_at, release, wait_held
 
 TINY = "akka-optimize/tiny-smollm2"
 
@@ -170,10 +170,47 @@ def test_info_shows_what_an_endpoint_can_serve(service):
         assert label in out
 
 
-def test_tool_call_round_trip_through_the_proxy(ready_service, lora_dirs):
+def _create_watching_the_start(svc, model: str, tmp_path: Path) -> dict:
+    """F111: ``endpoints create`` held while the model loads its weights; the endpoint is
+    STARTING and says what the model is doing (not a queue position), and ``endpoints wait``
+    without a terminal prints that milestone as one line before READY."""
+    milestone = "loading the base model weights"
+    hold_at(svc, f"starting: {milestone}")
+    ep = json.loads(
+        svc.cli("training", "endpoints", "create", "--model", model, "-o", "json").stdout
+    )
+    wait_held(svc)
+    deadline = time.monotonic() + 60  # the service reads the worker's status as it changes
+    while (got := svc.api("GET", f"/v1/training/endpoints/{ep['id']}").json())[
+        "activity"
+    ] != f"the model is {milestone}":
+        assert time.monotonic() < deadline and got["state"] == "STARTING", got
+        time.sleep(0.1)
+    assert got["state"] == "STARTING"
+    log = tmp_path / "wait.err"
+    with log.open("w") as err:
+        waiting = subprocess.Popen(
+            [str(BIN / "akka-optimize"), "training", "endpoints", "wait", ep["id"]],
+            env=svc.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        deadline = time.monotonic() + 60
+        while f"STARTING: the model is {milestone}" not in log.read_text():
+            assert time.monotonic() < deadline and waiting.poll() is None, log.read_text()
+            time.sleep(0.1)
+        release(svc)
+        assert waiting.wait(timeout=120) == 0, log.read_text()
+    lines = log.read_text().splitlines()
+    assert len(lines) == len(set(lines)) and not any("queued" in x for x in lines), lines
+    return svc.api("GET", f"/v1/training/endpoints/{ep['id']}").json()
+
+
+def test_tool_call_round_trip_through_the_proxy(ready_service, lora_dirs, tmp_path):
     svc = ready_service
     _upload(svc, lora_dirs["tools"], "tools")
-    ep = create_endpoint(svc, "proj/tools")
+    ep = _create_watching_the_start(svc, "proj/tools", tmp_path)
+    assert ep["state"] == "READY", ep
     with proxied_client(svc, ep["id"]) as (client, _models):
         system = {"role": "system", "content": INSTRUCTIONS}
         q = {"role": "user", "content": "Weather in Paris?"}

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -83,6 +84,28 @@ def resolve_token(url: str) -> str | None:
     return None
 
 
+def wait_after_503(r: httpx.Response) -> None:
+    """Sleep for the answer's ``Retry-After`` seconds (2 when absent, at most 10) before
+    the one retry every command makes after a 503 (F136: an access-check outage answers
+    503 "retry after a few seconds")."""
+    try:
+        wait = float(r.headers.get("Retry-After", "2") or 2)
+    except ValueError:
+        wait = 2.0
+    time.sleep(min(max(wait, 0.0), 10.0))
+
+
+def retrying_503(send: Callable[[], httpx.Response]) -> httpx.Response:
+    """``send()``, and once more after :func:`wait_after_503` when it answered 503: the
+    retry of :meth:`Client.request` for commands that send with httpx themselves
+    (``runs start``, streamed uploads, downloads)."""
+    r = send()
+    if r.status_code == 503:
+        wait_after_503(r)
+        r = send()
+    return r
+
+
 class Client:
     """A thin JSON client of one service. Raises :class:`CliError` with the service's message."""
 
@@ -125,7 +148,7 @@ class Client:
                 f"The service at {self.url} needs a token and this shell has no token. {ways}"
             )
         if r.status_code == 503 and retry_503:
-            time.sleep(min(float(r.headers.get("Retry-After", "2") or 2), 10.0))
+            wait_after_503(r)
             return self.request(method, path, retry_503=False, headers=headers, **kw)
         return decode(r)
 

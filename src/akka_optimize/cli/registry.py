@@ -23,7 +23,7 @@ import httpx
 import typer
 
 from ..refs import Ref, parse_ref
-from .client import Client, decode
+from .client import Client, decode, retrying_503
 from .context import CliError, prog
 from .output import OutputOpt, emit, print_table
 
@@ -109,16 +109,18 @@ def upload(path_: str, file: Path, params: dict[str, Any], timeout: float | None
 
     def run() -> None:
         try:
-            r = httpx.post(
-                c.url + path_,
-                params={k: v for k, v in params.items() if v is not None},
-                content=_progress_chunks(file, file.name),
-                headers={
-                    **c.headers(),
-                    "Content-Type": "application/octet-stream",
-                    "Content-Length": str(file.stat().st_size),
-                },
-                timeout=limits,
+            r = retrying_503(
+                lambda: httpx.post(
+                    c.url + path_,
+                    params={k: v for k, v in params.items() if v is not None},
+                    content=_progress_chunks(file, file.name),
+                    headers={
+                        **c.headers(),
+                        "Content-Type": "application/octet-stream",
+                        "Content-Length": str(file.stat().st_size),
+                    },
+                    timeout=limits,
+                )
             )
             box["answer"] = decode(r)
         except BaseException as exc:  # handed to the caller's thread
@@ -504,10 +506,12 @@ def _download_folder(ref: str, route: str, out: Path, timeout: float | None = No
         raise CliError(f"{out} is not an empty folder; give a new or empty one.", exit_code=2)
     c = Client("registry")
     try:
-        resp = httpx.get(
-            c.url + _path("model", _ref(ref)) + f"/{route}",
-            headers=c.headers(),
-            timeout=timeout or ANSWER_S,
+        resp = retrying_503(
+            lambda: httpx.get(
+                c.url + _path("model", _ref(ref)) + f"/{route}",
+                headers=c.headers(),
+                timeout=timeout or ANSWER_S,
+            )
         )
     except httpx.ConnectError as exc:
         raise CliError(f"Cannot reach the registry at {c.url}.") from exc

@@ -16,7 +16,7 @@ import httpx
 import typer
 import yaml
 
-from .client import Client, with_prog
+from .client import Client, retrying_503, with_prog
 from .context import CliError, prog
 from .output import check_format, console
 from .runs_follow import follow_run
@@ -61,12 +61,14 @@ def post_plan(plan: Any, dry_run: bool) -> tuple[int, dict[str, Any]]:
     client = Client("trainer")
     params = {"dryRun": "true"} if dry_run else None
     try:
-        r = httpx.post(
-            client.url + "/v1/training/runs",
-            json=plan,
-            params=params,
-            headers=client.headers(),
-            timeout=client.timeout,
+        r = retrying_503(
+            lambda: httpx.post(
+                client.url + "/v1/training/runs",
+                json=plan,
+                params=params,
+                headers=client.headers(),
+                timeout=client.timeout,
+            )
         )
     except httpx.ConnectError as exc:
         raise CliError(

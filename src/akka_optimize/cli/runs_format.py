@@ -115,6 +115,16 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
             ("Step", f"{r.get('step')}/{r.get('totalSteps') or '?'}"),
             ("Last saved step", r.get("lastSavedStep")),
             *(
+                [("Unrecorded saves", ", ".join(f"step {n}" for n in r["unrecordedSaves"]))]
+                if r.get("unrecordedSaves")
+                else []
+            ),
+            *(
+                [("Rows tokenized", f"{r['preparing']['rowsDone']}/{r['preparing']['rowsTotal']}")]
+                if r.get("preparing") and run.get("state") == "PREPARING"
+                else []
+            ),
+            *(
                 [("Reward", f"{fmt(r.get('rewardStart'))} -> {fmt(r.get('rewardFinal'))}")]
                 if r.get("rewardStart") is not None
                 else []

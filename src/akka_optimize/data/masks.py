@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -89,12 +90,15 @@ def encode_rows(
     policy: LossPolicy,
     row_numbers: list[int],
     errors: list[RenderError] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> list[Encoded]:
-    """Render, tokenize (in batches) and mask ``rows``.
+    """Render, tokenize (in batches of ``BATCH_ROWS``) and mask ``rows``.
 
     Args:
         errors: when given, rows the template cannot render are appended here and left
             out of the result instead of raising.
+        progress: called after each batch with the number of rows done so far (the
+            PREPARING counts of seeds/001); an exception it raises stops tokenizing.
 
     Raises:
         RenderError: a row the template cannot render correctly (row number, what was
@@ -113,13 +117,14 @@ def encode_rows(
         numbers = row_numbers[b : b + BATCH_ROWS]
         rendered = render_rows(tokenizer, rows[b : b + BATCH_ROWS], policy, numbers, errors)
         kept = [(r, n) for r, n in zip(rendered, numbers, strict=True) if r is not None]
-        if not kept:
-            continue
         # the Rust tokenizer directly: the same ids as tokenizer(text, add_special_tokens=False)
-        encodings = backend.encode_batch([r.text for r, _ in kept], add_special_tokens=False)
+        texts = [r.text for r, _ in kept]
+        encodings = backend.encode_batch(texts, add_special_tokens=False) if texts else []
         for enc, (r, n) in zip(encodings, kept, strict=True):
             weights = weights_from_offsets(enc.offsets, r.trained)
             out.append(Encoded(Example(list(enc.ids), weights, n), r, enc.offsets))
+        if progress is not None:
+            progress(min(b + BATCH_ROWS, len(rows)))
     return out
 
 
@@ -197,6 +202,7 @@ def prepare_examples(
     max_seq_length: int,
     on_too_long: Literal["drop", "refuse"] = "drop",
     row_numbers: list[int] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Prepared:
     """Tokenize and mask a dataset, dropping (or refusing) rows that do not fit.
 
@@ -207,6 +213,7 @@ def prepare_examples(
 
     Args:
         rows: normalised rows; ``row_numbers`` (default 1..N) are their line numbers.
+        progress: rows tokenized so far, after each batch (see :func:`encode_rows`).
 
     Raises:
         InvalidRequest: a row too long under ``"refuse"``, or no supervised token left in
@@ -216,7 +223,7 @@ def prepare_examples(
     if on_too_long not in ("drop", "refuse"):
         raise ValueError(f"on_too_long must be 'drop' or 'refuse', not {on_too_long!r}")
     numbers = row_numbers or list(range(1, len(rows) + 1))
-    encoded = encode_rows(tokenizer, rows, policy, numbers)
+    encoded = encode_rows(tokenizer, rows, policy, numbers, progress=progress)
     kept, too_long, empty, warnings = [], [], [], []
     for enc in encoded:
         ex = enc.example

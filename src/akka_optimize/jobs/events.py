@@ -69,6 +69,9 @@ def apply_event(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, A
         entry = {k: v for k, v in ev.items() if k != "type"}
         warnings = [*(run.results or {}).get("warnings", []), entry]
         run.results = {**(run.results or {}), "warnings": warnings}
+        if ev.get("code") == "unrecorded_save":  # jobs/training.py: a save that was not stored
+            lost = sorted({*(run.results.get("unrecordedSaves") or []), int(ev["step"])})
+            run.results = {**run.results, "unrecordedSaves": lost}
     elif kind == "failed":
         end_attempt(run, att, S.FAILED, ev.get("reason") or "The worker failed without a reason.")
         run.failure_detail = ev.get("detail")
@@ -96,6 +99,9 @@ def _phase(run: Run, ev: dict[str, Any]) -> None:
     if run.state in S.ACTIVE and ev.get("phase") in S.ACTIVE:
         run.state = ev["phase"]
     run.phase_detail = ev.get("detail") or str(ev.get("phase", "")).replace("_", " ")
+    if "rowsTotal" in ev:  # jobs/training.py: PREPARING's completed and total rows (F071)
+        counts = {"rowsDone": int(ev.get("rowsDone") or 0), "rowsTotal": int(ev["rowsTotal"])}
+        run.results = {**(run.results or {}), "preparing": counts}
     if ev.get("adaptedModules"):
         run.results = {**(run.results or {}), "adaptedModules": ev["adaptedModules"]}
     if ev.get("judgeEndpoint"):  # an evaluation's model: judge (evals/worker.py)

@@ -8,6 +8,7 @@ settings → rows → examples → engine → saves → result.
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,33 @@ def _prepared_set(
     return Prepared(examples, examples_report(len(examples), examples, max_seq_length))
 
 
+class CancelledWhileTokenizing(Exception):
+    """The service asked the attempt to cancel while it tokenized its rows (F071)."""
+
+
+def tokenizing_progress(events: Any, total: int) -> Any:
+    """The ``progress`` callback of :func:`akka_optimize.data.masks.prepare_examples`: sends
+    a PREPARING phase event with ``rowsDone`` and ``rowsTotal`` (seeds/001 "PREPARING shows
+    completed and total row counts") and raises :class:`CancelledWhileTokenizing` once the
+    service's answer asks to cancel, so a cancel stops tokenizing before any update."""
+
+    def progress(done: int) -> None:
+        events.send(
+            {
+                "type": "phase",
+                "phase": "PREPARING",
+                "detail": f"tokenizing rows: {done} of {total} done",
+                "rowsDone": done,
+                "rowsTotal": total,
+            }
+        )
+        hold(f"tokenized-{done}")  # tests only: stop at a known row count
+        if events.control == "cancel":
+            raise CancelledWhileTokenizing
+
+    return progress
+
+
 def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, Any]:
     """Rows, tokenized training set and validation set (or None), with their phase events.
 
@@ -89,16 +117,12 @@ def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, A
         train_set = _prepared_set(store, spec.dataset, tokenizer, spec.max_seq_length)
     else:
         rows = _load_rows(store, spec.dataset)
-        events.send(
-            {
-                "type": "phase",
-                "phase": "PREPARING",
-                "detail": f"tokenizing {len(rows)} rows",
-                "rowsTotal": len(rows),
-            }
-        )
+        progress = tokenizing_progress(events, len(rows))
+        progress(0)
         policy = LossPolicy.from_config(spec.loss)
-        train_set = prepare_examples(tokenizer, rows, policy, spec.max_seq_length, spec.on_too_long)
+        train_set = prepare_examples(
+            tokenizer, rows, policy, spec.max_seq_length, spec.on_too_long, progress=progress
+        )
     val_set = None
     if _is_prepared(spec.validation_dataset):
         val_set = _prepared_set(store, spec.validation_dataset, tokenizer, spec.max_seq_length)
@@ -153,20 +177,77 @@ def uploading(spec: JobSpec, store: BlobStore, events: Any, speed: dict[str, flo
         if event.get("type") == "save" and event.get("stateDir"):
             step = event["step"]
             prefix = f"{spec.state_prefix}/step-{step}"
+            try:
+                sb, ab = commit_save(
+                    store, event, prefix, float(spec.extra.get("save_retry_s", SAVE_COMMIT_S))
+                )
+            except OSError as exc:  # the run goes on; the save is named as unrecorded
+                event = unrecorded_save(step, exc)
+            else:
+                event = {k: v for k, v in event.items() if k not in ("stateDir", "adapterDir")}
+                event.update(
+                    stateKey=f"{prefix}/state",
+                    adapterKey=f"{prefix}/adapter" if ab else None,
+                    stateBytes=sb,
+                    adapterBytes=ab,
+                )
+        events.send(event)
+
+    return emit
+
+
+SAVE_COMMIT_S = 900.0
+"""How long a save's upload is retried (seconds) before it is reported unrecorded and the
+run goes on (seeds/001: saves commit "or their commit has failed, waiting at most 15
+minutes"; F074)."""
+
+
+def commit_save(
+    store: BlobStore, event: dict[str, Any], prefix: str, retry_s: float
+) -> tuple[int, int]:
+    """Upload a save's state (and adapter, when there is one) under ``prefix``, retrying
+    store errors with backoff for ``retry_s`` seconds; returns (state bytes, adapter
+    bytes). A half-written save is deleted before each retry and after the last failure.
+
+    Raises:
+        OSError: the store still refused after ``retry_s`` seconds (the last error).
+    """
+    deadline = time.monotonic() + retry_s
+    delay = 1.0
+    while True:
+        try:
             sb = upload_dir(store, Path(event["stateDir"]), f"{prefix}/state")
             ab = 0
             if event.get("adapterDir") and Path(event["adapterDir"]).exists():
                 ab = upload_dir(store, Path(event["adapterDir"]), f"{prefix}/adapter")
-            event = {k: v for k, v in event.items() if k not in ("stateDir", "adapterDir")}
-            event.update(
-                stateKey=f"{prefix}/state",
-                adapterKey=f"{prefix}/adapter" if ab else None,
-                stateBytes=sb,
-                adapterBytes=ab,
-            )
-        events.send(event)
+            return sb, ab
+        except OSError:
+            for key in _keys_under(store, prefix):
+                store.delete(key)
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 60.0)
 
-    return emit
+
+def _keys_under(store: BlobStore, prefix: str) -> list[str]:
+    try:
+        return store.list(prefix)
+    except OSError:
+        return []
+
+
+def unrecorded_save(step: int, exc: BaseException) -> dict[str, Any]:
+    """The warning event of a save whose upload failed (code ``unrecorded_save``); the
+    service lists its step in the run's ``unrecordedSaves`` (F074)."""
+    return {
+        "type": "warning",
+        "code": "unrecorded_save",
+        "step": step,
+        "message": f"The save at step {step} could not be written to the blob store and was "
+        f"not recorded ({type(exc).__name__}: {exc}); the run goes on from its memory, and "
+        "a resume starts from an earlier save.",
+    }
 
 
 def stop_event(events: Any, result: Any) -> dict[str, Any] | None:
@@ -194,7 +275,10 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
     from ..engine.config import EngineConfig
     from ..engine.sft import run_sft
 
-    rows, train_set, val_set = _prepare(spec, store, events)
+    try:
+        rows, train_set, val_set = _prepare(spec, store, events)
+    except CancelledWhileTokenizing:
+        return {"type": "cancelled"}
     cfg = EngineConfig(**spec.engine)
     examples = train_set.examples
     state_dir = work / "state"

@@ -104,6 +104,7 @@ def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
         "epochModels": res.get("epochModels"),
         "smoke": res.get("smoke"),
         "unrecordedSaves": res.get("unrecordedSaves"),
+        "preparing": res.get("preparing"),
     }
 
 

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..testhooks import hold
 from .engine_factory import make_engine
 from .schema import OpenAIError
 from .worker_app import create_worker_app
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def say(msg: str) -> None:
         _write_status(status, phase="loading", message=msg)
+        hold(f"starting: {msg}")  # tests only: stop at a known start milestone
 
     try:
         import uvicorn

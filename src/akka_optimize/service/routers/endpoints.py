@@ -147,7 +147,11 @@ def view(s: Session, ep: Endpoint, ctx: ServiceContext) -> dict[str, Any]:
     """The API shape of an endpoint."""
     proj = s.get(Project, ep.project_id)
     rows = _models(s, ep)
-    activity = manager(ctx).queue_line(ep.id) or ep.activity
+    # a STARTING endpoint says what its model is doing (F111); its queue position is
+    # only news while it waits
+    activity = ep.activity
+    if ep.state == "QUEUED" and not activity:
+        activity = manager(ctx).queue_line(ep.id)
     return {
         "id": ep.id,
         "projectId": ep.project_id,
