@@ -22,7 +22,8 @@
    validation loss to ``demo-output/``.
 
 Environment: ``DEMO_TRAIN_ROWS`` (default 200), ``DEMO_TEST_QUESTIONS`` (30),
-``DEMO_MAX_TOKENS`` (256), ``DEMO_OUT`` (demo-output), ``DEMO_PORT`` (9001).
+``DEMO_MAX_TOKENS`` (256), ``DEMO_OUT`` (demo-output), ``DEMO_PORT`` (9001; on another
+port the demo makes itself a token with ``server token create``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,29 @@ def env() -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     e.pop("AKKA_OPTIMIZE_TOKEN", None)
+    if TOKEN:
+        e["AKKA_OPTIMIZE_TOKEN"] = TOKEN[0]
     return e
+
+
+TOKEN: list[str] = []
+"""A token made for this demo's service when it listens elsewhere than
+``localhost:9001`` (only that address takes the development token by itself)."""
+
+
+def issue_token() -> None:
+    """``server token create`` on the demo's home when ``DEMO_PORT`` is not 9001."""
+    if PORT == 9001 or TOKEN:
+        return
+    print("\n$ export AKKA_OPTIMIZE_TOKEN=$(akka-optimize server token create)", flush=True)
+    p = subprocess.run(
+        [str(BIN / "akka-optimize"), "server", "token", "create"],
+        env=env(),
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    TOKEN.append(p.stdout.strip())
 
 
 def cli(*args: str, capture: bool = False, quiet: bool = False) -> str:
@@ -230,6 +253,7 @@ def main() -> None:
     proxy = None
     try:
         wait_http(f"http://localhost:{PORT}/healthz")
+        issue_token()
         cli("training", "info")
         cli("training", "projects", "create", "gsm8k")
         cli("registry", "datasets", "register", "gsm8k/train", "-f", str(train))

@@ -164,8 +164,10 @@ def _smoke(reading: dict[str, Any]) -> str:
     """A smoke run's reading: ``REPRODUCED: 0.952 of 311 supervised tokens at step 20
     (threshold 0.9, 8 rows)``; while it trains, the reading so far."""
     head = reading.get("reading") or "measuring"
+    limits = f"threshold {reading.get('threshold')}"
+    if reading.get("rows"):
+        limits += f", {reading['rows']} rows"
     return (
         f"{head}: {fmt(reading.get('reproduction'))} of {reading.get('supervisedTokens')} "
-        f"supervised tokens at step {reading.get('step')} (threshold "
-        f"{reading.get('threshold')}{', ' + str(reading['rows']) + ' rows' if reading.get('rows') else ''})"
+        f"supervised tokens at step {reading.get('step')} ({limits})"
     )

@@ -297,10 +297,8 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     ``limit``, ``limits``) and ``hidden`` (folders the grader must not see: the service's
     home). Every side answers every row on one engine (the sides share a base model).
     """
-    from ..registry import download_bundle, download_model_files, load_dataset_rows
-    from ..serving.engine import SamplingParams
+    from ..registry import download_bundle, load_dataset_rows
     from ..serving.transformers_engine import TransformersEngine
-    from .sandbox import GraderPool
 
     ev = spec.extra["evaluation"]
     sides = ev.get("sides") or [{"model": ev["model"], "adapter": ev.get("adapter")}]
@@ -310,12 +308,10 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     if ev.get("limit"):
         rows = rows[: int(ev["limit"])]
     examples = eval_rows(rows, dataset.pinned, f"{dataset.namespace}/{dataset.name}")
-    n = len(examples)
-    total = n * len(sides)
-
+    total = len(examples) * len(sides)
     grader = ev["grader"]
-    judged = grader.get("kind") == "model"
-    if not judged:
+    bundle_dir = None
+    if grader.get("kind") != "model":
         bundle_dir = download_bundle(store, _version("bundle", grader["bundle"]), work / "bundle")
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "loading the model"})
@@ -326,21 +322,58 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
         max_context=int(ev.get("maxContext") or 8192),
         max_batch_rows=rows_at_once,
     )
+    names = _load_sides(engine, sides, store, work)
+    answers = _answer_sides(engine, names, examples, ev, events, rows_at_once)
+    if answers is None or events.control == "cancel":
+        return {"type": "cancelled"}
+    graded = _grade(spec, ev, events, examples, answers, bundle_dir, rows_at_once)
+    if events.control == "cancel":
+        return {"type": "cancelled"}
+    n = len(examples)
+    per_side = [graded[i * n : (i + 1) * n] for i in range(len(sides))]
+    key = f"runs/{spec.run_id}/evaluation/examples.jsonl"
+    body = "".join(
+        json.dumps(r, ensure_ascii=False) + "\n" for r in _records(examples, answers, per_side)
+    )
+    store.put_bytes(key, body.encode())
+    events.send({"type": "progress", "completed": total, "total": total, "stage": "graded"})
+    result = _result(ev, per_side)
+    result["examplesKey"] = key
+    result["batchSizes"] = engine.batch_sizes[:200]
+    return {"type": "completed", "result": result}
+
+
+def _load_sides(engine: Any, sides: list[dict[str, Any]], store: BlobStore, work: Path) -> list:
+    """Load each side's adapter on ``engine``; the served name per side (None: the base)."""
+    from ..jobs.blobs import download_prefix
+    from ..registry import download_model_files
+
     names: list[str | None] = []
     for i, side in enumerate(sides):
         if side.get("adapterKey"):  # a run's snapshot (a sweep's source), not registered
-            from ..jobs.blobs import download_prefix
-
             folder = download_prefix(store, side["adapterKey"], work / f"adapter-{i}")
-            engine.load_adapter(f"{ADAPTER}-{i}", folder)
-            names.append(f"{ADAPTER}-{i}")
         elif side.get("adapter"):
             folder = work / f"adapter-{i}"
             download_model_files(store, _version("model", side["adapter"]), folder)
-            engine.load_adapter(f"{ADAPTER}-{i}", folder)
-            names.append(f"{ADAPTER}-{i}")
         else:
             names.append(None)
+            continue
+        engine.load_adapter(f"{ADAPTER}-{i}", folder)
+        names.append(f"{ADAPTER}-{i}")
+    return names
+
+
+def _answer_sides(
+    engine: Any,
+    names: list[str | None],
+    examples: list[Any],
+    ev: dict[str, Any],
+    events: Any,
+    rows_at_once: int,
+) -> list[list[str | None]] | None:
+    """Every side's answer to every example, with progress events; None when cancelled."""
+    from ..serving.engine import SamplingParams
+
     sp = ev["sampling"]
     params = SamplingParams(
         max_tokens=int(sp["maxTokens"]),
@@ -348,6 +381,7 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
         top_p=float(sp["topP"]),
         seed=sp.get("seed"),
     )
+    n, total = len(examples), len(examples) * len(names)
 
     def cancelled() -> bool:
         return events.control == "cancel"
@@ -383,7 +417,29 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
             )
         )
         if cancelled():
-            return {"type": "cancelled"}
+            return None
+    return answers
+
+
+def _grade(
+    spec: JobSpec,
+    ev: dict[str, Any],
+    events: Any,
+    examples: list[Any],
+    answers: list[list[str | None]],
+    bundle_dir: Path | None,
+    rows_at_once: int,
+) -> list[Any]:
+    """Grade every answer, side after side: a bundle in the sandbox, or a ``model:`` judge
+    (a comparison's judge sees both answers of a pair)."""
+    from .sandbox import GraderPool
+
+    grader = ev["grader"]
+    judged = grader.get("kind") == "model"
+    total = len(examples) * len(answers)
+
+    def cancelled() -> bool:
+        return events.control == "cancel"
 
     how = f" with the judge {grader['judgeModel']} (its endpoint starts first)" if judged else ""
     events.send({"type": "phase", "phase": "RUNNING", "detail": f"grading {total} answers{how}"})
@@ -397,7 +453,7 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
         for side_answers in answers
         for ex in examples
     ]
-    if judged and len(sides) == 2:
+    if judged and len(answers) == 2:
         got_a, got_b = judge_pairs(
             events,
             grader,
@@ -407,9 +463,9 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
             concurrency=rows_at_once,
             stop=cancelled,
         )
-        graded = got_a + got_b
-    elif judged:
-        graded = judge_all(
+        return got_a + got_b
+    if judged:
+        return judge_all(
             events,
             grader,
             [ex for _ in answers for ex in examples],
@@ -417,16 +473,19 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
             concurrency=rows_at_once,
             stop=cancelled,
         )
-    else:
-        hidden = [Path(p) for p in spec.extra.get("hidden", [])]
-        with GraderPool(
-            bundle_dir, grader["module"], grader["function"], _limits(ev), hidden=hidden
-        ) as pool:
-            graded = pool.score(calls)
-    if cancelled():
-        return {"type": "cancelled"}
-    per_side = [graded[i * n : (i + 1) * n] for i in range(len(sides))]
+    assert bundle_dir is not None  # a bundle grader was downloaded by evaluate
+    hidden = [Path(p) for p in spec.extra.get("hidden", [])]
+    with GraderPool(
+        bundle_dir, grader["module"], grader["function"], _limits(ev), hidden=hidden
+    ) as pool:
+        return pool.score(calls)
 
+
+def _records(
+    examples: list[Any], answers: list[list[str | None]], per_side: list[list[Any]]
+) -> list[dict[str, Any]]:
+    """One record per example: prompt, ground truth, and each side's answer, score,
+    details and error (suffix ``A``/``B`` for a comparison, the side's index for a fan)."""
     records = []
     for ex in examples:
         rec: dict[str, Any] = {
@@ -436,38 +495,29 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
         }
         for i, g in enumerate(per_side):
             got = g[ex.index]
-            suffix = "" if len(sides) == 1 else "AB"[i] if len(sides) == 2 else str(i)
+            suffix = "" if len(per_side) == 1 else "AB"[i] if len(per_side) == 2 else str(i)
             rec[f"answer{suffix}"] = answers[i][ex.index]
             rec[f"score{suffix}"] = got.score
             rec[f"details{suffix}"] = got.details
             rec[f"error{suffix}"] = got.error
         records.append(rec)
-    key = f"runs/{spec.run_id}/evaluation/examples.jsonl"
-    body = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
-    store.put_bytes(key, body)
-    events.send({"type": "progress", "completed": total, "total": total, "stage": "graded"})
-    if ev.get("fan"):  # a sweep: every branch (sides 1…) against the source snapshot
-        from .stats import paired
+    return records
 
-        source = [g.score for g in per_side[0]]
-        result = {
-            "baseline": summary(source),
-            "fan": [
-                {
-                    **summary([g.score for g in got]),
-                    "vsSource": paired([g.score for g in got], source),
-                }
-                for got in per_side[1:]
-            ],
+
+def _result(ev: dict[str, Any], per_side: list[list[Any]]) -> dict[str, Any]:
+    """The summary: an evaluation's, a comparison's paired difference (with each side's
+    summary), or a sweep's fan (every branch against the source snapshot, side 0)."""
+    from .stats import paired
+
+    scores = [[g.score for g in got] for got in per_side]
+    if ev.get("fan"):
+        return {
+            "baseline": summary(scores[0]),
+            "fan": [{**summary(s), "vsSource": paired(s, scores[0])} for s in scores[1:]],
         }
-    elif len(sides) == 1:
-        result = summary([g.score for g in graded])
-    else:
-        from .stats import paired
-
-        result = paired([g.score for g in per_side[0]], [g.score for g in per_side[1]])
-        result["candidate"] = summary([g.score for g in per_side[0]])
-        result["baseline"] = summary([g.score for g in per_side[1]])
-    result["examplesKey"] = key
-    result["batchSizes"] = engine.batch_sizes[:200]
-    return {"type": "completed", "result": result}
+    if len(per_side) == 1:
+        return summary(scores[0])
+    result = paired(scores[0], scores[1])
+    result["candidate"] = summary(scores[0])
+    result["baseline"] = summary(scores[1])
+    return result
