@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -167,16 +167,7 @@ def sweep(
 
     Example: {prog} training runs sweep 970076e8 --snapshot step-4000 --steps 200 --grid learning-rate.json --dataset triage-val --compare
     """
-    from pathlib import Path
-
-    try:
-        points = json.loads(Path(grid).read_text())
-    except OSError as exc:
-        raise CliError(f"Cannot read the grid file {grid}: {exc.strerror or exc}.") from exc
-    except json.JSONDecodeError as exc:
-        raise CliError(
-            f"{grid} line {exc.lineno} column {exc.colno}: not valid JSON: {exc.msg}."
-        ) from exc
+    points = _read_grid(grid)
     client = Client()
     body = {"snapshot": snapshot, "steps": steps, "grid": points, "dataset": dataset}
     if compare:
@@ -195,59 +186,80 @@ def sweep(
         if data.get("comparison"):
             data["comparison"] = follow_comparison(client, data["comparison"]["id"], output)
 
-    def text(d: dict, wide: bool) -> None:
-        n, k = len(d["points"]), d["steps"]
-        console.print(
-            f"Sweep of run {d['source']} from {d['snapshot']}: {n} branch{'es' if n != 1 else ''} "
-            f"of {k} update{'s' if k != 1 else ''}"
-        )
-        points = list(d["points"])
-        cmp = d.get("comparison") or {}
-        fan = {f["run"]: f for f in cmp.get("fan") or []}
-        scored = [p["run"]["results"]["validationLoss"] for p in points]
-        if fan:  # best score first (the comparison ranks the fan); unscored branches last
-            order = [f["run"] for f in cmp["fan"]]
-            points.sort(key=lambda p: order.index(p["run"]["id"]) if p["run"]["id"] in fan else 1e9)
-            src = cmp.get("source") or {}
-            console.print(
-                f"Ranked by score on {cmp.get('dataset')} ({cmp.get('grader')}), best first; "
-                f"the source snapshot scores {_fmt(src.get('mean'))} "
-                f"(comparison {cmp['id'][:8]})."
-            )
-        elif all(v is not None for v in scored):  # best validation loss first
-            points.sort(key=lambda p: p["run"]["results"]["validationLoss"])
-            console.print("Ranked by validation loss, best first.")
-        rows = []
-        for p in points:
-            f = fan.get(p["run"]["id"]) or {}
-            vs = f.get("vsSource") or {}
-            rows.append(
-                {
-                    "run": p["run"]["id"][:8],
-                    "point": " ".join(
-                        f"{k.rsplit('.', 1)[-1]}={json.dumps(v)}" for k, v in p["point"].items()
-                    ),
-                    "state": p["run"]["state"],
-                    "loss": _fmt(p["run"]["results"]["finalLoss"]),
-                    "val": _fmt(p["run"]["results"]["validationLoss"]),
-                    "score": _fmt(f.get("mean")),
-                    "vs": f"{vs['wins']}/{vs['losses']}/{vs['ties']}" if vs else "",
-                    "model": p["run"]["results"]["model"],
-                }
-            )
-        columns = [("RUN", "run"), ("POINT", "point"), ("STATE", "state"),
-                   ("FINAL LOSS", "loss"), ("VAL LOSS", "val")]  # fmt: skip
-        if cmp:
-            columns += [("SCORE", "score"), ("W/L/T VS SOURCE", "vs")]
-        print_table(rows, [*columns, ("MODEL", "model")])
-        if cmp and not fan:
-            console.print(
-                f"Comparison {cmp['id'][:8]} {cmp['state']}"
-                + (f": {cmp.get('failureReason')}" if cmp.get("failureReason") else "")
-                + f"; `training comparisons get {cmp['id'][:8]}` shows it."
-            )
+    emit(data, output, _sweep_text)
 
-    emit(data, output, text)
+
+def _read_grid(grid: str) -> Any:
+    """The sweep's grid file as JSON.
+
+    Raises:
+        CliError: the file cannot be read, or is not JSON (line and column named).
+    """
+    from pathlib import Path
+
+    try:
+        return json.loads(Path(grid).read_text())
+    except OSError as exc:
+        raise CliError(f"Cannot read the grid file {grid}: {exc.strerror or exc}.") from exc
+    except json.JSONDecodeError as exc:
+        raise CliError(
+            f"{grid} line {exc.lineno} column {exc.colno}: not valid JSON: {exc.msg}."
+        ) from exc
+
+
+def _sweep_text(d: dict, wide: bool) -> None:
+    """A sweep as text: its branches ranked by the comparison's score (or validation
+    loss), one row per grid point."""
+    n, k = len(d["points"]), d["steps"]
+    console.print(
+        f"Sweep of run {d['source']} from {d['snapshot']}: {n} branch{'es' if n != 1 else ''} "
+        f"of {k} update{'s' if k != 1 else ''}"
+    )
+    points = list(d["points"])
+    cmp = d.get("comparison") or {}
+    fan = {f["run"]: f for f in cmp.get("fan") or []}
+    scored = [p["run"]["results"]["validationLoss"] for p in points]
+    if fan:  # best score first (the comparison ranks the fan); unscored branches last
+        order = [f["run"] for f in cmp["fan"]]
+        points.sort(key=lambda p: order.index(p["run"]["id"]) if p["run"]["id"] in fan else 1e9)
+        src = cmp.get("source") or {}
+        console.print(
+            f"Ranked by score on {cmp.get('dataset')} ({cmp.get('grader')}), best first; "
+            f"the source snapshot scores {_fmt(src.get('mean'))} "
+            f"(comparison {cmp['id'][:8]})."
+        )
+    elif all(v is not None for v in scored):  # best validation loss first
+        points.sort(key=lambda p: p["run"]["results"]["validationLoss"])
+        console.print("Ranked by validation loss, best first.")
+    rows = []
+    for p in points:
+        f = fan.get(p["run"]["id"]) or {}
+        vs = f.get("vsSource") or {}
+        rows.append(
+            {
+                "run": p["run"]["id"][:8],
+                "point": " ".join(
+                    f"{k.rsplit('.', 1)[-1]}={json.dumps(v)}" for k, v in p["point"].items()
+                ),
+                "state": p["run"]["state"],
+                "loss": _fmt(p["run"]["results"]["finalLoss"]),
+                "val": _fmt(p["run"]["results"]["validationLoss"]),
+                "score": _fmt(f.get("mean")),
+                "vs": f"{vs['wins']}/{vs['losses']}/{vs['ties']}" if vs else "",
+                "model": p["run"]["results"]["model"],
+            }
+        )
+    columns = [("RUN", "run"), ("POINT", "point"), ("STATE", "state"),
+               ("FINAL LOSS", "loss"), ("VAL LOSS", "val")]  # fmt: skip
+    if cmp:
+        columns += [("SCORE", "score"), ("W/L/T VS SOURCE", "vs")]
+    print_table(rows, [*columns, ("MODEL", "model")])
+    if cmp and not fan:
+        console.print(
+            f"Comparison {cmp['id'][:8]} {cmp['state']}"
+            + (f": {cmp.get('failureReason')}" if cmp.get("failureReason") else "")
+            + f"; `training comparisons get {cmp['id'][:8]}` shows it."
+        )
 
 
 @app.command("tree")
