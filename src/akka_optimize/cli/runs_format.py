@@ -49,95 +49,11 @@ def fmt(v: Any, digits: int = 4) -> str:
 
 def print_run(run: dict[str, Any], wide: bool) -> None:
     """A run in three parts: state, results and cost (seeds/001)."""
-    r, c = run["results"], run["cost"]
+    c = run["cost"]
     console.print("[bold]State[/bold]")
-    print_kv(
-        [
-            ("Run", run["id"]),
-            ("Project", run["project"]),
-            ("State", run["state"]),
-            *[
-                (label, run.get(key))
-                for label, key in (
-                    ("Phase", "phase"),
-                    ("Queue reason", "queueReason"),
-                    ("Failure", "failure"),
-                )
-                if run.get(key)
-            ],
-            ("Base model", run["baseModel"]),
-            ("Dataset", run["dataset"]),
-            ("Validation dataset", run.get("validationDataset")),
-            (
-                "Branch from",
-                "{run} at {snapshot}".format(**run["branchFrom"])
-                if run.get("branchFrom")
-                else None,
-            ),
-            *([("Warm start", run["warmStartModelId"])] if run.get("warmStartModelId") else []),
-            *(
-                [
-                    ("Reward", run.get("reward")),
-                    *([("Judge", run["judge"])] if run.get("judge") else []),
-                    *(
-                        [
-                            ("Judge instructions", run.get("graderInstructions")),
-                            ("Instructions source", run.get("instructionsSource")),
-                        ]
-                        if run.get("judge")
-                        else []
-                    ),
-                ]
-                if run.get("method") == "rl"
-                else []
-            ),
-            *(
-                [
-                    (
-                        "Claims",
-                        "; ".join(
-                            f"{c['for']}: {c['devices']} {c['pool']} device"
-                            + ("" if c["devices"] == 1 else "s")
-                            for c in run["claims"]
-                        ),
-                    )
-                ]
-                if run.get("claims")
-                else []
-            ),
-            ("Config hash", run["configHash"][:16] if run.get("configHash") else None),
-        ]
-    )
+    print_kv(_state_pairs(run))
     console.print("[bold]Results[/bold]")
-    print_kv(
-        [
-            ("Model", r.get("model")),
-            ("Step", f"{r.get('step')}/{r.get('totalSteps') or '?'}"),
-            ("Last saved step", r.get("lastSavedStep")),
-            *(
-                [("Unrecorded saves", ", ".join(f"step {n}" for n in r["unrecordedSaves"]))]
-                if r.get("unrecordedSaves")
-                else []
-            ),
-            *(
-                [("Rows tokenized", f"{r['preparing']['rowsDone']}/{r['preparing']['rowsTotal']}")]
-                if r.get("preparing") and run.get("state") == "PREPARING"
-                else []
-            ),
-            *(
-                [("Reward", f"{fmt(r.get('rewardStart'))} -> {fmt(r.get('rewardFinal'))}")]
-                if r.get("rewardStart") is not None
-                else []
-            ),
-            *([("Smoke check", _smoke(r["smoke"]))] if r.get("smoke") else []),
-            ("Final loss", fmt(r.get("finalLoss"))),
-            ("Mean loss", fmt(r.get("meanLoss"))),
-            ("Validation loss", fmt(r.get("validationLoss"))),
-            ("Tokens/s", fmt(r.get("tokensPerSecond"))),
-            ("Adapted modules", _modules(r.get("adaptedModules") or [])),
-            ("Warnings", " | ".join(w.get("message", "") for w in r.get("warnings") or []) or None),
-        ]
-    )
+    print_kv(_result_pairs(run))
     console.print("[bold]Cost[/bold]")
     print_kv(
         [
@@ -151,6 +67,95 @@ def print_run(run: dict[str, Any], wide: bool) -> None:
         console.print("[bold]Settings[/bold] (* = stated by the plan)")
         for line in run["settings"].get("settingsText") or settings_lines(run["settings"]):
             console.print(line, highlight=False, markup=False)
+
+
+def _state_pairs(run: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The State part of ``runs get``: identity, phase, inputs, reward and claims."""
+    return [
+        ("Run", run["id"]),
+        ("Project", run["project"]),
+        ("State", run["state"]),
+        *[
+            (label, run.get(key))
+            for label, key in (
+                ("Phase", "phase"),
+                ("Queue reason", "queueReason"),
+                ("Failure", "failure"),
+            )
+            if run.get(key)
+        ],
+        ("Base model", run["baseModel"]),
+        ("Dataset", run["dataset"]),
+        ("Validation dataset", run.get("validationDataset")),
+        (
+            "Branch from",
+            "{run} at {snapshot}".format(**run["branchFrom"]) if run.get("branchFrom") else None,
+        ),
+        *([("Warm start", run["warmStartModelId"])] if run.get("warmStartModelId") else []),
+        *(
+            [
+                ("Reward", run.get("reward")),
+                *([("Judge", run["judge"])] if run.get("judge") else []),
+                *(
+                    [
+                        ("Judge instructions", run.get("graderInstructions")),
+                        ("Instructions source", run.get("instructionsSource")),
+                    ]
+                    if run.get("judge")
+                    else []
+                ),
+            ]
+            if run.get("method") == "rl"
+            else []
+        ),
+        *(
+            [
+                (
+                    "Claims",
+                    "; ".join(
+                        f"{cl['for']}: {cl['devices']} {cl['pool']} device"
+                        + ("" if cl["devices"] == 1 else "s")
+                        for cl in run["claims"]
+                    ),
+                )
+            ]
+            if run.get("claims")
+            else []
+        ),
+        ("Config hash", run["configHash"][:16] if run.get("configHash") else None),
+    ]
+
+
+def _result_pairs(run: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The Results part of ``runs get``: model, steps and saves, losses, readings."""
+    r = run["results"]
+    return [
+        ("Model", r.get("model")),
+        ("Step", f"{r.get('step')}/{r.get('totalSteps') or '?'}"),
+        ("Last saved step", r.get("lastSavedStep")),
+        *(
+            [("Unrecorded saves", ", ".join(f"step {n}" for n in r["unrecordedSaves"]))]
+            if r.get("unrecordedSaves")
+            else []
+        ),
+        *(
+            [("Rows tokenized", f"{r['preparing']['rowsDone']}/{r['preparing']['rowsTotal']}")]
+            if r.get("preparing") and run.get("state") == "PREPARING"
+            else []
+        ),
+        *(
+            [("Reward", f"{fmt(r.get('rewardStart'))} -> {fmt(r.get('rewardFinal'))}")]
+            if r.get("rewardStart") is not None
+            else []
+        ),
+        *([("Smoke check", _smoke(r["smoke"]))] if r.get("smoke") else []),
+        ("Final loss", fmt(r.get("finalLoss"))),
+        ("Mean loss", fmt(r.get("meanLoss"))),
+        ("Validation loss", fmt(r.get("validationLoss"))),
+        ("Tokens/s", fmt(r.get("tokensPerSecond"))),
+        ("Adapted modules", _modules(r.get("adaptedModules") or [])),
+        ("Warnings", " | ".join(w.get("message", "") for w in r.get("warnings") or []) or None),
+    ]
 
 
 def _modules(names: list[str]) -> str | None:
