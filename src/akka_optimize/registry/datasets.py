@@ -406,24 +406,9 @@ def register_dataset(
         )
     with open(path, "rb") as f:
         is_zip = f.read(4) == b"PK\x03\x04"
-    prepared = None
-    if is_zip:
-        members = _zip_members(path, limits.uploadBytes)
-        if DESCRIPTOR in members:
-            digest, count, nbytes, prepared = _canonical_prepared(store, members, source, path)
-            canon = digest, count, nbytes, set()
-        else:
-            data, inner, members = _jsonl_member(members)
-            uploader = _zip_uploader(session, store, members, inner)
-            canon = _canonical_file(store, io.BytesIO(data), f"{source}:{inner}", uploader, path)
-            del data
-        del members
-    else:
-        # Never the service's own disk: the JSONL came alone, so it names no files
-        # the client sent (issue 14 item 2).
-        with open(path, "rb") as f:
-            canon = _canonical_file(store, f, source, _no_files, path)
-    digest, count, nbytes, images = canon
+    digest, count, nbytes, images, prepared = _canonical_upload(
+        session, store, path, source, is_zip, limits
+    )
     obj_digest, obj_size = store_file(store, path)
     meta = {
         "rows": count,
@@ -450,6 +435,35 @@ def register_dataset(
         metadata_=meta,
         source=origin,
     )
+
+
+def _canonical_upload(
+    session: Session,
+    store: BlobStore,
+    path: Path,
+    source: str,
+    is_zip: bool,
+    limits: RegistryLimits,
+) -> tuple[str, int, int, set[str], dict[str, Any] | None]:
+    """Check and store an upload's canonical rows: ``(digest, rows, bytes, image
+    digests, prepared descriptor or None)``. A ZIP holds prepared token rows (with
+    ``prepared.json``) or one JSONL file and the images its rows name; a JSONL file alone
+    names no files (never the service's own disk: issue 14 item 2).
+
+    Raises:
+        TooLarge / InvalidRequest: as :func:`register_dataset` says.
+    """
+    if not is_zip:
+        with open(path, "rb") as f:
+            return (*_canonical_file(store, f, source, _no_files, path), None)
+    members = _zip_members(path, limits.uploadBytes)
+    if DESCRIPTOR in members:
+        digest, count, nbytes, prepared = _canonical_prepared(store, members, source, path)
+        return digest, count, nbytes, set(), prepared
+    data, inner, members = _jsonl_member(members)
+    uploader = _zip_uploader(session, store, members, inner)
+    canon = _canonical_file(store, io.BytesIO(data), f"{source}:{inner}", uploader, path)
+    return (*canon, None)
 
 
 def is_prepared(resolved: ResolvedVersion) -> bool:
