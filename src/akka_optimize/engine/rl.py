@@ -349,51 +349,15 @@ def rl_update(
     gen = torch.Generator().manual_seed(settings.seed * 1_000_003 + update)
     version = session.step
     t0 = time.perf_counter()
-    samples: list[Sample] = []
-    per_token = kv_bytes_per_token(session.model.config, next(session.model.parameters()).dtype)
-    for g, prompt in enumerate(prompts):
-        batch = rows_that_fit(settings, per_token, len(prompt.prompt_ids))
-        for first in range(0, settings.samples_per_prompt, batch):
-            for toks, lps in sample_group(
-                session,
-                prompt.prompt_ids,
-                min(batch, settings.samples_per_prompt - first),
-                settings.max_new_tokens,
-                settings.temperature,
-                stop_ids,
-                gen,
-                prefix_caching=settings.prefix_caching,
-                max_batched_tokens=settings.max_num_batched_tokens,
-            ):
-                samples.append(Sample(g, toks, lps, version))
+    samples = _sample_rollouts(session, prompts, settings, stop_ids, gen, version)
     sampled = sum(len(s.tokens) for s in samples)
     sampling_s = time.perf_counter() - t0
     score(prompts, samples)
-    zero = 0
-    for g in range(len(prompts)):
-        group = [s for s in samples if s.group == g]
-        for s, a in zip(
-            group,
-            group_advantages([s.reward for s in group], settings.scale_by_std),
-            strict=True,
-        ):
-            s.advantage = a
-        zero += all(s.advantage == 0.0 for s in group)
+    zero = _assign_advantages(len(prompts), samples, settings.scale_by_std)
     signal = {s.group for s in samples if s.advantage != 0.0}
     trained = [s for s in samples if s.group in signal]
-    rewards = [s.reward for s in samples]
-    mean = sum(rewards) / len(rewards)
-    metrics: dict[str, float | int] = {
-        "rewardMean": mean,
-        "rewardStd": math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
-        "rewardMin": min(rewards),
-        "rewardMax": max(rewards),
-        "rewardErrors": sum(s.error is not None for s in samples),
-        "zeroAdvantageGroupShare": zero / len(prompts),
-        "completionLength": sampled / len(samples),
-        "samplingTokensPerSecond": sampled / sampling_s if sampling_s > 0 else 0.0,
-        "weightVersion": version,
-    }
+    metrics = _reward_metrics(samples, zero / len(prompts), version)
+    metrics["samplingTokensPerSecond"] = sampled / sampling_s if sampling_s > 0 else 0.0
     t1 = time.perf_counter()
     if not trained:
         metrics.update(session.skip_update(), skipped=True, clippedTokenShare=0.0, approxKl=0.0)
@@ -419,6 +383,70 @@ def rl_update(
         trainingTokensPerSecond=sum(p.num_tokens for p in passes) / seconds if seconds else 0.0,
     )
     return metrics, samples
+
+
+def _sample_rollouts(
+    session: Any,
+    prompts: list[RLPrompt],
+    settings: RLSettings,
+    stop_ids: set[int],
+    gen: torch.Generator,
+    version: int,
+) -> list[Sample]:
+    """``samplesPerPrompt`` completions of every prompt, group ``g`` for ``prompts[g]``,
+    decoded in batches of as many rows as the rollout KV-cache budget holds
+    (:func:`rows_that_fit`), each tagged with the weight ``version`` that sampled it."""
+    samples: list[Sample] = []
+    per_token = kv_bytes_per_token(session.model.config, next(session.model.parameters()).dtype)
+    for g, prompt in enumerate(prompts):
+        batch = rows_that_fit(settings, per_token, len(prompt.prompt_ids))
+        for first in range(0, settings.samples_per_prompt, batch):
+            for toks, lps in sample_group(
+                session,
+                prompt.prompt_ids,
+                min(batch, settings.samples_per_prompt - first),
+                settings.max_new_tokens,
+                settings.temperature,
+                stop_ids,
+                gen,
+                prefix_caching=settings.prefix_caching,
+                max_batched_tokens=settings.max_num_batched_tokens,
+            ):
+                samples.append(Sample(g, toks, lps, version))
+    return samples
+
+
+def _assign_advantages(groups: int, samples: list[Sample], scale_by_std: bool) -> int:
+    """Set each sample's group-relative advantage (:func:`group_advantages`) and return
+    how many groups have every advantage zero (equal rewards: no signal)."""
+    zero = 0
+    for g in range(groups):
+        group = [s for s in samples if s.group == g]
+        advantages = group_advantages([s.reward for s in group], scale_by_std)
+        for s, a in zip(group, advantages, strict=True):
+            s.advantage = a
+        zero += all(s.advantage == 0.0 for s in group)
+    return zero
+
+
+def _reward_metrics(
+    samples: list[Sample], zero_share: float, version: int
+) -> dict[str, float | int]:
+    """The reward side of an update's metrics: mean, population std, min and max of the
+    rewards, grader errors, the share of zero-advantage groups, the mean completion
+    length in tokens and the weight version that sampled them."""
+    rewards = [s.reward for s in samples]
+    mean = sum(rewards) / len(rewards)
+    return {
+        "rewardMean": mean,
+        "rewardStd": math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
+        "rewardMin": min(rewards),
+        "rewardMax": max(rewards),
+        "rewardErrors": sum(s.error is not None for s in samples),
+        "zeroAdvantageGroupShare": zero_share,
+        "completionLength": sum(len(s.tokens) for s in samples) / len(samples),
+        "weightVersion": version,
+    }
 
 
 @dataclass
@@ -484,34 +512,12 @@ def run_rl(
         EngineError: no prompts, a resume whose saved settings differ, or the session's
             own errors.
     """
-    from .session import TrainingSession
-    from .sft import end_phase, state_path
+    from .sft import end_phase
 
     if not prompts:
         raise EngineError("the reinforcement run has no prompts.", code="no_rows")
-    emit({"type": "phase", "phase": "loading_model", "step": resume_step or 0})
-    session = TrainingSession(model_dir, cfg, total_updates=steps)
-    log: dict[str, Any] = {"loss_sum": 0.0, "count": 0, "last": None, "first_reward": None}
-    if resume_step is not None:
-        meta = session.load_state(state_path(state_dir, resume_step) / "state")
-        if meta["cursor"].get("rows") != len(prompts):
-            raise EngineError(
-                f"the training state at step {resume_step} was saved over "
-                f"{meta['cursor'].get('rows')} prompts, not {len(prompts)}; a resume "
-                "continues the same run with its own dataset.",
-                code="resume_mismatch",
-            )
-        log = dict(meta["cursor"]["log"])
-    elif init_adapter is not None:
-        session.load_adapter_weights(init_adapter)
-    emit(
-        {
-            "type": "phase",
-            "phase": "training",
-            "step": session.step,
-            "totalSteps": steps,
-            "adaptedModules": session.adapted_modules,
-        }
+    session, log = _start_rl_session(
+        cfg, model_dir, state_dir, len(prompts), steps, emit, resume_step, init_adapter
     )
     result = RLResult(0, steps, adapted_modules=session.adapted_modules)
     reward = None
@@ -519,23 +525,7 @@ def run_rl(
         batch = update_prompts(prompts, update, prompts_per_step)
         metrics, samples = rl_update(session, batch, score, settings, stop_ids)
         emit({"type": "metrics", **metrics})
-        emit(
-            {
-                "type": "samples",
-                "step": update,
-                "samples": [
-                    {
-                        "row": ((update - 1) * prompts_per_step + s.group) % len(prompts),
-                        "group": s.group,
-                        "tokens": s.tokens,
-                        "reward": s.reward,
-                        "advantage": s.advantage,
-                        "error": s.error,
-                    }
-                    for s in samples[:SHOWN_SAMPLES]
-                ],
-            }
-        )
+        emit(samples_event(samples, update, prompts_per_step, len(prompts)))
         reward = metrics["rewardMean"]
         if log["first_reward"] is None:
             log["first_reward"] = reward
@@ -560,6 +550,68 @@ def run_rl(
     result.final_reward = reward if reward is not None else log.get("last_reward")
     emit(end_phase(result))
     return result
+
+
+def _start_rl_session(
+    cfg: Any,
+    model_dir: Path,
+    state_dir: Path,
+    rows: int,
+    steps: int,
+    emit: Callable[[dict[str, Any]], None],
+    resume_step: int | None,
+    init_adapter: Path | None,
+) -> tuple[Any, dict[str, Any]]:
+    """Load the model for a reinforcement run, restore its state on a resume or warm-start
+    the adapter; emits ``loading_model`` and ``training``. Returns the session and the
+    loss and reward log the loop goes on with.
+
+    Raises:
+        EngineError: a resume whose state was saved over another number of prompts.
+    """
+    from .session import TrainingSession
+    from .sft import state_path, training_phase
+
+    emit({"type": "phase", "phase": "loading_model", "step": resume_step or 0})
+    session = TrainingSession(model_dir, cfg, total_updates=steps)
+    log: dict[str, Any] = {"loss_sum": 0.0, "count": 0, "last": None, "first_reward": None}
+    if resume_step is not None:
+        meta = session.load_state(state_path(state_dir, resume_step) / "state")
+        if meta["cursor"].get("rows") != rows:
+            raise EngineError(
+                f"the training state at step {resume_step} was saved over "
+                f"{meta['cursor'].get('rows')} prompts, not {rows}; a resume "
+                "continues the same run with its own dataset.",
+                code="resume_mismatch",
+            )
+        log = dict(meta["cursor"]["log"])
+    elif init_adapter is not None:
+        session.load_adapter_weights(init_adapter)
+    emit(training_phase(session, steps))
+    return session, log
+
+
+def samples_event(
+    samples: list[Sample], update: int, prompts_per_step: int, rows: int
+) -> dict[str, Any]:
+    """The ``samples`` event of one update: its first :data:`SHOWN_SAMPLES` samples, each
+    with ``row`` (the prompt's 0-based index in the run's prompts), ``group``, ``tokens``,
+    ``reward``, ``advantage`` and ``error``."""
+    return {
+        "type": "samples",
+        "step": update,
+        "samples": [
+            {
+                "row": ((update - 1) * prompts_per_step + s.group) % rows,
+                "group": s.group,
+                "tokens": s.tokens,
+                "reward": s.reward,
+                "advantage": s.advantage,
+                "error": s.error,
+            }
+            for s in samples[:SHOWN_SAMPLES]
+        ],
+    }
 
 
 SHOWN_SAMPLES = 8

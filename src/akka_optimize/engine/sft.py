@@ -158,39 +158,11 @@ def run_sft(
     _refuse_unsupervised(train, "train")
     if validation:
         _refuse_unsupervised(validation, "validation")
-    per_epoch = cfg.updates_per_epoch(len(train))
-    total = per_epoch * cfg.epochs
-    if cfg.max_steps is not None:
-        total = min(total, cfg.max_steps)
-    log = {"loss_sum": 0.0, "count": 0, "last": None, "validation": None}
+    total = total_updates(cfg, len(train))
 
     # ---- build
-    emit({"type": "phase", "phase": "loading_model", "step": resume_step or 0})
-    random.seed(cfg.seed)
-    session = TrainingSession(model_dir, cfg, total_updates=total)
-    if resume_step is not None:
-        if branch and total <= resume_step:
-            raise EngineError(
-                f"the branch trains no update after step {resume_step}: its plan ends at "
-                f"update {total}; raise config.hyperparams.training.epochs or maxSteps.",
-                code="branch_too_short",
-                field="config.hyperparams.training.epochs",
-            )
-        saved_log = _resume(session, cfg, state_dir, resume_step, len(train), branch)
-        if branch:  # its own schedule over its own updates; its own loss log
-            session.schedule_start = resume_step
-        else:
-            log = saved_log
-    elif init_adapter is not None:
-        session.load_adapter_weights(init_adapter)
-    emit(
-        {
-            "type": "phase",
-            "phase": "training",
-            "step": session.step,
-            "totalSteps": total,
-            "adaptedModules": session.adapted_modules,
-        }
+    session, log = _start_session(
+        cfg, model_dir, state_dir, len(train), total, emit, resume_step, branch, init_adapter
     )
     if validation and cfg.validate_each_epoch and session.step == 0:
         log["validation"] = _validate(session, validation, cfg, 0, emit)
@@ -206,16 +178,9 @@ def run_sft(
             warning = first_loss_warning(metrics["loss"], session.vocab_size)
             if warning:
                 emit(warning)
-        log["loss_sum"] += metrics["loss"]
-        log["count"] += 1
-        log["last"] = metrics["loss"]
+        _log_loss(log, metrics["loss"])
 
-        freq = cfg.validation_frequency_steps
-        if validation and (
-            (freq and update % freq == 0)
-            or (cfg.validate_each_epoch and epoch_end)
-            or update == total  # a run given a validation set always ends measured
-        ):
+        if validation and _validation_due(cfg, update, total, epoch_end):
             log["validation"] = _validate(session, validation, cfg, update, emit)
 
         done = until is not None and until(session, update, total)
@@ -230,11 +195,7 @@ def run_sft(
             adapter = save_snapshot(
                 session, cfg, model_dir, state_dir, epoch, epoch_end, len(train), log, emit
             )
-            result.last_save_step, result.adapter_dir = update, adapter
-            if cfg.save_each_epoch and epoch_end:
-                result.epoch_adapters.append(
-                    {"epoch": epoch, "step": update, "adapterDir": str(adapter)}
-                )
+            _note_save(result, cfg, update, epoch, epoch_end, adapter)
         if stopping:
             result.stopped = True
             break
@@ -248,6 +209,96 @@ def run_sft(
     result.final_validation_loss = log["validation"]
     emit(end_phase(result))
     return result
+
+
+def total_updates(cfg: EngineConfig, rows: int) -> int:
+    """Updates a run of ``rows`` training rows makes: updates per epoch × epochs, capped
+    at ``max_steps`` when the plan sets it."""
+    total = cfg.updates_per_epoch(rows) * cfg.epochs
+    return min(total, cfg.max_steps) if cfg.max_steps is not None else total
+
+
+def _validation_due(cfg: EngineConfig, update: int, total: int, epoch_end: bool) -> bool:
+    """Whether the validation set is scored after ``update``: every
+    ``validation_frequency_steps``, at each epoch's end with ``validate_each_epoch``, and
+    always after the last update (a run given a validation set always ends measured)."""
+    freq = cfg.validation_frequency_steps
+    return bool(
+        (freq and update % freq == 0) or (cfg.validate_each_epoch and epoch_end) or update == total
+    )
+
+
+def _start_session(
+    cfg: EngineConfig,
+    model_dir: Path,
+    state_dir: Path,
+    rows: int,
+    total: int,
+    emit: Emit,
+    resume_step: int | None,
+    branch: bool,
+    init_adapter: Path | None,
+) -> tuple[TrainingSession, dict[str, Any]]:
+    """Load the model, then restore a resumed or branched state or warm-start the adapter.
+
+    Emits ``loading_model`` and then ``training`` (with ``totalSteps`` and
+    ``adaptedModules``). Returns the session and the loss log the loop goes on with (the
+    saved one on a resume; a fresh one on a branch or a new run).
+
+    Raises:
+        EngineError: a branch whose plan ends at or before ``resume_step``; what
+            :func:`_resume` raises.
+    """
+    log: dict[str, Any] = {"loss_sum": 0.0, "count": 0, "last": None, "validation": None}
+    emit({"type": "phase", "phase": "loading_model", "step": resume_step or 0})
+    random.seed(cfg.seed)
+    session = TrainingSession(model_dir, cfg, total_updates=total)
+    if resume_step is not None:
+        if branch and total <= resume_step:
+            raise EngineError(
+                f"the branch trains no update after step {resume_step}: its plan ends at "
+                f"update {total}; raise config.hyperparams.training.epochs or maxSteps.",
+                code="branch_too_short",
+                field="config.hyperparams.training.epochs",
+            )
+        saved_log = _resume(session, cfg, state_dir, resume_step, rows, branch)
+        if branch:  # its own schedule over its own updates; its own loss log
+            session.schedule_start = resume_step
+        else:
+            log = saved_log
+    elif init_adapter is not None:
+        session.load_adapter_weights(init_adapter)
+    emit(training_phase(session, total))
+    return session, log
+
+
+def training_phase(session: TrainingSession, total: int) -> dict[str, Any]:
+    """The ``training`` phase event a loop emits once its session is ready: the step it
+    starts after, ``totalSteps`` and the ``adaptedModules`` (full module paths)."""
+    return {
+        "type": "phase",
+        "phase": "training",
+        "step": session.step,
+        "totalSteps": total,
+        "adaptedModules": session.adapted_modules,
+    }
+
+
+def _log_loss(log: dict[str, Any], loss: float) -> None:
+    """Add one update's mean loss to the run's loss log (its sum, count and last value)."""
+    log["loss_sum"] += loss
+    log["count"] += 1
+    log["last"] = loss
+
+
+def _note_save(
+    result: SftResult, cfg: EngineConfig, update: int, epoch: int, epoch_end: bool, adapter: Path
+) -> None:
+    """Record a save in the result: the last saved step and adapter, and per-epoch adapters
+    when ``save_each_epoch`` keeps one at each epoch's end."""
+    result.last_save_step, result.adapter_dir = update, adapter
+    if cfg.save_each_epoch and epoch_end:
+        result.epoch_adapters.append({"epoch": epoch, "step": update, "adapterDir": str(adapter)})
 
 
 def end_phase(result: Any) -> dict[str, Any]:

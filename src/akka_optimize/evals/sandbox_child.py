@@ -28,6 +28,8 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 NOBODY = 65534
 """The uid and gid a worker started as root drops to (``nobody``/``nogroup``)."""
@@ -284,47 +286,76 @@ def isolate(cfg: dict) -> dict[str, str]:
     hidden = list(cfg.get("hidden") or [])
     libdir = cfg.get("libdir")
     parent = cfg.get("parent")
-    root = os.geteuid() == 0
-    mnt = net = locked = dropped = pidns = False
-    failed: list[str] = []
-    notes: list[str] = []
-    if root:
-        for flags in (CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWNET):
-            if _unshare(flags) is None:
-                mnt = mnt or bool(flags & CLONE_NEWNS)
-                net = net or bool(flags & CLONE_NEWNET)
-                if flags != CLONE_NEWNS:
-                    break
-        if mnt:
-            why = _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-            if why:
-                failed.append(why)
-            else:
-                if libdir:
-                    why = _bind_stdlib(libdir)
-                    if why:
-                        notes.append(f"the standard library could not be bound into reach ({why})")
-                failed += _hide(hidden + ["/proc"])
-                locked = True  # no capability is left to remove them after the drop
-        pidns = _enter_pid_namespace(parent)
-        _drop_to_nobody()
-        dropped = True
-        if not mnt:
-            _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # so the worker may write its own uid_map
-            m2, n2, f2, locked = _own_namespaces(NOBODY, NOBODY, hidden, not net)
-            mnt, net, failed = m2, net or n2, failed + f2
-            _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-            if m2 or n2:
-                pidns = pidns or _enter_pid_namespace(parent)
+    if os.geteuid() == 0:
+        got = _isolate_as_root(hidden, libdir, parent)
     else:
         mnt, net, failed, locked = _own_namespaces(os.getuid(), os.getgid(), hidden, True)
-        if mnt or net:
-            pidns = _enter_pid_namespace(parent)
+        pidns = _enter_pid_namespace(parent) if mnt or net else False
+        got = _Held(mnt, net, failed, [], locked, False, pidns)
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    if not pidns:
+    if not got.pidns:
         _die_with_parent(parent)
+    return _isolation_report(got, hidden, libdir)
 
-    # What actually holds, checked rather than assumed.
+
+class _Held:
+    """What :func:`isolate` obtained: mount and network namespaces, the mount failures
+    and notes, whether the mounts are locked, whether the process dropped to 65534 and
+    whether it is in its own process namespace."""
+
+    def __init__(
+        self,
+        mnt: bool,
+        net: bool,
+        failed: list[str],
+        notes: list[str],
+        locked: bool,
+        dropped: bool,
+        pidns: bool,
+    ) -> None:
+        self.mnt, self.net, self.failed, self.notes = mnt, net, failed, notes
+        self.locked, self.dropped, self.pidns = locked, dropped, pidns
+
+
+def _isolate_as_root(hidden: list[str], libdir: str | None, parent: int | None) -> _Held:
+    """As root: mount and network namespaces without a user namespace, the standard
+    library bound into reach, ``hidden`` and ``/proc`` covered, then down to 65534; where
+    no mount namespace could be made, a user namespace is tried as 65534."""
+    mnt = net = locked = False
+    failed: list[str] = []
+    notes: list[str] = []
+    for flags in (CLONE_NEWNS | CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWNET):
+        if _unshare(flags) is None:
+            mnt = mnt or bool(flags & CLONE_NEWNS)
+            net = net or bool(flags & CLONE_NEWNET)
+            if flags != CLONE_NEWNS:
+                break
+    if mnt:
+        why = _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+        if why:
+            failed.append(why)
+        else:
+            if libdir:
+                why = _bind_stdlib(libdir)
+                if why:
+                    notes.append(f"the standard library could not be bound into reach ({why})")
+            failed += _hide(hidden + ["/proc"])
+            locked = True  # no capability is left to remove them after the drop
+    pidns = _enter_pid_namespace(parent)
+    _drop_to_nobody()
+    if not mnt:
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # so the worker may write its own uid_map
+        m2, n2, f2, locked = _own_namespaces(NOBODY, NOBODY, hidden, not net)
+        mnt, net, failed = m2, net or n2, failed + f2
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        if m2 or n2:
+            pidns = pidns or _enter_pid_namespace(parent)
+    return _Held(mnt, net, failed, notes, locked, True, pidns)
+
+
+def _isolation_report(got: _Held, hidden: list[str], libdir: str | None) -> dict[str, str]:
+    """What actually holds, checked rather than assumed: the ``network``, ``files``,
+    ``processes`` and ``imports`` sentences of :func:`isolate`."""
     visible = []
     for path in hidden:
         try:
@@ -336,9 +367,8 @@ def isolate(cfg: dict) -> dict[str, str]:
         interfaces = sorted(name for _, name in socket.if_nameindex())
     except OSError:
         interfaces = []
-    net_ok = net and interfaces in ([], ["lo"])
     report: dict[str, str] = {}
-    if net_ok:
+    if got.net and interfaces in ([], ["lo"]):
         report["network"] = (
             "isolated: the grader runs in its own network namespace with no interface but "
             "a loopback that is down; every connection fails"
@@ -348,35 +378,8 @@ def isolate(cfg: dict) -> dict[str, str]:
             "not isolated: no network namespace could be made here; the grader can reach "
             "whatever this machine can"
         )
-    who = (
-        "runs as uid/gid 65534 (nobody)"
-        if dropped
-        else f"runs as uid {os.getuid()} in its own user namespace"
-    )
-    if mnt and not failed and not visible and locked:
-        covered = (
-            f"the {len(hidden)} hidden path(s) (the service's home and configuration) and "
-            "/proc are covered by empty mounts"
-            if hidden
-            else "/proc is covered by an empty mount (no service path was given to hide)"
-        )
-        report["files"] = (
-            f"isolated: {covered} the grader cannot remove; it {who}, works in a scratch "
-            "copy of the bundle and still reads what every user of this machine may read"
-        )
-    elif dropped:
-        why = "; ".join(failed + [f"{p} is visible" for p in visible]) or "no mount namespace"
-        report["files"] = (
-            f"partly: the service paths are not covered by mounts ({why}); the grader {who}, "
-            "so only files every user may read are readable (the service's home is mode 0700)"
-        )
-    else:
-        why = "; ".join(failed + [f"{p} is visible" for p in visible]) or "no mount namespace"
-        report["files"] = (
-            f"not isolated: the service paths could not be hidden ({why}); the grader reads "
-            "what the service's user may read"
-        )
-    if pidns:
+    report["files"] = _files_sentence(got, hidden, visible)
+    if got.pidns:
         report["processes"] = (
             "isolated: the grader runs in its own process namespace; it sees and signals no "
             "process outside it, and whatever it starts ends with its worker"
@@ -396,9 +399,40 @@ def isolate(cfg: dict) -> dict[str, str]:
         else "partly: the standard library is not readable after dropping to uid 65534; only "
         "modules imported before the drop are available"
     )
-    if notes:
-        report["imports"] += " (" + "; ".join(notes) + ")"
+    if got.notes:
+        report["imports"] += " (" + "; ".join(got.notes) + ")"
     return report
+
+
+def _files_sentence(got: _Held, hidden: list[str], visible: list[str]) -> str:
+    """The ``files`` sentence: isolated (every hidden path and /proc covered by mounts the
+    grader cannot remove), partly (dropped to 65534 without the mounts) or not isolated."""
+    who = (
+        "runs as uid/gid 65534 (nobody)"
+        if got.dropped
+        else f"runs as uid {os.getuid()} in its own user namespace"
+    )
+    if got.mnt and not got.failed and not visible and got.locked:
+        covered = (
+            f"the {len(hidden)} hidden path(s) (the service's home and configuration) and "
+            "/proc are covered by empty mounts"
+            if hidden
+            else "/proc is covered by an empty mount (no service path was given to hide)"
+        )
+        return (
+            f"isolated: {covered} the grader cannot remove; it {who}, works in a scratch "
+            "copy of the bundle and still reads what every user of this machine may read"
+        )
+    why = "; ".join(got.failed + [f"{p} is visible" for p in visible]) or "no mount namespace"
+    if got.dropped:
+        return (
+            f"partly: the service paths are not covered by mounts ({why}); the grader {who}, "
+            "so only files every user may read are readable (the service's home is mode 0700)"
+        )
+    return (
+        f"not isolated: the service paths could not be hidden ({why}); the grader reads "
+        "what the service's user may read"
+    )
 
 
 def last_line(exc: BaseException) -> str:
@@ -547,7 +581,26 @@ def main() -> None:
     report = isolate(cfg)
     os.chdir(cfg["scratch"])
     sys.path.insert(0, cfg["scratch"])
-    memory = int(cfg["memory_bytes"])
+    _set_limits(int(cfg["memory_bytes"]))
+    _reserve[0] = bytearray(256 * 1024)  # freed on MemoryError, so the answer can be written
+    if not cfg.get("module"):
+        send({"ready": True, "isolation": report})
+        return
+    fn = _load_grader(cfg, report, send)
+    if fn is None:
+        return
+    send({"ready": True, "isolation": report})
+    _serve(proto_in, send, fn, cfg)
+
+
+_reserve: list[bytearray | None] = [None]
+"""Memory held back while user code runs and freed when it raises (a ``MemoryError``
+must still be answered)."""
+
+
+def _set_limits(memory: int) -> None:
+    """No core dumps; the address space capped at ``memory`` bytes (at most the hard
+    limit); the CPU-time signals raise :class:`CpuLimit` in user code."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(
@@ -555,42 +608,31 @@ def main() -> None:
     )
     signal.signal(signal.SIGPROF, _on_cpu)
     signal.signal(signal.SIGXCPU, _on_cpu)
-    reserve = bytearray(256 * 1024)  # freed on MemoryError, so the answer can be written
-    module = cfg.get("module")
-    if not module:
-        send({"ready": True, "isolation": report})
-        return
-    function = cfg["function"]
-    cpu = float(cfg["cpu_seconds"])
+
+
+def _load_grader(cfg: dict, report: dict[str, str], send: Callable[[dict], None]) -> Any:
+    """Import ``cfg["module"]`` under the CPU limit and return its ``cfg["function"]``; on
+    a failure send the ``ready: false`` answer naming it and return None."""
+    module, function = cfg["module"], cfg["function"]
     try:
-        arm(cpu)
+        arm(float(cfg["cpu_seconds"]))
         try:
             mod = importlib.import_module(module)
         finally:
             disarm()
         fn = getattr(mod, function, None)
         if fn is None:
-            send(
-                {
-                    "ready": False,
-                    "error": f"module {module} has no function {function}",
-                    "isolation": report,
-                }
-            )
-            return
-        if not callable(fn):
-            send(
-                {
-                    "ready": False,
-                    "error": f"{module}.{function} is {_describe(fn)}, not a function",
-                    "isolation": report,
-                }
-            )
-            return
+            why = f"module {module} has no function {function}"
+        elif not callable(fn):
+            why = f"{module}.{function} is {_describe(fn)}, not a function"
+        else:
+            return fn
+        send({"ready": False, "error": why, "isolation": report})
+        return None
     except BaseException as exc:  # the user's import may raise anything
         _armed[0] = False
         disarm()
-        reserve = None
+        _reserve[0] = None
         failure = _user_error(exc, cfg)
         why = failure["error"]
         if isinstance(exc, CpuLimit | MemoryError):
@@ -598,8 +640,14 @@ def main() -> None:
         else:
             why = f"importing {module} failed: {why}"
         send({"ready": False, "error": why, "details": failure["details"], "isolation": report})
-        return
-    send({"ready": True, "isolation": report})
+        return None
+
+
+def _serve(proto_in: Any, send: Callable[[dict], None], fn: Any, cfg: dict) -> None:
+    """Answer one grader call per request line until the pool closes the pipe: each call
+    under the CPU limit, its value converted to a result, any exception (a user error,
+    the CPU or memory limit) turned into the error result."""
+    cpu = float(cfg["cpu_seconds"])
     while True:
         line = proto_in.readline()
         if not line:
@@ -617,14 +665,14 @@ def main() -> None:
             result = convert(value)
         except BaseException as exc:  # a grader may raise anything
             _armed[0] = False
-            reserve = None
+            _reserve[0] = None
             result = _user_error(exc, cfg)
         finally:
             disarm()
         value = None
-        if reserve is None:
+        if _reserve[0] is None:
             try:
-                reserve = bytearray(256 * 1024)
+                _reserve[0] = bytearray(256 * 1024)
             except MemoryError:
                 pass
         result["id"] = request["id"]
