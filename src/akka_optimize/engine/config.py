@@ -131,7 +131,13 @@ class EngineConfig:
         Raises:
             EngineError: the first bad setting (``field`` is its plan path).
         """
-        checks: list[tuple[bool, str, str]] = [
+        for ok, path, rule in self._adapter_checks() + self._loop_checks():
+            if not ok:
+                raise EngineError(f"{path} {rule}.", code="invalid_settings", field=path)
+
+    def _adapter_checks(self) -> list[tuple[bool, str, str]]:
+        """``(holds, plan path, rule)`` for the LoRA, optimizer and scheduler settings."""
+        return [
             (self.lora_rank >= 1, "config.hyperparams.lora.rank", "must be at least 1"),
             (self.lora_alpha > 0, "config.hyperparams.lora.alpha", "must be positive"),
             (0 <= self.lora_dropout < 1, "config.hyperparams.lora.dropout", "must be in [0, 1)"),
@@ -170,6 +176,12 @@ class EngineConfig:
                 "config.hyperparams.scheduler.minLearningRateRatio",
                 "must be in [0, 1]",
             ),
+        ]
+
+    def _loop_checks(self) -> list[tuple[bool, str, str]]:
+        """``(holds, plan path, rule)`` for the training loop, batches, precision, saves and
+        device."""
+        return [
             (self.epochs >= 1, "config.hyperparams.training.epochs", "must be at least 1"),
             (
                 self.max_steps is None or self.max_steps >= 1,
@@ -217,9 +229,6 @@ class EngineConfig:
             ),
             (self.auto_class in AUTO_CLASSES, "autoClass", f"must be one of {AUTO_CLASSES}"),
         ]
-        for ok, path, rule in checks:
-            if not ok:
-                raise EngineError(f"{path} {rule}.", code="invalid_settings", field=path)
 
     @property
     def conversations_per_update(self) -> int:

@@ -170,16 +170,7 @@ def run_sft(
     # ---- loop
     result = SftResult(0, total, False, None, None, None, None, session.adapted_modules)
     for update in range(session.step + 1, total + 1):
-        epoch, epoch_end, passes = update_passes(train, cfg, update)
-        session.forward_backward(passes)
-        metrics = session.optim_step()
-        emit({"type": "metrics", "epoch": epoch, **metrics})
-        if update == 1 and resume_step is None:  # a fresh run's first update (rule 10)
-            warning = first_loss_warning(metrics["loss"], session.vocab_size)
-            if warning:
-                emit(warning)
-        _log_loss(log, metrics["loss"])
-
+        epoch, epoch_end = _train_update(session, cfg, train, update, log, emit, resume_step)
         if validation and _validation_due(cfg, update, total, epoch_end):
             log["validation"] = _validate(session, validation, cfg, update, emit)
 
@@ -190,8 +181,7 @@ def run_sft(
             and (update == stop_after_step or bool(should_stop and should_stop()))
         )
         every = cfg.save_every_steps and update % cfg.save_every_steps == 0
-        last = update == total or done
-        if last or every or stopping or (cfg.save_each_epoch and epoch_end):
+        if update == total or done or every or stopping or (cfg.save_each_epoch and epoch_end):
             adapter = save_snapshot(
                 session, cfg, model_dir, state_dir, epoch, epoch_end, len(train), log, emit
             )
@@ -284,11 +274,30 @@ def training_phase(session: TrainingSession, total: int) -> dict[str, Any]:
     }
 
 
-def _log_loss(log: dict[str, Any], loss: float) -> None:
-    """Add one update's mean loss to the run's loss log (its sum, count and last value)."""
-    log["loss_sum"] += loss
+def _train_update(
+    session: TrainingSession,
+    cfg: EngineConfig,
+    train: list[Example],
+    update: int,
+    log: dict[str, Any],
+    emit: Emit,
+    resume_step: int | None,
+) -> tuple[int, bool]:
+    """Train update ``update`` (1-based) on its passes, emit its ``metrics`` (and, on a
+    fresh run's first update, the first-loss ``warning`` of rule 10) and add its loss to
+    ``log``. Returns ``(epoch, epoch_end)``."""
+    epoch, epoch_end, passes = update_passes(train, cfg, update)
+    session.forward_backward(passes)
+    metrics = session.optim_step()
+    emit({"type": "metrics", "epoch": epoch, **metrics})
+    if update == 1 and resume_step is None:  # a fresh run's first update (rule 10)
+        warning = first_loss_warning(metrics["loss"], session.vocab_size)
+        if warning:
+            emit(warning)
+    log["loss_sum"] += metrics["loss"]
     log["count"] += 1
-    log["last"] = loss
+    log["last"] = metrics["loss"]
+    return epoch, epoch_end
 
 
 def _note_save(

@@ -70,19 +70,12 @@ def train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     from transformers import AutoTokenizer
 
     from ..engine.config import EngineConfig
-    from ..engine.rl import RLSettings, run_rl
-    from ..jobs.training import (
-        _version,
-        first_system_message,
-        result_fields,
-        starting_state,
-        stop_event,
-        uploading,
-    )
+    from ..engine.rl import run_rl
+    from ..jobs.training import _version, starting_state, stop_event, uploading
     from ..registry import download_bundle, load_dataset_rows
     from ..serving.engine import stop_token_ids
     from .rewards import Rewards
-    from .rows import content_text, eval_rows
+    from .rows import eval_rows
     from .worker import _limits
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
@@ -100,14 +93,7 @@ def train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     if grader["kind"] == "bundle":
         bundle_dir = download_bundle(store, _version("bundle", grader["bundle"]), work / "bundle")
     cfg = EngineConfig(**spec.engine)
-    settings = RLSettings(
-        samples_per_prompt=int(rl["samplesPerPrompt"]),
-        max_new_tokens=int(rl["maxNewTokens"]),
-        temperature=float(rl["temperature"]),
-        loss_fn=str(rl["lossFn"]),
-        seed=int(rl["seed"]),
-        **{k: v for k, v in (spec.extra.get("rollout") or {}).items() if v is not None},
-    )
+    settings = rl_settings(spec)
     state_dir = work / "state"
     resume_step, warm_dir = starting_state(spec, store, work, state_dir)
     speed = {"tokens": 0, "seconds": 0.0}
@@ -115,11 +101,7 @@ def train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
 
     def emit(event: dict[str, Any]) -> None:
         if event.get("type") == "samples":  # text for `runs samples`
-            for s in event["samples"]:
-                ex = examples[s["row"]]
-                users = [m for m in ex.prompt if m.get("role") == "user"]
-                s["prompt"] = content_text(users[-1].get("content")) if users else ""
-                s["completion"] = tokenizer.decode(s.pop("tokens"), skip_special_tokens=True)
+            _sample_texts(event, examples, tokenizer)
         send(event)
 
     def decode(tokens: list[int]) -> str:
@@ -152,13 +134,50 @@ def train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     stopped = stop_event(events, result)
     if stopped is not None:
         return stopped
-    out = {
+    return {"type": "completed", "result": _result(result, grader, speed["tokens"], rows)}
+
+
+def rl_settings(spec: JobSpec) -> Any:
+    """The rollout loop's :class:`akka_optimize.engine.rl.RLSettings` from a job spec:
+    ``spec.extra["rl"]`` (samples per prompt, new tokens, temperature, loss, seed) and the
+    stated ``execution.rollout`` settings in ``spec.extra["rollout"]``."""
+    from ..engine.rl import RLSettings
+
+    rl = spec.extra["rl"]
+    return RLSettings(
+        samples_per_prompt=int(rl["samplesPerPrompt"]),
+        max_new_tokens=int(rl["maxNewTokens"]),
+        temperature=float(rl["temperature"]),
+        loss_fn=str(rl["lossFn"]),
+        seed=int(rl["seed"]),
+        **{k: v for k, v in (spec.extra.get("rollout") or {}).items() if v is not None},
+    )
+
+
+def _sample_texts(event: dict[str, Any], examples: list[Any], tokenizer: Any) -> None:
+    """Give a ``samples`` event the text ``runs samples`` shows: each sample's last user
+    message as ``prompt`` and its decoded ``tokens`` (removed) as ``completion``."""
+    from .rows import content_text
+
+    for s in event["samples"]:
+        ex = examples[s["row"]]
+        users = [m for m in ex.prompt if m.get("role") == "user"]
+        s["prompt"] = content_text(users[-1].get("content")) if users else ""
+        s["completion"] = tokenizer.decode(s.pop("tokens"), skip_special_tokens=True)
+
+
+def _result(result: Any, grader: dict[str, Any], tokens: int, rows: list[dict]) -> dict:
+    """A finished attempt's result: the supervised result fields, the reward's spec, the
+    first and final update's mean reward, the adapted modules, the tokens trained and the
+    dataset's instructions (its first system message)."""
+    from ..jobs.training import first_system_message, result_fields
+
+    return {
         **result_fields(result),
         "reward": grader.get("spec"),
         "rewardStart": result.first_reward,
         "rewardFinal": result.final_reward,
         "adaptedModules": result.adapted_modules,
-        "totalTokens": speed["tokens"],
+        "totalTokens": tokens,
         "instructions": first_system_message(rows),
     }
-    return {"type": "completed", "result": out}

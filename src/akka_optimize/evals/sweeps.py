@@ -66,36 +66,8 @@ def start_sweep_comparison(
             field="snapshot",
         )
     sc = check_scoring(ctx, s, grader, grader_instructions, dataset, resolve)
-    label = f"{source.id}@step-{step}"
     branches = [{"run": p["run"]["id"], "point": p["point"]} for p in points]
-    resolved = {
-        "kind": "sweep",
-        "project": source.project,
-        "modelId": label,
-        "model": f"run {source.id[:8]} step-{step}",
-        "modelSource": "snapshot",
-        "source": source.id,
-        "snapshot": f"step-{step}",
-        "sides": [
-            {
-                "modelId": label,
-                "model": f"run {source.id[:8]} step-{step}",
-                "modelSource": "snapshot",
-                "adapterKey": snap.adapter_key,
-            }
-        ],
-        "branches": branches,
-        "after": [b["run"] for b in branches],
-        "baseModel": source.base_model,
-        "dataset": sc.dataset.pinned,
-        "datasetRows": len(sc.rows),
-        "grader": sc.grader(),
-        "graderInstructions": sc.instructions,
-        "instructionsSource": sc.source,
-        "sampling": sampling,
-        "limit": None,
-        "maxErrorShare": MAX_ERROR_SHARE,
-    }
+    resolved = _resolved(source, step, snap.adapter_key, branches, sc, sampling)
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
     run = Run(
         id=uuid.uuid4().hex[:16],
@@ -119,3 +91,45 @@ def start_sweep_comparison(
     s.flush()
     wake(ctx)
     return comparison_view(s, run)
+
+
+def _resolved(
+    source: Run,
+    step: int,
+    adapter_key: str,
+    branches: list[dict[str, Any]],
+    sc: Any,
+    sampling: dict[str, Any],
+) -> dict[str, Any]:
+    """The comparison's resolved request (hashed into its ``config_hash``): the source
+    snapshot as the first side, the branches scored after it, the pinned dataset and
+    grader, the sampling settings and the error-share limit."""
+    label = f"{source.id}@step-{step}"
+    return {
+        "kind": "sweep",
+        "project": source.project,
+        "modelId": label,
+        "model": f"run {source.id[:8]} step-{step}",
+        "modelSource": "snapshot",
+        "source": source.id,
+        "snapshot": f"step-{step}",
+        "sides": [
+            {
+                "modelId": label,
+                "model": f"run {source.id[:8]} step-{step}",
+                "modelSource": "snapshot",
+                "adapterKey": adapter_key,
+            }
+        ],
+        "branches": branches,
+        "after": [b["run"] for b in branches],
+        "baseModel": source.base_model,
+        "dataset": sc.dataset.pinned,
+        "datasetRows": len(sc.rows),
+        "grader": sc.grader(),
+        "graderInstructions": sc.instructions,
+        "instructionsSource": sc.source,
+        "sampling": sampling,
+        "limit": None,
+        "maxErrorShare": MAX_ERROR_SHARE,
+    }

@@ -123,6 +123,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.ctx = ctx
 
+    _install_error_handlers(app)
+
+    app.include_router(health.public_router)
+    from ..ui import router as ui_router  # here: ui imports service.auth (no import circle)
+
+    app.include_router(ui_router)  # the dashboard's pages check the token themselves
+    for mod in ROUTERS:
+        app.include_router(mod.router, dependencies=[Depends(get_principal)])
+    app.add_middleware(JsonBodyLimit, limit_of=lambda: _json_body_limit(settings))
+    install_guards(app)
+    install_openapi(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """Answer every failure with the error shape (DESIGN "Errors are sentences"): a
+    platform error with its status, validation failures as 400 naming the field, unknown
+    routes 404 and wrong methods 405 with ``Allow``, a database race 409, a busy store
+    503 with ``Retry-After``, and anything else 500 with the exception's type only."""
+
     @app.exception_handler(AkkaError)
     async def _akka_error(_: Request, exc: AkkaError) -> JSONResponse:
         headers = None
@@ -181,17 +201,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return error_response(
             500, "internal", f"The service failed unexpectedly ({type(exc).__name__}); see its log."
         )
-
-    app.include_router(health.public_router)
-    from ..ui import router as ui_router  # here: ui imports service.auth (no import circle)
-
-    app.include_router(ui_router)  # the dashboard's pages check the token themselves
-    for mod in ROUTERS:
-        app.include_router(mod.router, dependencies=[Depends(get_principal)])
-    app.add_middleware(JsonBodyLimit, limit_of=lambda: _json_body_limit(settings))
-    install_guards(app)
-    install_openapi(app)
-    return app
 
 
 def _json_body_limit(settings: Settings) -> int:

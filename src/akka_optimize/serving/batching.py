@@ -124,6 +124,44 @@ def pick(logits: Any, params: SamplingParams, gen: Any) -> Any:
     return torch.multinomial(probs, 1, generator=gen).view(-1)
 
 
+def _batch_rows(
+    requests: list[Request], tokenizer: Any, device: str
+) -> tuple[list[_Row], list[tuple[Request, list[int]]]]:
+    """One row per answer (``n`` per request), and each request's row indices. Seeds each
+    request's generator (its ``seed``, else a fresh one) and tokenizes guided choices."""
+    import torch
+
+    rows: list[_Row] = []
+    spans: list[tuple[Request, list[int]]] = []
+    for r in requests:
+        r.generator = torch.Generator(device=device)
+        r.generator.manual_seed(r.params.seed if r.params.seed is not None else torch.seed())
+        if r.params.choice:
+            r.choice_ids = [
+                [int(t) for t in tokenizer.encode(c, add_special_tokens=False)]
+                for c in r.params.choice
+            ]
+        hold = max((len(s) for s in r.params.stop), default=1) - 1
+        spans.append((r, list(range(len(rows), len(rows) + r.params.n))))
+        rows.extend(_Row(r, i, hold) for i in range(r.params.n))
+    return rows, spans
+
+
+def _left_padded(rows: list[_Row], lengths: list[int], tokenizer: Any) -> tuple[Any, Any]:
+    """The rows' prompts left-padded to the longest: ``ids`` and the attention ``mask``,
+    both int64 of shape ``[rows, longest prompt]`` on the CPU."""
+    import torch
+
+    width, n = max(lengths), len(rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.full((n, width), pad, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, width - lengths[b] :] = torch.tensor(row.req.prompt_ids, dtype=torch.long)
+        mask[b, width - lengths[b] :] = 1
+    return ids, mask
+
+
 def decode_batch(
     model: Any,
     tokenizer: Any,
@@ -141,27 +179,10 @@ def decode_batch(
     """
     import torch
 
-    rows: list[_Row] = []
-    spans: list[tuple[Request, list[int]]] = []
-    for r in requests:
-        r.generator = torch.Generator(device=device)
-        r.generator.manual_seed(r.params.seed if r.params.seed is not None else torch.seed())
-        if r.params.choice:
-            r.choice_ids = [
-                [int(t) for t in tokenizer.encode(c, add_special_tokens=False)]
-                for c in r.params.choice
-            ]
-        hold = max((len(s) for s in r.params.stop), default=1) - 1
-        spans.append((r, list(range(len(rows), len(rows) + r.params.n))))
-        rows.extend(_Row(r, i, hold) for i in range(r.params.n))
+    rows, spans = _batch_rows(requests, tokenizer, device)
     lengths = [len(row.req.prompt_ids) for row in rows]
     width, n = max(lengths), len(rows)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = torch.full((n, width), pad, dtype=torch.long)
-    mask = torch.zeros((n, width), dtype=torch.long)
-    for b, row in enumerate(rows):
-        ids[b, width - lengths[b] :] = torch.tensor(row.req.prompt_ids, dtype=torch.long)
-        mask[b, width - lengths[b] :] = 1
+    ids, mask = _left_padded(rows, lengths, tokenizer)
     padded = min(lengths) != width
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
