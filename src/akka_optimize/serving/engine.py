@@ -57,18 +57,6 @@ class StepEvent:
     n_tokens: int = 0
 
 
-#: End-of-turn markers of common chat templates; the ones a template writes count as stops.
-END_OF_TURN_MARKERS = (
-    "<|im_end|>",
-    "<|eot_id|>",
-    "<end_of_turn>",
-    "<|end|>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "</s>",
-)
-
-
 class ServingEngine(Protocol):
     """What the worker needs from an engine."""
 
@@ -89,8 +77,16 @@ class ServingEngine(Protocol):
 
 
 def stop_token_ids(tokenizer: Any, generation_config: dict[str, Any] | None = None) -> set[int]:
-    """The stop set: EOS ids of the tokenizer and generation config, plus the
-    end-of-turn marker the chat template writes (issue 8 "stop set")."""
+    """The stop set: EOS ids of the tokenizer and generation config, plus the end-of-turn
+    token the chat template writes after a reply.
+
+    The end-of-turn token is found by :func:`akka_optimize.data.render.template_markers`,
+    the function that decides which marker a supervised turn trains (issue 15 item 6), so
+    an endpoint stops where training taught the model to stop, whatever the template.
+    A tokenizer without a chat template stops on its EOS ids only.
+    """
+    from ..data.render import template_markers
+
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
@@ -98,13 +94,10 @@ def stop_token_ids(tokenizer: Any, generation_config: dict[str, Any] | None = No
     for e in eos if isinstance(eos, list) else [eos]:
         if isinstance(e, int):
             ids.add(e)
-    template = getattr(tokenizer, "chat_template", None) or ""
-    if isinstance(template, dict):
-        template = " ".join(template.values())
-    vocab = tokenizer.get_vocab()
-    for marker in END_OF_TURN_MARKERS:
-        if marker in template and marker in vocab:
-            ids.add(int(vocab[marker]))
+    if getattr(tokenizer, "chat_template", None):
+        end_of_turn = template_markers(tokenizer).end_of_turn
+        if end_of_turn is not None:
+            ids.add(int(tokenizer.convert_tokens_to_ids(end_of_turn)))
     return ids
 
 
