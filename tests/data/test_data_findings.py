@@ -102,3 +102,154 @@ def test_preview_reports_a_refused_row_and_keeps_going(smollm2_tokenizer):
         {"text": "Hello<|im_end|>", "supervised": True}
     ]
     assert out[1]["error"].startswith("row 2: the base model's chat template drops tool calls")
+
+
+# A Qwen3-style template that writes an empty reasoning block into every assistant turn
+# that has no reasoning of its own: text the row does not contain.
+SCAFFOLD_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if message.reasoning_content %}"
+    "{{- '<think>\\n' + message.reasoning_content + '\\n</think>\\n\\n' }}"
+    "{%- else %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{{- message.content + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+@pytest.fixture
+def scaffold_tokenizer(smollm2_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
+    tok.chat_template = SCAFFOLD_TEMPLATE
+    return tok
+
+
+def _supervised_text(tokenizer, row) -> str:
+    from akka_optimize.data.masks import encode_rows
+
+    ex = encode_rows(tokenizer, [row], LossPolicy(), [1])[0].example
+    return tokenizer.decode([t for t, w in zip(ex.input_ids, ex.weights, strict=True) if w])
+
+
+def test_scaffolding_the_template_inserts_is_not_supervised_and_is_reported(scaffold_tokenizer):
+    """issue 15 item 5: the empty reasoning block is the template's, not the row's."""
+    rows = [conv("2+2?", "4"), conv("3+3?", "6")]
+    assert _supervised_text(scaffold_tokenizer, rows[0]) == "4<|im_end|>"
+    f = findings(scaffold_tokenizer, rows, LossPolicy(), 512, row_numbers=[7, 8])
+    inserted = [w for w in f["warnings"] if "inserts" in w]
+    assert len(inserted) == 2
+    assert inserted[0].startswith("row 7: ") and "messages[1]" in inserted[0]
+    assert "'<think>\\n\\n</think>\\n\\n'" in inserted[0] and "not trained" in inserted[0]
+
+
+def test_the_wrapper_of_reasoning_the_row_has_is_supervised(scaffold_tokenizer):
+    """Tags the template writes around the row's own reasoning train with it."""
+    row = parse_row(
+        {
+            "messages": [
+                {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "reasoning_content": "two and two", "content": "4"},
+            ]
+        },
+        1,
+    )
+    assert (
+        _supervised_text(scaffold_tokenizer, row) == "<think>\ntwo and two\n</think>\n\n4<|im_end|>"
+    )
+    assert not [w for w in findings(scaffold_tokenizer, [row], LossPolicy(), 512)["warnings"]]
+
+
+# A template that rewrites history: an assistant turn followed by others is written with a
+# remark after its content that the same turn, written last (where it is generated), lacks.
+REWRITING_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' + message.content }}"
+    "{%- if not loop.last %}{{- ' (earlier)' }}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# A template whose generation prompt differs from how it opens an assistant turn.
+OTHER_PROMPT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant reply\\n' }}{%- endif %}"
+)
+
+
+def _tokenizer(dir, template):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(dir)
+    tok.chat_template = template
+    return tok
+
+
+def test_a_turn_rendered_otherwise_where_it_is_generated_is_reported(smollm2_tokenizer_dir):
+    """issue 15 item 5: trained turn 1 is written with a remark once turn 3 follows; the
+    text it trains on is not the text generated from its prompt."""
+    tok = _tokenizer(smollm2_tokenizer_dir, REWRITING_TEMPLATE)
+    two_turns = parse_row(
+        {
+            "messages": [
+                {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "4"},
+                {"role": "user", "content": "and 3+3?"},
+                {"role": "assistant", "content": "6"},
+            ]
+        },
+        1,
+    )
+    f = findings(tok, [conv("a", "b"), two_turns], LossPolicy(), 512, row_numbers=[4, 5])
+    assert [r["row"] for r in f["inconsistent_rows"]] == [5]
+    message = f["inconsistent_rows"][0]["message"]
+    assert "messages[1]" in message and "where it is generated" in message
+    # only the last turn trains: its prompt is the history as written, so nothing to report
+    last = findings(tok, [two_turns], LossPolicy(assistant_turns="last"), 512)
+    assert last["inconsistent_rows"] == []
+    shown = preview(tok, [two_turns], LossPolicy(), 1)[0]
+    assert any("messages[1]" in w for w in shown["warnings"])
+
+
+def test_a_prompt_that_is_not_a_prefix_of_the_row_is_reported(smollm2_tokenizer_dir):
+    tok = _tokenizer(smollm2_tokenizer_dir, OTHER_PROMPT_TEMPLATE)
+    f = findings(tok, [conv("2+2?", "4")], LossPolicy(), 512, row_numbers=[9])
+    assert [r["row"] for r in f["inconsistent_rows"]] == [9]
+    assert "not a prefix" in f["inconsistent_rows"][0]["message"]
+
+
+def test_consistent_templates_report_nothing(smollm2_tokenizer, tools_tokenizer):
+    rows = [parse_row(c["row"], i + 1) for i, c in enumerate(GOOD)]
+    for tok in (smollm2_tokenizer, tools_tokenizer):
+        f = findings(tok, rows, LossPolicy(), 4096)
+        assert f["inconsistent_rows"] == [], f["inconsistent_rows"]
+
+
+def test_the_printed_findings_name_inconsistent_rows_and_warnings(scaffold_tokenizer):
+    """What `training runs start --dry-run` prints from these findings."""
+    import io
+
+    from akka_optimize.cli.runs import print_findings
+
+    tok = scaffold_tokenizer
+    f = findings(tok, [conv("2+2?", "4")], LossPolicy(), 512, row_numbers=[3])
+    f["inconsistent_rows"] = [{"row": 3, "message": "row 3: messages[1]: ..."}]
+    f["inconsistent_rows_count"] = 1
+    out = io.StringIO()
+    print_findings({"dataset": "demo/train:v1", **f}, out)
+    text = out.getvalue()
+    assert "rows with turns an endpoint would not generate from this text: 1" in text
+    assert "warnings: 1" in text and "row 3: the chat template inserts" in text

@@ -142,12 +142,18 @@ def print_findings(f: dict[str, Any], file: Any = None) -> None:
         "truncated_rows": f"rows longer than maxSeqLength {f.get('max_seq_length')}",
         "no_supervised_rows": "rows that train no token",
         "refused_rows": "rows the chat template cannot render",
+        "inconsistent_rows": "rows with turns an endpoint would not generate from this text",
     }
     for key, label in labels.items():
         values = f.get(key) or []
         if values:
             count = f.get(f"{key}_count", len(values))
             print(f"  {label}: {count}: {json.dumps(values[:10])}", file=out)
+    warnings = f.get("warnings") or []
+    if warnings:
+        print(f"  warnings: {f.get('warnings_count', len(warnings))}", file=out)
+        for w in warnings[:5]:
+            print(f"    {w}", file=out)
     if f.get("tokenFindings") is not True and f.get("tokenFindings"):
         print(f"  ({f['tokenFindings']})", file=out)
 

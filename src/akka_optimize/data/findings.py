@@ -21,7 +21,7 @@ from typing import Any
 
 from akka_optimize.data.masks import _stats, encode_rows
 from akka_optimize.data.policy import LossPolicy
-from akka_optimize.data.render import RenderError
+from akka_optimize.data.render import RenderError, prompt_mismatches
 
 NEAR_DUPLICATE_THRESHOLD = 0.8
 NUM_PERM = 128
@@ -128,7 +128,9 @@ def findings(
         ``{"rows": int, "trainable_rows": int, "supervised_tokens": {"min", "median", "max",
         "total"}, "total_tokens": {...}, "truncated_rows": [row numbers longer than
         max_seq_length], "no_supervised_rows": [row numbers], "refused_rows": [{"row",
-        "message"}], "exact_duplicates": [[row numbers]], "near_duplicates": [[row
+        "message"}], "inconsistent_rows": [{"row", "message"}] (trained turns an endpoint
+        would not generate from the same text: :func:`data.render.prompt_mismatches`),
+        "exact_duplicates": [[row numbers]], "near_duplicates": [[row
         numbers]], "warnings": [str]}``. Token statistics cover rendered rows that fit.
         Long lists are cut to ``MAX_LISTED`` entries; counts are in ``*_count`` keys.
     """
@@ -140,6 +142,15 @@ def findings(
     empty = [ex.row for ex in fits if ex.supervised_tokens == 0]
     kept = [ex for ex in fits if ex.supervised_tokens]
     dup = duplicates(rows, numbers)
+    index = {n: k for k, n in enumerate(numbers)}
+    mismatches = prompt_mismatches(
+        tokenizer,
+        [rows[index[e.example.row]] for e in encoded],
+        policy,
+        [e.example.row for e in encoded],
+        [e.example.input_ids for e in encoded],
+    )
+    inconsistent = [{"row": n, "message": m} for n, ms in mismatches.items() for m in ms]
     out: dict[str, Any] = {
         "rows": len(rows),
         "trainable_rows": len(kept),
@@ -153,6 +164,7 @@ def findings(
         "truncated_rows": truncated,
         "no_supervised_rows": empty,
         "refused_rows": [{"row": e.row, "message": e.message} for e in errors],
+        "inconsistent_rows": inconsistent,
         "exact_duplicates": dup["exact_duplicates"],
         "near_duplicates": dup["near_duplicates"],
         "warnings": [w for e in encoded for w in e.rendered.warnings],
