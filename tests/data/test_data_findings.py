@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from akka_optimize.data.findings import duplicates, findings
+from akka_optimize.data.masks import tokenize_row
 from akka_optimize.data.policy import LossPolicy
 from akka_optimize.data.preview import preview
+from akka_optimize.data.render import RenderError
 from akka_optimize.data.rows import parse_row
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
@@ -198,9 +200,10 @@ def _tokenizer(dir, template):
     return tok
 
 
-def test_a_turn_rendered_otherwise_where_it_is_generated_is_reported(smollm2_tokenizer_dir):
+def test_a_turn_rendered_otherwise_where_it_is_generated_is_refused(smollm2_tokenizer_dir):
     """issue 15 item 5: trained turn 1 is written with a remark once turn 3 follows; the
-    text it trains on is not the text generated from its prompt."""
+    text it would train on is not the text generated from its prompt, so the row is
+    refused naming the turn (or trains its last turn only)."""
     tok = _tokenizer(smollm2_tokenizer_dir, REWRITING_TEMPLATE)
     two_turns = parse_row(
         {
@@ -214,14 +217,15 @@ def test_a_turn_rendered_otherwise_where_it_is_generated_is_reported(smollm2_tok
         1,
     )
     f = findings(tok, [conv("a", "b"), two_turns], LossPolicy(), 512, row_numbers=[4, 5])
-    assert [r["row"] for r in f["inconsistent_rows"]] == [5]
-    message = f["inconsistent_rows"][0]["message"]
-    assert "messages[1]" in message and "where it is generated" in message
+    assert [r["row"] for r in f["refused_rows"]] == [5] and f["trainable_rows"] == 1
+    message = f["refused_rows"][0]["message"]
+    assert message.startswith("row 5: messages[1]") and "where it is generated" in message
+    with pytest.raises(RenderError, match="where it is generated"):
+        tokenize_row(tok, two_turns, LossPolicy(), 5)  # training refuses it too
     # only the last turn trains: its prompt is the history as written, so nothing to report
     last = findings(tok, [two_turns], LossPolicy(assistant_turns="last"), 512)
-    assert last["inconsistent_rows"] == []
-    shown = preview(tok, [two_turns], LossPolicy(), 1)[0]
-    assert any("messages[1]" in w for w in shown["warnings"])
+    assert last["inconsistent_rows"] == [] and last["refused_rows"] == []
+    assert "error" in preview(tok, [two_turns], LossPolicy(), 1)[0]
 
 
 def test_a_prompt_that_is_not_a_prefix_of_the_row_is_reported(smollm2_tokenizer_dir):

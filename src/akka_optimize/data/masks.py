@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from akka_optimize.data.policy import LossPolicy
-from akka_optimize.data.render import Rendered, RenderError, render_rows
+from akka_optimize.data.render import Rendered, RenderError, prompt_mismatches, render_rows
 from akka_optimize.data.types import Example
 from akka_optimize.errors import InvalidRequest
 
@@ -120,12 +120,62 @@ def encode_rows(
         # the Rust tokenizer directly: the same ids as tokenizer(text, add_special_tokens=False)
         texts = [r.text for r, _ in kept]
         encodings = backend.encode_batch(texts, add_special_tokens=False) if texts else []
-        for enc, (r, n) in zip(encodings, kept, strict=True):
-            weights = weights_from_offsets(enc.offsets, r.trained)
-            out.append(Encoded(Example(list(enc.ids), weights, n), r, enc.offsets))
+        batch = [
+            Encoded(
+                Example(list(enc.ids), weights_from_offsets(enc.offsets, r.trained), n),
+                r,
+                enc.offsets,
+            )
+            for enc, (r, n) in zip(encodings, kept, strict=True)
+        ]
+        out += _without_rewritten_turns(
+            tokenizer, rows[b : b + BATCH_ROWS], numbers, batch, policy, errors
+        )
         if progress is not None:
             progress(min(b + BATCH_ROWS, len(rows)))
     return out
+
+
+def _without_rewritten_turns(
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    numbers: list[int],
+    encoded: list[Encoded],
+    policy: LossPolicy,
+    errors: list[RenderError] | None,
+) -> list[Encoded]:
+    """``encoded`` less the rows whose template writes a trained turn otherwise once later
+    turns follow than where it is generated (issue 15 item 5: such a turn would train on
+    text it is never generated as, so the row is refused naming the turn). Only rows
+    with a trained assistant turn before their last message are rendered again.
+
+    Raises:
+        RenderError: the first such row, unless ``errors`` collects them.
+    """
+    by_number = dict(zip(numbers, rows, strict=True))
+
+    def trained_before_the_end(row: dict[str, Any]) -> bool:
+        turns = [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"]
+        trained = turns if policy.assistant_turns == "all" else turns[-1:]
+        return any(i + 1 < len(row["messages"]) for i in trained)
+
+    suspects = [e for e in encoded if trained_before_the_end(by_number[e.example.row])]
+    if not suspects:
+        return encoded
+    found = prompt_mismatches(
+        tokenizer,
+        [by_number[e.example.row] for e in suspects],
+        policy,
+        [e.example.row for e in suspects],
+        [e.example.input_ids for e in suspects],
+        rewrites_only=True,
+    )
+    for n, messages in found.items():
+        err = RenderError(n, messages[0].split(": ", 1)[1])
+        if errors is None:
+            raise err
+        errors.append(err)
+    return [e for e in encoded if e.example.row not in found]
 
 
 def tokenize_row(

@@ -480,6 +480,7 @@ def prompt_mismatches(
     policy: LossPolicy,
     row_numbers: list[int],
     ids: list[list[int]],
+    rewrites_only: bool = False,
 ) -> dict[int, list[str]]:
     """Trained assistant turns whose text is not what an endpoint generates them from.
 
@@ -492,6 +493,9 @@ def prompt_mismatches(
     item 5; the dataset findings and ``data preview`` report them. Conversations without
     tools are rendered in one call per kind, and tokenized in one batch.
 
+    With ``rewrites_only`` only the second rendering is compared (what training refuses:
+    :func:`akka_optimize.data.masks.encode_rows`); the first is reported, not refused.
+
     Returns:
         ``{row number: [sentences starting "row N: messages[i]"]}`` for rows with a
         mismatch; rows without one are absent.
@@ -501,7 +505,8 @@ def prompt_mismatches(
         real, _sent, tools, _sent_tools, _fields = _sentinel_row(row)
         turns = [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"]
         for i in turns if policy.assistant_turns == "all" else turns[-1:]:
-            checks.append((r, i, True, real[:i], tools))
+            if not rewrites_only:
+                checks.append((r, i, True, real[:i], tools))
             if i + 1 < len(real):
                 checks.append((r, i, False, real[: i + 1], tools))
     texts = _render_checks(tokenizer, checks)
