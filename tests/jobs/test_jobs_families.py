@@ -1,0 +1,148 @@
+"""Catalog families train through the run lifecycle and register (issue 15 item 1).
+
+The engine tests (tests/engine/test_engine_families.py) train every family's tiny model
+directly. Here the multimodal families with regular-expression targets (Gemma 4,
+Ministral 3) and one text family (Qwen3) go the user's way: a deployment catalog entry
+carries the real entry's family, ``autoClass`` and ``loraTargetModules`` with the tiny
+model's folder as a ``local`` source, `base-models select`, `runs start --wait` (two
+updates) and the registered model. The run's ``adaptedModules`` are the language model's
+layers only (no vision or audio tower). A byte-level tokenizer of 100 tokens (ChatML
+template) fits the tiny vocabulary of 256 below the image and audio token ids.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+from jobs_helpers import run_json
+
+from helpers import LiveService, free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from families import FAMILIES, build  # noqa: E402
+
+CHATML = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+CHOSEN = ["gemma4", "ministral3", "qwen3"]
+ROWS = [
+    {
+        "messages": [
+            {"role": "user", "content": f"What is {a} plus {b}?"},
+            {"role": "assistant", "content": f"{a} + {b} = {a + b}. #### {a + b}"},
+        ]
+    }
+    for a, b in [(2, 3), (4, 5), (6, 7), (8, 9)]
+]
+
+
+def byte_tokenizer(dest: Path) -> None:
+    """Save a fast tokenizer: 3 specials and ``<unk>`` (ids 0–3), then the byte-level
+    characters of newline and printable ASCII (ids 4–99), no merges."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    # GPT-2's byte-to-character map: printable ASCII is itself, bytes 0-32 are chr(256 + b)
+    vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2, "<unk>": 3}
+    for b in [10, *range(32, 127)]:
+        vocab[chr(256 + b) if b <= 32 else chr(b)] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<unk>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = CHATML
+    fast.save_pretrained(dest)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    """One service whose catalog adds a tiny entry per chosen family (``test/tiny-NAME``)."""
+    from akka_optimize.catalog import load_catalog
+
+    tmp = tmp_path_factory.mktemp("families")
+    catalog = load_catalog(None)
+    entries: list[dict] = [{"include": "shipped"}]
+    for family in (f for f in FAMILIES if f.name in CHOSEN):
+        folder = build(family, tmp / family.name)
+        byte_tokenizer(folder)
+        real = catalog.get(family.repository).model_dump(by_alias=True, exclude_none=True)
+        entries.append(
+            {
+                **{k: real[k] for k in ("family", "modelType", "loraTargetModules")},
+                **({"autoClass": real["autoClass"]} if "autoClass" in real else {}),
+                "repository": f"test/tiny-{family.name}",
+                "parameters": 1_000_000,
+                "maxContextTokens": 256,
+                "chatTemplate": "chatml",
+                "source": {"kind": "local", "path": str(folder)},
+                "envelope": {"cpu": {"qualifiedTokens": 256, "memoryGiB": 1, "measured": False}},
+            }
+        )
+    home = tmp / "home"
+    home.mkdir()
+    shipped = resources.files("akka_optimize").joinpath("deployment.yaml").read_text()
+    assert "\ncatalog: null" in shipped
+    override = yaml.safe_dump({"catalog": entries}, sort_keys=False)
+    (home / "deployment.yaml").write_text(shipped.replace("\ncatalog: null\n", "\n" + override))
+    svc = LiveService(home=home, config_dir=tmp / "config", port=free_port()).start()
+    data = tmp / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    svc.cli("training", "projects", "create", "demo", check=True)
+    svc.cli("registry", "datasets", "register", "demo/sums", "-f", str(data), check=True)
+    try:
+        yield svc, tmp
+    finally:
+        svc.stop()
+
+
+@pytest.mark.parametrize("name", CHOSEN)
+def test_a_catalog_family_trains_two_updates_and_registers(service, name) -> None:
+    svc, tmp = service
+    family = next(f for f in FAMILIES if f.name == name)
+    repo = f"test/tiny-{name}"
+    svc.cli("training", "base-models", "select", repo, "--wait", check=True)
+    plan = {
+        "kind": "run",
+        "project": "demo",
+        "baseModel": repo,
+        "modelName": f"sums-{name}",
+        "config": {
+            "dataset": "demo/sums",
+            "method": "sft",
+            "maxSeqLength": 128,
+            "hyperparams": {
+                "training": {"epochs": 1, "microBatchPerGpu": 2, "maxSteps": 2, "seed": 1},
+                "optimizer": {"learningRate": 0.001},
+            },
+        },
+    }
+    path = tmp / f"plan-{name}.json"
+    path.write_text(json.dumps(plan))
+    started = svc.cli("training", "runs", "start", "-f", str(path), "--yes", "--wait")
+    assert started.returncode == 0, started.stdout + started.stderr
+    run = run_json(svc, "training", "runs", "list")["runs"][0]
+    run = svc.api("GET", f"/v1/training/runs/{run['id']}").json()
+    assert run["state"] == "SUCCEEDED" and run["baseModel"].startswith(repo)
+    results = run["results"]
+    assert results["step"] == 2
+    prefix = "model.language_model.layers." if family.multimodal else "model.layers."
+    modules = results["adaptedModules"]
+    assert len(modules) == 14 and all(m.startswith(prefix) for m in modules), modules
+    model = results["model"]
+    assert model.startswith(f"demo/sums-{name}:v1"), model
+    versions = svc.api("GET", f"/v1/registry/models/demo/sums-{name}/versions").json()
+    assert [v["version"] for v in versions["items"]] == ["v1"]
