@@ -1,8 +1,9 @@
 """Catalog families train through the run lifecycle and register (issue 15 item 1).
 
 The engine tests (tests/engine/test_engine_families.py) train every family's tiny model
-directly. Here the multimodal families with regular-expression targets (Gemma 4,
-Ministral 3) and one text family (Qwen3) go the user's way: a deployment catalog entry
+directly. Here every family but Llama (which every other lifecycle test trains) goes the
+user's way, multimodal ones with regular-expression targets (Gemma 3, Gemma 4, Ministral 3)
+and text ones with list targets (Gemma 3 text, Ministral, Qwen3): a deployment catalog entry
 carries the real entry's family, ``autoClass`` and ``loraTargetModules`` with the tiny
 model's folder as a ``local`` source, `base-models select`, `runs start --wait` (two
 updates) and the registered model. The run's ``adaptedModules`` are the language model's
@@ -32,7 +33,7 @@ CHATML = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-CHOSEN = ["gemma4", "ministral3", "qwen3"]
+CHOSEN = ["gemma3", "gemma3-text", "gemma4", "ministral", "ministral3", "qwen3"]
 ROWS = [
     {
         "messages": [
