@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import sqlite3
 import tarfile
 import zipfile
@@ -731,3 +732,24 @@ def test_the_api_document_and_its_pages_need_a_token(world: World) -> None:
     assert "/v1/training/runs" in spec["paths"] and "/openapi.json" not in spec["paths"]
     page = world.call(world.tokens["a"], "GET", "/docs").text
     assert "SwaggerUIBundle" in page and '"/v1/training/runs"' in page
+
+
+def test_the_readme_action_table_lists_the_refusals_a_token_meets() -> None:
+    """The README's table names exactly the actions some case above sees refused with 403;
+    the other actions (cancel and control of objects the token cannot see) are named in
+    the paragraph after it, so no action is undocumented."""
+    from akka_optimize.service.access import ACTIONS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = set(re.findall(r"^\| `optimize\.training\.projects\.([\w.]+)` \|", readme, re.M))
+    forbidden = {
+        c["expect"].split(":", 1)[1]
+        for cases in ROUTES.values()
+        for c in cases
+        if c["expect"].startswith("forbid:")
+    }
+    assert forbidden <= table, sorted(forbidden - table)
+    assert table <= set(ACTIONS), sorted(table - set(ACTIONS))
+    rest = set(ACTIONS) - table
+    paragraph = readme[readme.index("Cancelling or resuming another project's") :][:600]
+    assert all(f"`{a}`" in paragraph for a in rest), sorted(rest)
