@@ -11,8 +11,11 @@ parameter, and no bodies for routes that read the raw request (uploads, plans).
   or OpenAI's error shape on an endpoint's OpenAI-compatible routes;
 - declares bearer authentication as a security scheme;
 - gives uploads (datasets, bundles, models, images) an ``application/octet-stream``
-  body, run plans the :class:`akka_optimize.plan.schema.RunPlan` schema, and the
-  other raw JSON routes an object body;
+  body, run plans the :class:`akka_optimize.plan.schema.RunPlan` schema, pipeline
+  descriptors :class:`akka_optimize.plan.pipeline.PipelinePlan`, and the other raw JSON
+  routes an object body;
+- lists the success statuses of routes that choose theirs at run time (:data:`ANSWERS`:
+  201 for a new object, 200 for a dry run or content already stored);
 - gives every answer a schema: a JSON object, or bytes for downloads.
 """
 
@@ -86,6 +89,31 @@ RAW_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/training/endpoints/{endpoint_id}/openai/v1/chat/completions"): _JSON_OBJECT,
 }
 
+_STORED = {
+    "200": "The content was already stored: its existing version (`created: false`).",
+    "201": "A new version (`created: true`).",
+}
+#: Success statuses of routes that answer a ``JSONResponse`` with a status chosen at run
+#: time, by (method, path): FastAPI documents only its default 200 for them.
+ANSWERS: dict[tuple[str, str], dict[str, str]] = {
+    ("post", "/v1/training/runs"): {
+        "200": "What the run would be (`dryRun=true`); nothing is created.",
+        "201": "The run, accepted.",
+    },
+    ("post", "/v1/training/pipelines"): {
+        "200": "Every stage's resolved settings (`dryRun=true`); nothing is created.",
+        "201": "The pipeline, accepted.",
+    },
+    ("post", "/v1/registry/datasets/{namespace}/{name}"): _STORED,
+    ("post", "/v1/registry/bundles/{namespace}/{name}"): _STORED,
+    ("post", "/v1/registry/models/{namespace}/{name}"): _STORED,
+    ("post", "/v1/registry/images"): {"201": "The stored image's digest, filename and size."},
+    ("post", "/v1/training/base-models"): {
+        "200": "The entry was already selected: its state.",
+        "201": "The entry, newly selected: its download has started.",
+    },
+}
+
 #: Routes that answer bytes rather than JSON.
 DOWNLOADS = {
     ("get", "/v1/registry/images/{digest}"),
@@ -93,17 +121,28 @@ DOWNLOADS = {
 }
 
 
-def _plan_body(schemas: dict[str, Any]) -> dict[str, Any]:
+def _model_bodies(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Request bodies of the raw JSON routes that take a descriptor, by (method, path); the
+    descriptors' schemas go into ``schemas``."""
+    from ..plan.pipeline import PipelinePlan
     from ..plan.schema import RunPlan
 
-    plan = RunPlan.model_json_schema(ref_template="#/components/schemas/{model}")
-    schemas.update(plan.pop("$defs", {}))
-    schemas["RunPlan"] = plan
-    ref = {"$ref": "#/components/schemas/RunPlan"}
-    return {"content": {"application/json": {"schema": ref}}, "required": True}
+    bodies = {}
+    for key, model in {
+        ("post", "/v1/training/runs"): RunPlan,
+        ("post", "/v1/training/pipelines"): PipelinePlan,
+    }.items():
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+        ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+        bodies[key] = {"content": {"application/json": {"schema": ref}}, "required": True}
+    return bodies
 
 
-def _fix_operation(method: str, path: str, op: dict[str, Any], plan: dict[str, Any]) -> None:
+def _fix_operation(
+    method: str, path: str, op: dict[str, Any], bodies: dict[tuple[str, str], Any]
+) -> None:
     op["parameters"] = [
         p
         for p in op.get("parameters", [])
@@ -113,10 +152,15 @@ def _fix_operation(method: str, path: str, op: dict[str, Any], plan: dict[str, A
         del op["parameters"]
     if (method, path) in RAW_BODIES:
         op["requestBody"] = RAW_BODIES[(method, path)]
-    elif (method, path) == ("post", "/v1/training/runs"):
-        op["requestBody"] = plan
+    elif (method, path) in bodies:
+        op["requestBody"] = bodies[(method, path)]
     responses = op.setdefault("responses", {})
     responses.pop("422", None)
+    if (method, path) in ANSWERS:
+        for status in [s for s in responses if s.startswith("2")]:
+            del responses[status]
+        for status, text in ANSWERS[(method, path)].items():
+            responses[status] = {"description": text}
     for status, answer in responses.items():
         if not status.startswith("2"):
             continue
@@ -149,10 +193,10 @@ def build(app: FastAPI) -> dict[str, Any]:
     schemas["ErrorBody"] = ERROR_BODY
     schemas["OpenAIErrorBody"] = OPENAI_ERROR_BODY
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-    plan = _plan_body(schemas)
+    bodies = _model_bodies(schemas)
     for path, ops in doc.get("paths", {}).items():
         for method, op in ops.items():
-            _fix_operation(method, path, op, plan)
+            _fix_operation(method, path, op, bodies)
     return doc
 
 
