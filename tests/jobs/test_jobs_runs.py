@@ -329,3 +329,29 @@ def test_a_run_on_a_base_model_nobody_selected_is_refused_with_the_command(
             out.stderr
         )
     assert run_json(service, "training", "runs", "list")["runs"] == []
+
+
+def test_one_submission_id_is_one_run_even_when_sent_at_once(
+    service: LiveService, tmp_path
+) -> None:
+    """Issue 14 item 5: six starts of one plan with one ``submissionId`` at the same moment
+    make one run, and every answer names it (no 500 ``IntegrityError``, no second run); a
+    later resubmission answers the same run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    setup_project(service, tmp_path)
+    plan = json.loads(write_plan(tmp_path / "plan.json", epochs=1, maxSteps=1).read_text())
+    plan["submissionId"] = "nightly-7"
+
+    def start(_: int) -> tuple[int, str]:
+        r = service.api("POST", "/v1/training/runs", json=plan)
+        return r.status_code, r.json().get("id", r.text)
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(start, range(6)))
+    codes, ids = {c for c, _ in answers}, {i for _, i in answers}
+    assert codes == {201} and len(ids) == 1, answers
+    runs = run_json(service, "training", "runs", "list")["runs"]
+    assert [r["id"] for r in runs] == list(ids)
+    assert start(0) == (201, ids.pop())
+    wait_state(service, runs[0]["id"], ("SUCCEEDED",))
