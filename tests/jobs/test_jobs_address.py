@@ -8,6 +8,7 @@ with a sentence. No test waits on a clock: the window only bounds the retries.""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,55 @@ def test_a_bad_published_address_is_ignored(tmp_path):
     assert current_address(store) is None
     store.put_bytes(ADDRESS_KEY, b'{"url": "file:///etc"}')
     assert current_address(store) is None
+
+
+def _gone(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def test_a_service_that_comes_back_fails_the_run_whose_worker_gave_up(tmp_path) -> None:
+    """The service stops while its worker is mid-run; the worker gives up after its window
+    (1 s) and exits 3. The service that comes back, at another port, did not launch the
+    worker and cannot read its exit code: it reads the give-up the worker recorded in the
+    store, fails the run with the sentence that says so, and the device is free again."""
+    import json
+    from importlib import resources
+
+    import yaml
+    from jobs_helpers import run_json, setup_project, wait_state, worker_pid, write_plan
+
+    from helpers import hold_at, release, wait_held
+
+    home = tmp_path / "home"
+    home.mkdir()
+    raw = yaml.safe_load(resources.files("akka_optimize").joinpath("deployment.yaml").read_text())
+    raw["service"]["workerRetrySeconds"] = 1
+    (home / "deployment.yaml").write_text(yaml.safe_dump(raw))
+    first = LiveService(home=home, config_dir=tmp_path / "config", port=free_port()).start()
+    try:
+        setup_project(first, tmp_path)
+        plan = write_plan(tmp_path / "plan.json", epochs=1)
+        hold_at(first, "step-1")
+        run_id = run_json(first, "training", "runs", "start", "-f", str(plan))["id"]
+        wait_held(first)
+        pid = worker_pid(run_id)
+    finally:
+        first.stop()
+    release(first)  # step 1's metrics now go nowhere: the worker retries 1 s, then exits
+    deadline = time.monotonic() + 120
+    while not _gone(pid):
+        assert time.monotonic() < deadline, "the worker did not give up"
+        time.sleep(0.1)
+    store = BlobStore(str(home / "blobs"))
+    assert json.loads(store.get_bytes(f"runs/{run_id}/attempts/1/unreachable.json")) == {
+        "seconds": 1.0
+    }
+    back = LiveService(home=home, config_dir=tmp_path / "config", port=free_port()).start()
+    try:
+        failed = wait_state(back, run_id, ("FAILED",), timeout=60)
+        assert failed["failure"] == unreachable_sentence(1), failed["failure"]
+        again = run_json(back, "training", "runs", "start", "-f", str(plan), "--wait")
+        assert again["state"] == "SUCCEEDED", again  # the one cpu device was freed
+    finally:
+        back.stop()

@@ -34,6 +34,32 @@ def current_address(store: Any) -> str | None:
     return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
 
 
+def gave_up_key(run_id: str, attempt: int) -> str:
+    """The blob key where attempt ``attempt`` of ``run_id`` records that it gave up."""
+    return f"runs/{run_id}/attempts/{attempt}/unreachable.json"
+
+
+def record_gave_up(store: Any, run_id: str, attempt: int, seconds: float) -> None:
+    """Record, before the worker exits ``UNREACHABLE_EXIT``, that it gave up after
+    ``seconds`` of retries. A service that comes back did not launch the worker, so it
+    cannot read the exit code: it reads this instead (:func:`gave_up_after`). A store that
+    cannot be written loses only the sentence (the run still fails as a worker gone)."""
+    try:
+        store.put_bytes(gave_up_key(run_id, attempt), json.dumps({"seconds": seconds}).encode())
+    except Exception:
+        pass
+
+
+def gave_up_after(store: Any, run_id: str, attempt: int) -> float | None:
+    """The retry window (seconds) attempt ``attempt`` of ``run_id`` recorded when it gave
+    up on the service (:func:`record_gave_up`), or None when it recorded nothing."""
+    try:
+        seconds = json.loads(store.get_bytes(gave_up_key(run_id, attempt))).get("seconds")
+    except Exception:
+        return None
+    return float(seconds) if isinstance(seconds, int | float) else None
+
+
 def unreachable_sentence(seconds: float | None = None) -> str:
     """The failure reason of a run whose worker gave up on the service."""
     window = (

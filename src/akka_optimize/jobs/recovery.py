@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from ..db.base import utcnow
 from ..db.models.jobs import Run, RunAttempt
 from . import states as S
-from .address import UNREACHABLE_EXIT, unreachable_sentence
+from .address import UNREACHABLE_EXIT, gave_up_after, unreachable_sentence
 from .executor import Executor
 from .records import finish
 
@@ -29,15 +29,20 @@ def recover(ctx: Any) -> None:
             run.phase_detail = (run.phase_detail or "") + " (service restarted)"
 
 
-def reap_dead_workers(s: Session, executor: Executor) -> None:
+def reap_dead_workers(s: Session, executor: Executor, store: Any = None) -> None:
     """End every running attempt whose worker process has exited without a final event;
     its run ends ``FAILED`` (``CANCELLED`` when a cancel was pending) with a sentence naming
-    the exit and how to resume, and the end of the worker's log as detail."""
+    the exit and how to resume, and the end of the worker's log as detail. A worker that
+    gave up on the service (exit ``UNREACHABLE_EXIT``, or recorded in ``store`` when this
+    service did not launch it and cannot read its exit code) gets the sentence saying so."""
     for att in s.scalars(select(RunAttempt).where(RunAttempt.state == S.RUNNING)):
         if att.pid is None or executor.alive(att.pid):
             continue
         run = s.get(Run, att.run_id)
         code = executor.exit_code(att.pid)
+        window = gave_up_after(store, att.run_id, att.number) if store is not None else None
+        if code is None and window is not None:
+            code = UNREACHABLE_EXIT
         att.state = S.FAILED
         att.exit_code = code
         att.ended_at = utcnow()
@@ -45,7 +50,7 @@ def reap_dead_workers(s: Session, executor: Executor) -> None:
             finish(
                 run,
                 S.FAILED if run.control != "cancel" else S.CANCELLED,
-                unreachable_sentence()
+                unreachable_sentence(window)
                 if code == UNREACHABLE_EXIT
                 else f"The worker process {_how(code)} at step {run.current_step} without "
                 f"reporting why{_resume_hint(run)}.",

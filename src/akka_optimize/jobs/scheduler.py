@@ -89,7 +89,7 @@ class Scheduler:
         """One pass: reap dead workers, run the hooks (:func:`on_tick`), then start what
         can start."""
         with self.ctx.db.session() as s:
-            reap_dead_workers(s, self.executor)
+            reap_dead_workers(s, self.executor, self.ctx.store)
         self.executor.collect()
         for name, hook in list(_TICK_HOOKS.items()):
             try:

@@ -26,7 +26,7 @@ import httpx
 
 from ..errors import AkkaError
 from ..store import BlobStore
-from .address import UNREACHABLE_EXIT
+from .address import UNREACHABLE_EXIT, record_gave_up
 from .spec import JobSpec
 
 RETRY_FOR_S = 300
@@ -155,14 +155,14 @@ def run(spec: JobSpec) -> int:
         detail = traceback.format_exc()
         print(detail, file=sys.stderr, flush=True)
         if isinstance(exc, ServiceUnreachable):
-            return UNREACHABLE_EXIT
+            return _gave_up(spec, store, events)
         try:
             events.send(
                 {"type": "failed", "reason": failure_sentence(exc), "detail": detail[-20000:]}
             )
         except ServiceUnreachable as gone:
             print(f"worker: {gone}", file=sys.stderr, flush=True)
-            return UNREACHABLE_EXIT
+            return _gave_up(spec, store, events)
         return 1
     finally:
         # Every save was uploaded to the store as it was made and a resume downloads from
@@ -172,8 +172,15 @@ def run(spec: JobSpec) -> int:
         events.send(outcome)
     except ServiceUnreachable as gone:
         print(f"worker: {gone}", file=sys.stderr, flush=True)
-        return UNREACHABLE_EXIT
+        return _gave_up(spec, store, events)
     return 0
+
+
+def _gave_up(spec: JobSpec, store: BlobStore, events: EventClient) -> int:
+    """Record in the store that the attempt gave up on the service (the service that comes
+    back reads it: it cannot read the exit code of a worker it did not launch)."""
+    record_gave_up(store, spec.run_id, spec.attempt, events.retry_s)
+    return UNREACHABLE_EXIT
 
 
 def main(argv: list[str] | None = None) -> None:
