@@ -83,6 +83,139 @@ def test_refused_registrations_store_nothing(svc) -> None:
     assert [str(v["version"]).removeprefix("v") for v in versions["items"]] == ["1"]
 
 
+MISSING = "0123456789abcdef"
+PLAN = {
+    "kind": "run",
+    "project": "p",
+    "baseModel": "akka-optimize/tiny-smollm2",  # never selected here: refused at start
+    "config": {"dataset": "p/d", "method": "sft"},
+}
+#: One refused request per route that writes, by (method, route path): each is answered
+#: 4xx and leaves every table and every blob as it was. A registration whose alias is
+#: refused used to leave its blobs behind (the alias was checked after they were stored).
+REFUSED_WRITES: dict[tuple[str, str], list[dict]] = {
+    ("POST", "/v1/registry/datasets/{namespace}/{name}"): [
+        {"path": "/v1/registry/datasets/p/d?alias=v1", "content": JSONL + JSONL},
+        {"path": "/v1/registry/datasets/p/e", "content": b'{"messages": 5}\n'},
+    ],
+    ("POST", "/v1/registry/bundles/{namespace}/{name}"): [
+        {"path": "/v1/registry/bundles/p/b?alias=latest", "content": b"not a tar"},
+    ],
+    ("POST", "/v1/registry/models/{namespace}/{name}"): [
+        {"path": "/v1/registry/models/p/m?base_model=x/y", "content": b"not a tar"},
+    ],
+    ("POST", "/v1/registry/images"): [{"path": "/v1/registry/images?filename=a.png"}],
+    ("PUT", "/v1/registry/{kinds}/{namespace}/{name}/aliases/{alias}"): [
+        {"path": "/v1/registry/datasets/p/d/aliases/best", "json": {"version": 9}},
+        {"path": "/v1/registry/datasets/p/d/aliases/v3", "json": {"version": 1}},
+    ],
+    ("PUT", "/v1/registry/{kinds}/{namespace}/{name}/annotations"): [
+        {"path": "/v1/registry/datasets/p/d:v9/annotations", "json": {"note": "x"}},
+    ],
+    ("POST", "/v1/training/projects"): [{"json": {"name": "Not A Name!"}}],
+    ("PUT", "/v1/training/projects/{project}/evaluation"): [
+        {"path": "/v1/training/projects/p/evaluation", "json": {"nope": 1}},
+    ],
+    ("POST", "/v1/training/base-models"): [{"json": {"repository": "no/such-model"}}],
+    ("POST", "/v1/training/data/preview"): [{"json": {"dataset": "p/missing"}}],
+    ("POST", "/v1/training/runs"): [
+        {"json": PLAN},
+        {"path": "/v1/training/runs?dryRun=true", "json": {**PLAN, "config": {}}},
+    ],
+    ("POST", "/v1/training/runs/{run_id}/sweep"): [{"json": {}}],
+    ("POST", "/v1/training/runs/{run_id}/snapshots/{name}/register"): [{"json": {}}],
+    ("POST", "/v1/training/runs/{run_id}/cancel"): [{}],
+    ("POST", "/v1/training/runs/{run_id}/pause"): [{}],
+    ("POST", "/v1/training/runs/{run_id}/resume"): [{}],
+    ("POST", "/v1/training/runs/{run_id}/attempts/{number}/events"): [
+        {"json": {"type": "progress", "step": 1}},
+    ],
+    ("POST", "/v1/training/runs/{run_id}/attempts/{number}/judge"): [{}],
+    ("POST", "/v1/training/runs/{run_id}/attempts/{number}/judge/chat/completions"): [
+        {"json": {"messages": []}},
+    ],
+    ("POST", "/v1/training/endpoints"): [{"json": {"project": "p", "model": "p/none:v1"}}],
+    ("DELETE", "/v1/training/endpoints/{endpoint_id}"): [{}],
+    ("DELETE", "/v1/training/endpoints/{endpoint_id}/models/{ref:path}"): [{}],
+    ("POST", "/v1/training/endpoints/{endpoint_id}/openai/v1/chat/completions"): [
+        {"json": {"model": "x", "messages": [{"role": "user", "content": "hi"}]}},
+    ],
+    ("POST", "/v1/training/evaluations"): [
+        {"json": {"project": "p", "dataset": "p/d", "modelId": "p/none:v1"}},
+    ],
+    ("POST", "/v1/training/evaluations/{evaluation_id}/cancel"): [{}],
+    ("POST", "/v1/training/comparisons"): [
+        {"json": {"project": "p", "dataset": "p/d", "models": ["p/a:v1", "p/b:v1"]}},
+    ],
+    ("POST", "/v1/training/comparisons/{comparison_id}/cancel"): [{}],
+    ("POST", "/v1/training/curations"): [
+        {"json": {"project": "p", "source": "p/d", "dataset": "p/kept", "judge": "model:x"}},
+    ],
+    ("POST", "/v1/training/curations/{curation_id}/cancel"): [{}],
+    ("POST", "/v1/training/pipelines"): [
+        {
+            "json": {
+                "kind": "pipeline",
+                "project": "p",
+                "submissionId": "s",
+                "stages": [
+                    {"kind": "evaluate", "name": "e", "dataset": "p/d", "modelId": "p/none:v1"},
+                ],
+            }
+        },
+    ],
+    ("POST", "/v1/training/pipelines/{pipeline_id}/cancel"): [{}],
+    ("POST", "/v1/training/pipelines/{pipeline_id}/resume"): [{}],
+}
+
+
+def _filled(route: str) -> str:
+    """``route`` with every path parameter given a value naming nothing stored."""
+    import re
+
+    fill = {"namespace": "p", "name": "step-1", "number": "1", "ref:path": "p/none:v1"}
+    return re.sub(r"\{([^}]+)\}", lambda m: fill.get(m.group(1), MISSING), route)
+
+
+def _everything(svc) -> tuple[dict[str, list], list[str]]:
+    """Every row of every table (sorted) and every blob's path under the home."""
+    from akka_optimize.db.base import Base
+
+    tables = {}
+    with svc.app.state.ctx.db.engine.connect() as conn:
+        for table in Base.metadata.sorted_tables:
+            tables[table.name] = sorted(map(repr, conn.execute(table.select()).all()))
+    blobs = sorted(str(p.relative_to(svc.home)) for p in svc.home.rglob("*") if p.is_file())
+    return tables, [b for b in blobs if not b.startswith(("state.db", "logs/"))]
+
+
+def test_every_route_that_writes_has_a_refused_request() -> None:
+    from akka_optimize.service.routers import ROUTERS
+
+    writes = {
+        (m, r.path)
+        for mod in ROUTERS
+        for r in mod.router.routes
+        for m in r.methods
+        if m in ("POST", "PUT", "PATCH", "DELETE")
+    }
+    assert set(REFUSED_WRITES) == writes
+
+
+def test_a_refused_write_stores_nothing(svc) -> None:
+    """Each route's refused request (:data:`REFUSED_WRITES`), on SQLite and PostgreSQL."""
+    assert svc.call("POST", "/v1/training/projects", json={"name": "p"}).status_code == 201
+    ok = svc.call("POST", "/v1/registry/datasets/p/d", content=JSONL)
+    assert ok.status_code == 201, ok.text
+    before = _everything(svc)
+    for (method, route), cases in REFUSED_WRITES.items():
+        for case in cases:
+            kw = {k: case[k] for k in ("json", "content") if k in case}
+            r = svc.call(method, case.get("path", _filled(route)), **kw)
+            assert 400 <= r.status_code < 500, (method, route, r.status_code, r.text)
+            assert _everything(svc) == before, (method, route, r.text)
+
+
 def test_a_commit_that_fails_is_the_answer(svc, monkeypatch) -> None:
     real = sqlalchemy.orm.Session.commit
 

@@ -26,7 +26,7 @@ from ..errors import InvalidRequest, TooLarge
 from ..refs import parse_ref
 from ..store import CHUNK, BlobStore
 from .archives import open_tar
-from .core import ResolvedVersion, register_version, sha256_json
+from .core import ResolvedVersion, check_alias, register_version, sha256_json
 from .datasets import mib, store_file
 
 
@@ -126,6 +126,8 @@ def register_bundle(
     """
     limits = limits or RegistryLimits()
     target = parse_ref(ref, project)
+    if alias:
+        check_alias(alias)  # before any blob is stored
     path = Path(path)
     files: dict[str, Any] = {}
     if path.is_dir():

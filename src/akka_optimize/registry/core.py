@@ -348,6 +348,21 @@ def parse_version(version: int | str, field: str = "version") -> int:
     return num
 
 
+def check_alias(alias: str) -> str:
+    """``alias`` if it can name an alias; registrations check it before they store anything.
+
+    Raises:
+        InvalidRequest: not a valid name, or ``latest`` or ``vN`` (it would read as a version).
+    """
+    alias = validate_name(alias, "alias")
+    if alias in RESERVED_ALIASES or re.fullmatch(r"v[0-9]+", alias):
+        raise InvalidRequest(
+            f"alias {alias!r} is reserved: it would read as a version; choose another name.",
+            field="alias",
+        )
+    return alias
+
+
 def set_alias(
     session: Session, kind: str, namespace: str, name: str, alias: str, version: int | str
 ) -> ResolvedVersion:
@@ -360,12 +375,7 @@ def set_alias(
         InvalidRequest: the alias is not a valid name, is ``latest`` or looks like ``vN``.
         NotFound: the name or the version does not exist.
     """
-    alias = validate_name(alias, "alias")
-    if alias in RESERVED_ALIASES or re.fullmatch(r"v[0-9]+", alias):
-        raise InvalidRequest(
-            f"alias {alias!r} is reserved: it would read as a version; choose another name.",
-            field="alias",
-        )
+    alias = check_alias(alias)
     num = parse_version(version)
     ns, nm = validate_name(namespace, "namespace"), validate_name(name, "name")
     target = resolve_ref(session, kind, Ref(ns, nm, version=num), field="version")

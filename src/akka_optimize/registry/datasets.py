@@ -46,7 +46,7 @@ from ..deployment import RegistryLimits
 from ..errors import InvalidRequest, TooLarge
 from ..refs import parse_ref
 from ..store import CHUNK, BlobStore, content_key
-from .core import ResolvedVersion, register_version
+from .core import ResolvedVersion, check_alias, register_version
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                ".gif": "image/gif", ".webp": "image/webp", ".bmp": "image/bmp"}  # fmt: skip
@@ -396,6 +396,8 @@ def register_dataset(
     """
     limits = limits or RegistryLimits()
     target = parse_ref(ref, project)
+    if alias:
+        check_alias(alias)  # before any blob is stored
     source = source or path.name
     size = path.stat().st_size
     if size > limits.uploadBytes:

@@ -26,7 +26,7 @@ from ..db.models.registry import RegistryName, RegistryVersion
 from ..errors import Conflict, InvalidRequest
 from ..refs import Ref, parse_ref, repository_ref, validate_name
 from ..store import BlobStore, content_key
-from .core import ResolvedVersion, register_version, resolve, sha256_json
+from .core import ResolvedVersion, check_alias, register_version, resolve, sha256_json
 from .datasets import store_file
 
 
@@ -178,6 +178,8 @@ def register_adapter(
         NotFound: ``base_model`` or ``parent_model`` is not in the registry.
     """
     ref = Ref(validate_name(namespace, "namespace"), validate_name(name, "modelName"))
+    if alias:
+        check_alias(alias)  # before any blob is stored
     base = resolve(session, "model", base_model, field="baseModel")
     if base.source != "base":
         raise InvalidRequest(

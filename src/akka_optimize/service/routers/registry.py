@@ -40,6 +40,7 @@ from ...registry import (
     register_dataset,
     set_alias,
 )
+from ...registry.core import check_alias
 from ...registry.datasets import mib
 from ...store import CHUNK, content_key
 from .. import access
@@ -140,6 +141,8 @@ async def register_dataset_route(
     ref = f"{namespace}/{name}"
     validate_name(namespace, "namespace")
     access.check_namespace_write(principal, namespace, "datasets.register")
+    if alias:
+        check_alias(alias)
     path = await _spool(request, ctx, limits.uploadBytes, "dataset upload", "uploadBytes")
 
     def work() -> tuple[Any, bool]:
@@ -164,6 +167,8 @@ async def register_bundle_route(
 ) -> JSONResponse:
     """Register the streamed body (a tar or tar.gz of the bundle folder) as a bundle version."""
     access.check_namespace_write(principal, namespace, "bundles.register")
+    if alias:
+        check_alias(alias)
     limits = _limits(ctx)
     path = await _spool(
         request, ctx, limits.bundleCompressedBytes, "bundle archive", "bundleCompressedBytes"
@@ -192,6 +197,8 @@ async def register_model_route(
 ) -> JSONResponse:
     """Register the streamed body (a tar of a PEFT adapter folder) as a model version."""
     access.check_namespace_write(principal, namespace, "models.register")
+    if alias:
+        check_alias(alias)
     limits = _limits(ctx)
     path = await _spool(
         request, ctx, limits.bundleCompressedBytes, "model archive", "bundleCompressedBytes"
