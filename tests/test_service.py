@@ -69,7 +69,7 @@ def test_info_exits_non_zero_until_started(tmp_path) -> None:
     )
     svc.home.mkdir(parents=True)
     # A development-style token checks without the database, so info answers during start-up.
-    from akka_optimize.service.auth import ensure_dev_secret, mint_dev_token
+    from akka_optimize.devtoken import ensure_dev_secret, mint_dev_token
 
     svc.token = mint_dev_token(ensure_dev_secret(svc.home))
     svc.start(wait_started=False)
@@ -95,7 +95,7 @@ def test_issued_token_is_needed_and_login_saves_it(service: LiveService) -> None
 
 def test_dev_token_is_minted_for_localhost_9001_only(tmp_path, monkeypatch) -> None:
     from akka_optimize.cli.client import resolve_token
-    from akka_optimize.service.auth import ensure_dev_secret, mint_dev_token
+    from akka_optimize.devtoken import ensure_dev_secret, mint_dev_token
 
     monkeypatch.setenv("AKKA_OPTIMIZE_HOME", str(tmp_path))
     monkeypatch.setenv("AKKA_OPTIMIZE_CONFIG", str(tmp_path / "cfg"))
@@ -113,7 +113,7 @@ def test_a_saved_login_serves_the_local_trainer_when_no_dev_secret_is_found(
     """A second shell without the server's AKKA_OPTIMIZE_HOME: ``login`` for
     http://localhost:9001 is used (before, the saved token was never read there)."""
     from akka_optimize.cli.client import resolve_token, save_login
-    from akka_optimize.service.auth import ensure_dev_secret, mint_dev_token
+    from akka_optimize.devtoken import ensure_dev_secret, mint_dev_token
 
     monkeypatch.setenv("AKKA_OPTIMIZE_HOME", str(tmp_path / "elsewhere"))
     monkeypatch.setenv("AKKA_OPTIMIZE_CONFIG", str(tmp_path / "cfg"))
@@ -135,7 +135,7 @@ def test_no_token_error_names_the_home_and_the_ways_in(service: LiveService, tmp
 
 
 def test_service_accepts_dev_token_of_its_own_home_only(service: LiveService, tmp_path) -> None:
-    from akka_optimize.service.auth import ensure_dev_secret, mint_dev_token
+    from akka_optimize.devtoken import ensure_dev_secret, mint_dev_token
 
     good = mint_dev_token(ensure_dev_secret(service.home))
     other = mint_dev_token(ensure_dev_secret(tmp_path / "other"))

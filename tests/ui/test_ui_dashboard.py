@@ -77,7 +77,7 @@ def test_login_form_instead_of_a_traceback_then_the_token_opens_the_pages(
 
 def test_the_development_token_link_of_server_start_logs_in(chromium, dashboard: Dashboard) -> None:
     from akka_optimize.cli.server import dashboard_lines
-    from akka_optimize.service.auth import dev_secret_path
+    from akka_optimize.devtoken import dev_secret_path
 
     secret = dev_secret_path(dashboard.svc.home).read_text().strip().encode()
     lines = dashboard_lines("127.0.0.1", dashboard.svc.port, secret).splitlines()

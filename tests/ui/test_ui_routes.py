@@ -6,7 +6,7 @@ import tomllib
 
 import httpx
 
-from akka_optimize.service.auth import dev_secret_path, mint_dev_token
+from akka_optimize.devtoken import dev_secret_path, mint_dev_token
 from akka_optimize.ui.pages import COOKIE, HERE
 from helpers import REPO, LiveService
 

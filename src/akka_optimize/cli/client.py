@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..service.auth import dev_secret_path, mint_dev_token
+from ..devtoken import dev_secret_path, mint_dev_token
 from ..settings import default_home
 from .context import CliError, prog
 

@@ -59,7 +59,7 @@ def dashboard_lines(host: str, port: int, dev_secret: bytes) -> str:
     """Where the dashboard is; on a loopback address also a login link carrying the
     development token in its ``#fragment`` (browsers never send a fragment, so the token
     reaches no request log; whoever reads this output could read the secret anyway)."""
-    from ..service.auth import mint_dev_token
+    from ..devtoken import mint_dev_token
 
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     lines = [f"Dashboard: http://{shown}:{port}/ui/"]

@@ -25,10 +25,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import __version__
 from ..db import Database
 from ..db.migrate import upgrade
+from ..devtoken import ensure_dev_secret
 from ..errors import AkkaError, Unavailable
 from ..settings import Settings
 from ..store import BlobStore
-from .auth import ensure_dev_secret
 from .bodylimit import JsonBodyLimit
 from .context import ServiceContext
 from .deps import get_principal

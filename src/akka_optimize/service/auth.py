@@ -14,13 +14,10 @@ the answer is 503 with ``Retry-After`` rather than 401/403 (seeds/001).
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import os
 import secrets
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -29,11 +26,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..db.base import utcnow, write_intent
 from ..db.models.auth import ApiToken, hash_token
 from ..db.models.projects import Project
+from ..devtoken import DEV_PREFIX, mint_dev_token
 from ..errors import InvalidRequest, NotFound, Unauthorized, Unavailable
 from .context import ServiceContext
 
-DEV_LABEL = b"akka-optimize development token v1"
-DEV_PREFIX = "dev_"
 TOKEN_PREFIX = "ak_"
 
 
@@ -44,29 +40,6 @@ class Principal:
     kind: str
     project: str | None = None
     token_id: str | None = None
-
-
-def dev_secret_path(home: Path) -> Path:
-    """Where the development-token secret lives in a server home."""
-    return home / "dev-secret"
-
-
-def ensure_dev_secret(home: Path) -> bytes:
-    """Create (mode 0600) or read the development-token secret of ``home``."""
-    p = dev_secret_path(home)
-    if not p.exists():
-        home.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
-        os.replace(tmp, p)
-    return p.read_text().strip().encode()
-
-
-def mint_dev_token(secret: bytes) -> str:
-    """The development token for a server whose secret is ``secret``."""
-    return DEV_PREFIX + hmac.new(secret, DEV_LABEL, hashlib.sha256).hexdigest()
 
 
 def issue_token(ctx_db: object, project: str | None = None) -> str:
