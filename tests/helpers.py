@@ -16,6 +16,14 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CASES = Path(__file__).parent / "cases"
+#: One weights cache for every test service (``AKKA_OPTIMIZE_WEIGHTS_DIR``): the tiny
+#: model is built once per test session instead of once per service (its tokenizer alone
+#: is converted from a 270 MB GGUF file). Fetches lock per model version, so services
+#: share it safely; the catalog tests, which watch fetches happen, opt out
+#: (:data:`SHARE_WEIGHTS`, ``tests/catalog/conftest.py``).
+WEIGHTS = Path(os.environ.get("AKKA_OPTIMIZE_TEST_CACHE", REPO / ".cache" / "test-models"))
+WEIGHTS = WEIGHTS / "service-weights"
+SHARE_WEIGHTS = True
 
 
 def gsm8k_rows(path: Path, n: int, offset: int = 0, system: str | None = None) -> Path:
@@ -49,6 +57,8 @@ def base_env(home: Path, config_dir: Path) -> dict[str, str]:
     env["AKKA_OPTIMIZE_CONFIG"] = str(config_dir)
     env["PYTHONUNBUFFERED"] = "1"
     env["AKKA_OPTIMIZE_TEST_HOLD"] = str(home / "test-hold")  # see hold_at
+    if SHARE_WEIGHTS:
+        env["AKKA_OPTIMIZE_WEIGHTS_DIR"] = str(WEIGHTS)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env

@@ -8,6 +8,10 @@ Environment (DESIGN.md "Embedded default", seeds/001 "Other changes"):
   default SQLite in WAL mode at ``$AKKA_OPTIMIZE_HOME/state.db``.
 - ``AKKA_OPTIMIZE_BLOBS_URL``: an fsspec URL (``s3://bucket/prefix``); default
   ``$AKKA_OPTIMIZE_HOME/blobs``.
+- ``AKKA_OPTIMIZE_WEIGHTS_DIR``: the weights cache where selected base models are
+  converted (default ``$AKKA_OPTIMIZE_HOME/weights``): a shared volume lets several
+  services, and every run and endpoint, read one copy (seeds/000 "Base model
+  flexibility"). Fetches take a file lock per model version, so services may share it.
 - ``AKKA_OPTIMIZE_DEPLOYMENT``: a deployment file; default
   ``$AKKA_OPTIMIZE_HOME/deployment.yaml`` when present, else the one shipped in
   the package (one machine, CPU or one CUDA device).
@@ -35,6 +39,8 @@ class Settings:
     blobs_url: str | None = None
     deployment_file: Path | None = None
     startup_delay_s: float = 0.0
+    weights_path: Path | None = None
+    """The weights cache when not ``home/weights`` (``AKKA_OPTIMIZE_WEIGHTS_DIR``)."""
 
     def __post_init__(self) -> None:
         self.home = Path(self.home).expanduser()
@@ -47,18 +53,20 @@ class Settings:
     def from_env(cls, home: Path | None = None) -> Settings:
         """Settings from the environment variables documented in this module."""
         dep = os.environ.get("AKKA_OPTIMIZE_DEPLOYMENT")
+        weights = os.environ.get("AKKA_OPTIMIZE_WEIGHTS_DIR")
         return cls(
             home=home or default_home(),
             database_url=os.environ.get("AKKA_OPTIMIZE_DATABASE_URL") or None,
             blobs_url=os.environ.get("AKKA_OPTIMIZE_BLOBS_URL") or None,
             deployment_file=Path(dep) if dep else None,
             startup_delay_s=float(os.environ.get("AKKA_OPTIMIZE_STARTUP_DELAY", "0") or 0),
+            weights_path=Path(weights).expanduser() if weights else None,
         )
 
     @property
     def weights_dir(self) -> Path:
         """The shared weights cache: converted base models live here."""
-        return self.home / "weights"
+        return self.weights_path or self.home / "weights"
 
     @property
     def runs_dir(self) -> Path:
