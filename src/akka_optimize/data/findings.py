@@ -19,6 +19,7 @@ import json
 import re
 from typing import Any
 
+from akka_optimize import cancel
 from akka_optimize.data.masks import _stats, encode_rows
 from akka_optimize.data.policy import LossPolicy
 from akka_optimize.data.render import RenderError, prompt_mismatches
@@ -91,7 +92,9 @@ def duplicates(rows: list[dict[str, Any]], row_numbers: list[int]) -> dict[str, 
     reps = sorted(first.values())
     lsh = MinHashLSH(threshold=NEAR_DUPLICATE_THRESHOLD, num_perm=NUM_PERM)
     hashes: dict[int, Any] = {}
-    for i in reps:
+    for k, i in enumerate(reps):
+        if k % 512 == 0:
+            cancel.check()
         mh = MinHash(num_perm=NUM_PERM)
         mh.update_batch(list(_shingles(row_text(rows[i]))))
         hashes[i] = mh
@@ -142,6 +145,7 @@ def findings(
     empty = [ex.row for ex in fits if ex.supervised_tokens == 0]
     kept = [ex for ex in fits if ex.supervised_tokens]
     dup = duplicates(rows, numbers)
+    cancel.check()
     index = {n: k for k, n in enumerate(numbers)}
     mismatches = prompt_mismatches(
         tokenizer,

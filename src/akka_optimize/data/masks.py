@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from akka_optimize import cancel
 from akka_optimize.data.policy import LossPolicy
 from akka_optimize.data.render import Rendered, RenderError, prompt_mismatches, render_rows
 from akka_optimize.data.types import Example
@@ -114,6 +115,7 @@ def encode_rows(
     if backend.padding is not None:
         backend.no_padding()
     for b in range(0, len(rows), BATCH_ROWS):
+        cancel.check()  # a dry run or preview whose client left stops here
         numbers = row_numbers[b : b + BATCH_ROWS]
         rendered = render_rows(tokenizer, rows[b : b + BATCH_ROWS], policy, numbers, errors)
         kept = [(r, n) for r, n in zip(rendered, numbers, strict=True) if r is not None]

@@ -29,6 +29,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from akka_optimize import cancel
 from akka_optimize.data.policy import LossPolicy
 from akka_optimize.errors import InvalidRequest
 
@@ -502,6 +503,8 @@ def prompt_mismatches(
     """
     checks: list[tuple[int, int, bool, list[dict], Any]] = []  # row index, turn, gp, conv
     for r, row in enumerate(rows):
+        if r % 256 == 0:
+            cancel.check()
         real, _sent, tools, _sent_tools, _fields = _sentinel_row(row)
         turns = [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"]
         for i in turns if policy.assistant_turns == "all" else turns[-1:]:

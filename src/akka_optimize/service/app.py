@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
+from ..cancel import ClientGone
 from ..db import Database
 from ..db.migrate import upgrade
 from ..devtoken import ensure_dev_secret
@@ -141,7 +142,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     """Answer every failure with the error shape (DESIGN "Errors are sentences"): a
     platform error with its status, validation failures as 400 naming the field, unknown
     routes 404 and wrong methods 405 with ``Allow``, a database race 409, a busy store
-    503 with ``Retry-After``, and anything else 500 with the exception's type only."""
+    503 with ``Retry-After``, work stopped because its client left 499, and anything else
+    500 with the exception's type only."""
 
     @app.exception_handler(AkkaError)
     async def _akka_error(_: Request, exc: AkkaError) -> JSONResponse:
@@ -175,6 +177,11 @@ def _install_error_handlers(app: FastAPI) -> None:
                 headers={"Allow": ", ".join(allow)},
             )
         return error_response(exc.status_code, "http_error", str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(_: Request, exc: ClientGone) -> JSONResponse:
+        # nobody reads this: the client disconnected and the work stopped (connected.py)
+        return error_response(499, "client_closed_request", "The client left before the answer.")
 
     @app.exception_handler(IntegrityError)
     async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:

@@ -21,12 +21,12 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.concurrency import run_in_threadpool
 
 from ...errors import InvalidRequest
 from ...jsonvalues import loads
 from .. import access
 from ..auth import Principal
+from ..connected import while_connected
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
 
@@ -122,4 +122,6 @@ async def preview_route(request: Request, ctx: CtxDep, principal: PrincipalDep) 
     """Rows rendered by the base model's chat template, supervised spans marked."""
     raw = await request.body()
     body = loads(raw or b"null")
-    return await run_in_threadpool(preview_request, ctx, body, principal)
+    return await while_connected(
+        request, "data preview", lambda: preview_request(ctx, body, principal)
+    )

@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from ...jobs.scheduler import on_tick
 from .. import access
 from .. import pipelines as P
+from ..connected import while_connected
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from .runs import read_json_body
 
@@ -43,8 +44,9 @@ async def start_pipeline(
                 return P.dry_run_pipeline(ctx, s, raw, principal)
             return P.start_pipeline(ctx, s, raw, principal)
 
-    result = await run_in_threadpool(work)
-    return JSONResponse(result, status_code=200 if dryRun else 201)
+    if dryRun:  # every stage's findings: stopped if the client leaves
+        return JSONResponse(await while_connected(request, "dry run", work), status_code=200)
+    return JSONResponse(await run_in_threadpool(work), status_code=201)
 
 
 @router.get("")

@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...errors import InvalidRequest
 from ...jsonvalues import loads
+from ..connected import while_connected
 from ..deps import CtxDep, PrincipalDep
 from ..plans import dry_run, resolve_run_plan
 
@@ -57,5 +58,6 @@ async def start_run_route(
 
             return start_run(ctx, session, resolved, principal)
 
-    result = await run_in_threadpool(work)
-    return JSONResponse(result, status_code=200 if dryRun else 201)
+    if dryRun:  # a dry run's findings read every row: stop them if the client leaves
+        return JSONResponse(await while_connected(request, "dry run", work), status_code=200)
+    return JSONResponse(await run_in_threadpool(work), status_code=201)
