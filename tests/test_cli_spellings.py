@@ -101,9 +101,14 @@ def _words(command: str) -> list[str] | None:
     return out
 
 
+_COMMANDS: dict[int, object] = {}
+
+
 def _missing(tree: typer.Typer, words: list[str]) -> str | None:
     """The first word that is not a command under ``tree``, or None."""
-    cmd = typer.main.get_command(tree)
+    if id(tree) not in _COMMANDS:  # building the click tree is the slow part: once per tree
+        _COMMANDS[id(tree)] = typer.main.get_command(tree)
+    cmd = _COMMANDS[id(tree)]
     for w in words:
         subs = getattr(cmd, "commands", None)
         if not subs:
