@@ -40,9 +40,11 @@ def reap_dead_workers(s: Session, executor: Executor, store: Any = None) -> None
             continue
         run = s.get(Run, att.run_id)
         code = executor.exit_code(att.pid)
-        window = gave_up_after(store, att.run_id, att.number) if store is not None else None
-        if code is None and window is not None:
-            code = UNREACHABLE_EXIT
+        window = None  # the retry window a worker that gave up recorded (read only then)
+        if code in (None, UNREACHABLE_EXIT) and store is not None:
+            window = gave_up_after(store, att.run_id, att.number)
+            if window is not None:
+                code = UNREACHABLE_EXIT
         att.state = S.FAILED
         att.exit_code = code
         att.ended_at = utcnow()
