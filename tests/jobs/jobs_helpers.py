@@ -42,6 +42,45 @@ def write_plan(path: Path, **training: object) -> Path:
     return path
 
 
+DIGITS_REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Share of the completion's characters that are digits (a number that varies)."""
+    text = solution_str or " "
+    return sum(c.isdigit() for c in text) / len(text)
+'''
+"""A reward bundle's ``reward.py``: a deterministic score in [0, 1] that varies per answer."""
+
+
+def write_rl_plan(path: Path, model_name: str | None = None, **rl: object) -> Path:
+    """A three-update reinforcement plan on ``demo/train`` rewarded by ``demo/scoring``
+    (2 prompts × 4 samples of 6 tokens per update, a save every update); ``rl``
+    overrides rlHyperparams."""
+    plan: dict = {
+        "kind": "run",
+        "project": "demo",
+        "baseModel": TINY,
+        "config": {
+            "dataset": "demo/train",
+            "method": "rl",
+            "maxSeqLength": 512,
+            "rlHyperparams": {
+                "steps": 3,
+                "promptsPerStep": 2,
+                "samplesPerPrompt": 4,
+                "maxNewTokens": 6,
+                "reward": "bundle:demo/scoring#reward",
+                "optimizer": {"learningRate": 0.001},
+                **rl,
+            },
+        },
+        "execution": {"saveEverySteps": 1},
+    }
+    if model_name:
+        plan["modelName"] = model_name
+    path.write_text(json.dumps(plan))
+    return path
+
+
 def run_json(svc: LiveService, *args: str) -> dict:
     return json.loads(svc.cli(*args, "-o", "json", check=True).stdout)
 

@@ -5,44 +5,11 @@ refusals named at the dry run and the start alike."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from jobs_helpers import TINY, run_json, setup_project
+from jobs_helpers import DIGITS_REWARD, TINY, run_json, setup_project, write_rl_plan
 
 from akka_optimize.deployment import load_deployment
 from helpers import REPO, LiveService
-
-REWARD = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    """Share of the completion's characters that are digits (a number that varies)."""
-    text = solution_str or " "
-    return sum(c.isdigit() for c in text) / len(text)
-'''
-
-
-def _plan(path: Path, **rl: object) -> Path:
-    plan = {
-        "kind": "run",
-        "project": "demo",
-        "baseModel": TINY,
-        "config": {
-            "dataset": "demo/train",
-            "method": "rl",
-            "maxSeqLength": 512,
-            "rlHyperparams": {
-                "steps": 3,
-                "promptsPerStep": 2,
-                "samplesPerPrompt": 4,
-                "maxNewTokens": 6,
-                "reward": "bundle:demo/scoring#reward",
-                "optimizer": {"learningRate": 0.001},
-                **rl,
-            },
-        },
-        "execution": {"saveEverySteps": 1},
-    }
-    path.write_text(json.dumps(plan))
-    return path
 
 
 def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
@@ -51,7 +18,7 @@ def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
     setup_project(service, tmp_path)
     bundle = tmp_path / "scoring"
     bundle.mkdir()
-    (bundle / "reward.py").write_text(REWARD)
+    (bundle / "reward.py").write_text(DIGITS_REWARD)
     service.cli("registry", "bundles", "register", "demo/scoring", "-f", str(bundle), check=True)
 
     # refused at the dry run and the start alike, naming the field
@@ -60,7 +27,7 @@ def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
         ({"reward": "bundle:demo/missing#reward"}, "demo/missing"),
         ({"reward": "rouge"}, "is not a grader"),
     ):
-        plan = _plan(tmp_path / "bad.json", **rl)
+        plan = write_rl_plan(tmp_path / "bad.json", **rl)
         body = json.loads(plan.read_text())
         dry = service.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=body)
         # refused by the plan's own rules (400) or by admission (a report)
@@ -72,14 +39,14 @@ def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
         assert (err["field"], err["message"]) == (first["field"], first["message"]), err
         out = service.cli("training", "runs", "start", "-f", str(plan))
         assert out.returncode == 1 and words in out.stderr, out.stderr
-    graphs = json.loads(_plan(tmp_path / "graphs.json").read_text())
+    graphs = json.loads(write_rl_plan(tmp_path / "graphs.json").read_text())
     graphs["config"]["engineSettings"] = {"rollout.cuda_graphs": False}  # no graphs here
     dry = service.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=graphs).json()
     assert dry["refusals"][0]["field"] == "config.engineSettings.rollout.cuda_graphs", dry
     assert run_json(service, "training", "runs", "list")["runs"] == []
 
     # the rollout settings the sampler honours are accepted and reach the worker
-    plan = _plan(tmp_path / "rl.json")
+    plan = write_rl_plan(tmp_path / "rl.json")
     body = json.loads(plan.read_text())
     body["config"]["engineSettings"] = {
         "rollout.max_num_seqs": 3,
@@ -130,7 +97,7 @@ def test_a_judged_reinforcement_run_scores_on_the_judges_endpoint(
     through its own endpoint in the run's project; the run shows the judge, its
     instructions and their source, and the endpoint."""
     setup_project(service, tmp_path)
-    plan = _plan(tmp_path / "judged.json", reward=f"model:{TINY}", steps=2)
+    plan = write_rl_plan(tmp_path / "judged.json", reward=f"model:{TINY}", steps=2)
     run = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
     assert run["state"] == "SUCCEEDED", run
     assert run["judge"].startswith(f"{TINY}:v1@") and run["instructionsSource"] == "built-in"

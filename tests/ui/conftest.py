@@ -1,6 +1,7 @@
 """Fixtures of the dashboard tests: one live service with finished tiny-model runs
-(a source run with validation, a branch of it), an endpoint over the trained model,
-and a real Chromium driven by Playwright (Debian's ``/usr/bin/chromium``; no
+(a source run with validation, a branch of it, a reinforcement run), the project's
+evaluation settings with the evaluation of each registered model, an endpoint over the
+trained model, and a real Chromium driven by Playwright (Debian's ``/usr/bin/chromium``; no
 browser download).
 
 Without Chromium or Playwright the tests are skipped with the reason, except in CI
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,7 +62,7 @@ def dashboard(tmp_path_factory, chromium) -> Iterator[Dashboard]:
     import sys
 
     sys.path.insert(0, str(REPO / "tests" / "jobs"))
-    from jobs_helpers import gsm8k_rows
+    from jobs_helpers import DIGITS_REWARD, gsm8k_rows, write_rl_plan
 
     tmp = tmp_path_factory.mktemp("ui")
     svc = LiveService(home=tmp / "home", config_dir=tmp / "config", port=free_port())
@@ -72,6 +74,13 @@ def dashboard(tmp_path_factory, chromium) -> Iterator[Dashboard]:
         val = gsm8k_rows(tmp / "val.jsonl", 4, offset=8, system="Answer with #### N.")
         svc.cli("registry", "datasets", "register", "demo/train", "-f", str(train), check=True)
         svc.cli("registry", "datasets", "register", "demo/val", "-f", str(val), check=True)
+        bundle = tmp / "scoring"
+        bundle.mkdir()
+        (bundle / "reward.py").write_text(DIGITS_REWARD)
+        svc.cli("registry", "bundles", "register", "demo/scoring", "-f", str(bundle), check=True)
+        # Every model the runs register is then evaluated on these settings.
+        svc.cli("training", "projects", "set-evaluation", "demo", "--dataset", "demo/val",
+                "--grader", "bundle:demo/scoring#reward", "--max-tokens", "8", check=True)  # fmt: skip
         d = Dashboard(svc=svc, source={}, branch={}, endpoint={}, tmp=tmp)
         start = ("training", "runs", "start", "-f", str(plan_file(tmp / "plan.json")), "--wait")
         d.source = d.cli_json(*start)
@@ -89,6 +98,23 @@ def dashboard(tmp_path_factory, chromium) -> Iterator[Dashboard]:
         branch_id = sweep["points"][0]["run"]["id"]
         d.branch = d.cli_json("training", "runs", "wait", branch_id)
         assert d.branch["state"] == "SUCCEEDED", d.branch
+        rl_plan = write_rl_plan(tmp / "rl.json", model_name="tiny-rl")
+        rl = ("training", "runs", "start", "-f", str(rl_plan), "--wait")
+        d.rl = d.cli_json(*rl)
+        assert d.rl["state"] == "SUCCEEDED", d.rl
+        d.evaluations = _evaluations_finished(d, 3)
         yield d
     finally:
         svc.stop()
+
+
+def _evaluations_finished(d: Dashboard, count: int, timeout: float = 600) -> list[dict]:
+    """The project's evaluations once ``count`` exist and all have ended (one per model
+    the runs registered, queued by the project's settings)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        evs = d.cli_json("training", "evaluations", "list", "--project", "demo")["evaluations"]
+        if len(evs) >= count and all(e["state"] in ("SUCCEEDED", "FAILED") for e in evs):
+            return evs
+        assert time.monotonic() < deadline, evs
+        time.sleep(1)

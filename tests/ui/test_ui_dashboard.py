@@ -94,6 +94,11 @@ def test_the_development_token_link_of_server_start_logs_in(chromium, dashboard:
     assert len(dashboard_lines("0.0.0.0", 9001, secret).splitlines()) == 1
 
 
+def _shown(x: float) -> str:
+    """``x`` as the page prints numbers (JavaScript's ``toPrecision(4)``)."""
+    return f"{x:#.4g}"
+
+
 def _chart(page, chart_id: str) -> list[list]:
     page.wait_for_function(f"AK.charts['{chart_id}'] !== undefined")
     return page.evaluate(f"AK.charts['{chart_id}'].data.map(c => Array.from(c))")
@@ -121,6 +126,7 @@ def test_run_page_draws_the_metrics_settings_snapshots_and_lineage(
     ):
         assert _chart(page, chart_id)[1] == [x[key] for x in m["metrics"]], chart_id
     assert page.locator("#chart-loss .u-legend").count() == 1  # hover values
+    assert page.locator("#chart-reward").is_hidden()  # a supervised run has no reward
 
     # The settings as `runs get --settings` prints them; the plan's own values marked.
     text = dashboard.svc.cli("training", "runs", "get", src["id"], "--settings", check=True)
@@ -154,6 +160,23 @@ def test_run_page_draws_the_metrics_settings_snapshots_and_lineage(
     assert _chart(page, "chart-loss")[0] == [x["step"] for x in bm["metrics"]] == [5]
 
 
+def test_a_reinforcement_runs_page_draws_its_reward_curve(page, dashboard: Dashboard) -> None:
+    rl = dashboard.rl
+    page.goto(f"{dashboard.svc.url}/ui/runs/{rl['id'][:8]}")
+    page.wait_for_selector("#snapshots tbody")
+    m = dashboard.cli_json("training", "runs", "metrics", rl["id"])["metrics"]
+    assert [x["step"] for x in m] == [1, 2, 3]
+    steps, mean, low, high = _chart(page, "chart-reward")
+    assert steps == [1, 2, 3] and page.locator("#chart-reward").is_visible()
+    assert mean == [x["rewardMean"] for x in m]
+    assert low == [x["rewardMin"] for x in m] and high == [x["rewardMax"] for x in m]
+    res = rl["results"]
+    assert (res["rewardStart"], res["rewardFinal"]) == (m[0]["rewardMean"], m[-1]["rewardMean"])
+    shown = page.locator("#run-reward").inner_text()
+    assert shown == f"{_shown(res['rewardStart'])} → {_shown(res['rewardFinal'])}", shown
+    assert "bundle:demo/scoring:v1#reward" in page.locator("#summary").inner_text()
+
+
 def test_two_runs_overlaid_on_one_chart(page, dashboard: Dashboard) -> None:
     src, branch = dashboard.source, dashboard.branch
     page.goto(f"{dashboard.svc.url}/ui/runs/{src['id']}")
@@ -167,6 +190,33 @@ def test_two_runs_overlaid_on_one_chart(page, dashboard: Dashboard) -> None:
     assert steps == [1, 2, 3, 4, 5]
     assert a == [x["loss"] for x in m_src] + [None]
     assert b == [None] * 4 + [m_b[0]["loss"]]
+
+
+def test_a_project_token_sees_only_its_own_project(chromium, dashboard: Dashboard) -> None:
+    """Logged in with a token of project ``other``: the projects page and the registry show
+    only that project, and a run of ``demo`` is as unknown as a run that does not exist."""
+    svc = dashboard.svc
+    svc.cli("training", "projects", "create", "other", check=True)
+    token = svc.create_token("other")
+    context = chromium.new_context()
+    p = context.new_page()
+    p.goto(f"{svc.url}/ui/")
+    p.fill("#token", token)
+    p.click("#login button")
+    p.wait_for_selector("section.project")
+    names = [s.get_attribute("data-project") for s in p.locator("section.project").all()]
+    assert names == ["other"]
+    scores = p.locator("section.project table.scores").inner_text()
+    assert scores.startswith("No evaluation settings, so no scores; set them with")
+    assert "· other" in p.locator("header .who").inner_text()
+    p.goto(f"{svc.url}/ui/registry")
+    p.wait_for_selector("#datasets caption, #datasets tbody")
+    assert "demo/" not in p.locator("main").inner_text()
+    src = dashboard.source["id"]
+    p.goto(f"{svc.url}/ui/runs/{src}")
+    p.wait_for_selector("#error:not([hidden])")
+    assert p.locator("#error").inner_text() == f"No run '{src}'."
+    context.close()
 
 
 def test_unknown_run_prefix_or_project_shows_the_services_sentence(
@@ -193,7 +243,7 @@ def test_projects_page_lists_runs_models_and_endpoints(page, dashboard: Dashboar
     sec = page.locator("section.project[data-project=demo]")
     sec.wait_for()
     runs = sec.locator("table.runs tbody tr").all_inner_texts()
-    assert len(runs) == 2
+    assert len(runs) == 3
     src_row = next(r for r in runs if r.startswith(dashboard.source["id"][:8]))
     final = dashboard.source["results"]["finalLoss"]
     assert "SUCCEEDED" in src_row and "4/4" in src_row and f"{final:.4g}" in src_row
@@ -201,6 +251,40 @@ def test_projects_page_lists_runs_models_and_endpoints(page, dashboard: Dashboar
     assert "demo/tiny-smollm2:v1" in src_row
     assert "demo/tiny-smollm2" in sec.locator("table.models").inner_text()
     assert dashboard.endpoint["id"][:8] in sec.locator("table.endpoints").inner_text()
+    rl_row = next(r for r in runs if r.startswith(dashboard.rl["id"][:8]))
+    res = dashboard.rl["results"]
+    assert f"{_shown(res['rewardStart'])} → {_shown(res['rewardFinal'])}" in rl_row
+    assert "demo/tiny-rl:v1" in rl_row
+
+
+def test_projects_page_shows_the_evaluations_and_the_scores_table(
+    page, dashboard: Dashboard
+) -> None:
+    """Each model the runs registered was evaluated on the project's settings; the
+    evaluations table and the scores table say what the CLI says."""
+    page.goto(f"{dashboard.svc.url}/ui/projects/demo")
+    sec = page.locator("section.project[data-project=demo]")
+    sec.wait_for()
+    evs = dashboard.evaluations
+    assert {e["model"] for e in evs} == {
+        "demo/tiny-smollm2:v1", "demo/tiny-smollm2:v2", "demo/tiny-rl:v1"
+    }  # fmt: skip
+    rows = sec.locator("table.evaluations tbody tr").all_inner_texts()
+    assert [r.split("\t")[0] for r in rows] == [e["id"][:8] for e in evs]  # newest first
+    for row, e in zip(rows, evs, strict=True):
+        assert e["state"] == "SUCCEEDED" and e["model"] in row, e
+        assert _shown(e["results"]["mean"]) in row and "bundle:demo/scoring:v1#reward" in row
+
+    scores = dashboard.cli_json("training", "projects", "scores", "demo")
+    (group,) = scores["rows"]
+    shown = sec.locator("table.scores tbody tr").all_inner_texts()
+    assert len(shown) == len(group["models"]) == 3
+    assert shown[0].split("\t")[0] == group["baseModel"] == "akka-optimize/tiny-smollm2:v1"
+    for row, m in zip(shown, group["models"], strict=True):  # best mean first, as the CLI
+        cells = row.split("\t")
+        assert cells[1:4] == [m["model"], _shown(m["mean"]), _shown(m["stderr"])], row
+    hint = sec.locator("p.hint").inner_text()
+    assert hint == f"on {scores['dataset']} graded by {scores['grader']}"
 
 
 def test_dataset_page_previews_the_supervised_spans_of_training_data_preview(

@@ -20,6 +20,8 @@ class Dashboard:
     branch: dict
     endpoint: dict
     tmp: Path
+    rl: dict = field(default_factory=dict)
+    evaluations: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
     def cli_json(self, *args: str) -> dict:

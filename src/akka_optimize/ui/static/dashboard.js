@@ -152,6 +152,17 @@ const AK = (() => {
     chart("chart-lr", [line("learning rate", 2)], aligned([pick(m.metrics, "learningRate")]));
     chart("chart-grad", [line("gradient norm", 3)], aligned([pick(m.metrics, "gradNorm")]));
     chart("chart-ratio", [line("update ratio", 4)], aligned([pick(m.metrics, "updateRatio")]));
+    // Reinforcement runs: the mean reward of each update's rollouts, with their range.
+    const rewards = pick(m.metrics, "rewardMean");
+    const box = document.getElementById("chart-reward");
+    if (rewards.length) {
+      box.hidden = false;
+      chart(
+        "chart-reward",
+        [line("mean reward", 2), line("min reward", 5, { dash: [4, 4] }), line("max reward", 4, { dash: [4, 4] })],
+        aligned([rewards, pick(m.metrics, "rewardMin"), pick(m.metrics, "rewardMax")]),
+      );
+    }
   }
 
   // ---- pages -------------------------------------------------------------------------
@@ -162,18 +173,26 @@ const AK = (() => {
       progress(r),
       num(r.results.finalLoss),
       num(r.results.validationLoss),
+      reward(r),
       modelLink(r.results.model),
     ];
+  }
+
+  // A reinforcement run's mean reward at its first and last update ("—" for other runs).
+  function reward(run) {
+    const r = run.results;
+    if (r.rewardStart === null || r.rewardStart === undefined) return "—";
+    return `${num(r.rewardStart)} → ${num(r.rewardFinal)}`;
   }
 
   async function projectsPage(only) {
     const box = document.getElementById("projects");
     try {
       // One project: its own route says so when there is no such project.
-      const names = only
-        ? [(await api(`/v1/training/projects/${encodeURIComponent(only)}`)).name]
-        : (await api("/v1/training/projects")).projects.map((p) => p.name);
-      const sections = await Promise.all(names.map(projectSection));
+      const projects = only
+        ? [await api(`/v1/training/projects/${encodeURIComponent(only)}`)]
+        : (await api("/v1/training/projects")).projects;
+      const sections = await Promise.all(projects.map(projectSection));
       box.replaceChildren(...(sections.length ? sections : [el("p", {}, "No projects yet.")]));
     } catch (err) {
       box.replaceChildren();
@@ -181,21 +200,57 @@ const AK = (() => {
     }
   }
 
-  async function projectSection(name) {
+  async function projectSection(project) {
+    const name = project.name;
     const q = encodeURIComponent(name);
-    const [runs, models, eps] = await Promise.all([
+    // A project without evaluation settings has no scores table (its route answers 409).
+    const unset = `No evaluation settings, so no scores; set them with \`training projects set-evaluation ${name} --dataset DATASET --grader GRADER\`.`;
+    const [runs, models, eps, evs, scores] = await Promise.all([
       api(`/v1/training/runs?project=${q}`),
       api(`/v1/registry/models?namespace=${q}`),
       api(`/v1/training/endpoints?project=${q}`),
+      api(`/v1/training/evaluations?project=${q}`),
+      project.evaluation ? api(`/v1/training/projects/${q}/scores`) : { missing: unset },
     ]);
     const sec = el("section", { class: "project", "data-project": name });
-    const [tr, tm, te] = [el("table", { class: "runs" }), el("table", { class: "models" }), el("table", { class: "endpoints" })];
+    const tables = ["runs", "models", "endpoints", "evaluations", "scores"].map((c) => el("table", { class: c }));
+    const [tr, tm, te, tv, ts] = tables;
     sec.append(el("h2", {}, el("a", { href: "/ui/projects/" + q }, name)));
     sec.append(el("h3", {}, "Runs"), tr, el("h3", {}, "Models"), tm, el("h3", {}, "Endpoints"), te);
-    table(tr, ["run", "state", "progress", "final loss", "validation loss", "model"], runs.runs.map(runRow), "No runs.");
+    sec.append(el("h3", {}, "Evaluations"), tv, el("h3", {}, "Scores"), scoresHint(scores), ts);
+    table(tr, ["run", "state", "progress", "final loss", "validation loss", "reward", "model"], runs.runs.map(runRow), "No runs.");
     table(tm, ["model", "versions", "latest", "aliases"], models.items.map(modelRow), "No models.");
     table(te, ["endpoint", "state", "serves"], eps.endpoints.map(endpointRow), "No endpoints.");
+    table(tv, ["evaluation", "state", "model", "grader", "mean", "stderr", "scored", "errors"], evs.evaluations.map(evaluationRow), "No evaluations.");
+    table(ts, ["base model", "model", "mean", "stderr", "count", "errors", "evaluation"], scores.missing ? [] : scoreRows(scores), scores.missing || "No scored models yet.");
     return sec;
+  }
+
+  function evaluationRow(e) {
+    const r = e.results || {};
+    return [
+      el("span", { class: "evaluation-id" }, short(e.id)),
+      el("span", { class: "state state-" + e.state }, e.state),
+      modelLink(e.model),
+      e.grader || "—",
+      num(r.mean),
+      num(r.stderr),
+      r.scored === undefined ? "—" : `${r.scored}/${r.count}`,
+      r.errors === undefined ? "—" : r.errors,
+    ];
+  }
+
+  // What the scores are measured on (the project's evaluation settings), above the table.
+  function scoresHint(scores) {
+    if (scores.missing) return null;
+    return el("p", { class: "hint" }, `on ${scores.dataset} graded by ${scores.grader}`);
+  }
+
+  // One row per model: its base-model version on the first row of its group only.
+  function scoreRows(scores) {
+    return scores.rows.flatMap((row) =>
+      row.models.map((m, i) => [i ? "" : row.baseModel, modelLink(m.model), num(m.mean), num(m.stderr), m.count, m.errors, short(m.evaluationId)]),
+    );
   }
 
   function modelRow(m) {
@@ -289,6 +344,7 @@ const AK = (() => {
       ["progress", progress(run)],
       ["final loss", num(run.results.finalLoss)],
       ["validation loss", num(run.results.validationLoss)],
+      ...(run.method === "rl" ? [["reward", el("span", { id: "run-reward" }, reward(run))], ["reward grader", run.reward || "—"]] : []),
       ["model", modelLink(run.results.model)],
       ["base model", run.baseModel],
       ["dataset", run.dataset],
@@ -330,7 +386,7 @@ const AK = (() => {
         runs.map((r, i) => ({ label: short(r.id), stroke: COLOURS[i % COLOURS.length], width: 1.5, spanGaps: true })),
         aligned(ms.map((m) => pick(m.metrics, "loss"))),
       );
-      table("compare-runs", ["run", "state", "progress", "final loss", "validation loss", "model"], runs.map(runRow));
+      table("compare-runs", ["run", "state", "progress", "final loss", "validation loss", "reward", "model"], runs.map(runRow));
     } catch (err) {
       showError(err);
     }
