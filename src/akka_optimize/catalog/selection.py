@@ -13,50 +13,36 @@ repository) moves ``PENDING`` → ``FETCHING`` → ``READY`` or ``FAILED``:
   (``owner/repo:vN``, seeds/001 "Models live in the registry") and sets ``READY`` in
   the same transaction; a refused registration or a failed fetch ends ``FAILED`` with
   one sentence (seeds/001 "Base model selection").
+
+This module owns selecting, finding, listing and requiring a base model; the row's states
+and lookups live in :mod:`.selection_rows`, the background fetcher in
+:mod:`.selection_manager`, and every name stays importable from here.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import subprocess
-import sys
-import threading
 import uuid
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..db import Database, utcnow
 from ..db.models.catalog import BaseModelSelection
 from ..errors import AkkaError, Conflict, InvalidRequest
 from ..refs import repository_ref
-from ..settings import Settings
-from .entries import Catalog, CatalogEntry, load_catalog
+from .entries import Catalog, CatalogEntry
+from .selection_manager import SelectionManager as SelectionManager
+from .selection_manager import log as log
+from .selection_rows import FAILED as FAILED
+from .selection_rows import FETCHING as FETCHING
+from .selection_rows import PENDING as PENDING
+from .selection_rows import READY as READY
+from .selection_rows import STATES as STATES
+from .selection_rows import cached as cached
+from .selection_rows import get_selection as get_selection
+from .selection_rows import settings_catalog as settings_catalog
 from .sources import source_commit
-
-log = logging.getLogger("akka_optimize.catalog")
-
-PENDING, FETCHING, READY, FAILED = "PENDING", "FETCHING", "READY", "FAILED"
-STATES = (PENDING, FETCHING, READY, FAILED)
-
-
-def settings_catalog(settings: Settings) -> Catalog:
-    """The catalog of the deployment file ``settings`` points at (shipped when none)."""
-    from ..deployment import load_deployment
-
-    return load_catalog(load_deployment(settings.resolved_deployment_file()))
-
-
-def get_selection(session: Session, repository: str) -> BaseModelSelection | None:
-    """The selection row of ``repository`` (any case), or None."""
-    key = repository.strip().split("@", 1)[0].split(":", 1)[0].lower()
-    return session.scalars(
-        select(BaseModelSelection).where(BaseModelSelection.repository_key == key)
-    ).first()
 
 
 def find_entry(session: Session, catalog: Catalog, ref: str) -> CatalogEntry:
@@ -84,11 +70,6 @@ def find_entry(session: Session, catalog: Catalog, ref: str) -> CatalogEntry:
         if rows:
             return catalog.require(rows[0].repository)
     return catalog.require(text, field="ref")
-
-
-def cached(row: BaseModelSelection | None) -> bool:
-    """Whether the row's weights are in the cache now (``config.json`` present)."""
-    return bool(row and row.weights_path and (Path(row.weights_path) / "config.json").is_file())
 
 
 def entry_view(entry: CatalogEntry, row: BaseModelSelection | None, catalog: Catalog) -> dict:
@@ -181,182 +162,6 @@ def select_base_model(session: Session, catalog: Catalog, repository: str) -> Ba
     session.commit()
     session.refresh(row)
     return row
-
-
-class SelectionManager:
-    """Runs fetches in background threads, one per selection, each in a subprocess.
-
-    Args:
-        db: the service's database.
-        settings: for the weights cache and the deployment file.
-    """
-
-    def __init__(self, db: Database, settings: Settings) -> None:
-        self.db = db
-        self.settings = settings
-        self._lock = threading.Lock()
-        self._threads: dict[str, threading.Thread] = {}
-        self._procs: dict[str, subprocess.Popen] = {}
-        self._stopping = False
-
-    def start(self, selection_id: str) -> None:
-        """Fetch the selection in the background unless a thread already does."""
-        with self._lock:
-            if self._stopping:
-                return
-            t = self._threads.get(selection_id)
-            if t is not None and t.is_alive():
-                return
-            t = threading.Thread(
-                target=self._run, args=(selection_id,), name=f"fetch-{selection_id[:8]}"
-            )
-            t.daemon = True
-            self._threads[selection_id] = t
-            t.start()
-
-    def recover(self) -> None:
-        """At start-up: restart every selection left ``PENDING`` or ``FETCHING`` by a
-        previous process (its fetch died with it)."""
-        with self.db.session() as s:
-            s.execute(
-                update(BaseModelSelection)
-                .where(BaseModelSelection.state == FETCHING)
-                .values(state=PENDING, progress="restarted after the service restarted")
-            )
-            ids = s.scalars(
-                select(BaseModelSelection.id).where(BaseModelSelection.state == PENDING)
-            ).all()
-        for i in ids:
-            self.start(i)
-
-    def stop(self) -> None:
-        """Stop starting fetches and end running fetch subprocesses (service shutdown)."""
-        with self._lock:
-            self._stopping = True
-            procs = list(self._procs.values())
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-
-    def _claim(self, selection_id: str) -> BaseModelSelection | None:
-        with self.db.session() as s:
-            n = s.execute(
-                update(BaseModelSelection)
-                .where(BaseModelSelection.id == selection_id, BaseModelSelection.state == PENDING)
-                .values(
-                    state=FETCHING,
-                    attempts=BaseModelSelection.attempts + 1,
-                    progress="starting the fetch",
-                )
-            ).rowcount
-            if n != 1:
-                return None
-            return s.get(BaseModelSelection, selection_id)
-
-    def _set(self, selection_id: str, **values: Any) -> None:
-        with self.db.session() as s:
-            s.execute(
-                update(BaseModelSelection)
-                .where(BaseModelSelection.id == selection_id)
-                .values(**values)
-            )
-
-    def _run(self, selection_id: str) -> None:
-        row = self._claim(selection_id)
-        if row is None:
-            return
-        try:
-            result = self._fetch(selection_id, row.repository)
-            if "error" in result:
-                self._set(selection_id, state=FAILED, error=result["error"], progress=None)
-                return
-            self._register(selection_id, row.repository, result)
-        except Exception as exc:  # the row must not stay FETCHING
-            log.exception("fetch of %s failed", row.repository)
-            self._set(
-                selection_id,
-                state=FAILED,
-                progress=None,
-                error=f"Fetching {row.repository} failed: {type(exc).__name__}: {exc}",
-            )
-
-    def _fetch(self, selection_id: str, repository: str) -> dict[str, str]:
-        weights = self.settings.weights_dir
-        log_dir = weights / ".logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "akka_optimize.catalog.fetch", repository]
-        cmd += ["--weights-dir", str(weights)]
-        dep = self.settings.resolved_deployment_file()
-        if dep:
-            cmd += ["--deployment", str(dep)]
-        log_path = log_dir / f"{repository.lower().replace('/', '--')}.log"
-        result: dict[str, str] = {}
-        with open(log_path, "ab") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-            with self._lock:
-                self._procs[selection_id] = proc
-            try:
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    try:
-                        msg = json.loads(line)
-                    except ValueError:
-                        continue
-                    if not isinstance(msg, dict):
-                        continue
-                    if "progress" in msg:
-                        self._set(selection_id, progress=str(msg["progress"])[:500])
-                    else:
-                        result = msg
-                rc = proc.wait()
-            finally:
-                with self._lock:
-                    self._procs.pop(selection_id, None)
-        if not result:
-            result = {
-                "error": f"The fetch of {repository} ended (exit status {rc}) without a "
-                f"result; see {log_path}."
-            }
-        return result
-
-    def _register(self, selection_id: str, repository: str, result: dict[str, str]) -> None:
-        from ..registry import register_base_model
-
-        catalog = settings_catalog(self.settings)
-        entry = catalog.require(repository)
-        meta = {
-            "family": entry.family,
-            "modelType": entry.model_type,
-            "source": entry.source.kind,
-            "weightsPath": result["path"],
-        }
-        try:
-            with self.db.session() as s:
-                rv = register_base_model(
-                    s, entry.repository, commit=result["commit"], metadata=meta
-                )
-                s.execute(
-                    update(BaseModelSelection)
-                    .where(BaseModelSelection.id == selection_id)
-                    .values(
-                        state=READY,
-                        model=f"{rv.repo}:v{rv.version}",
-                        commit=result["commit"],
-                        weights_path=result["path"],
-                        progress=None,
-                        error=None,
-                        ready_at=utcnow(),
-                    )
-                )
-        except AkkaError as exc:
-            self._set(
-                selection_id,
-                state=FAILED,
-                progress=None,
-                commit=result["commit"],
-                weights_path=result["path"],
-                error=f"The registry did not register {repository}: {exc.message}",
-            )
 
 
 def require_ready(session: Session, catalog: Catalog, ref: str) -> tuple[Path, CatalogEntry]:

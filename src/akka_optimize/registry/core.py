@@ -8,141 +8,42 @@ Concurrency: a version row is inserted inside a SAVEPOINT; the unique constraint
 ``(name, digest)`` and ``(name, version)`` turn a race into an ``IntegrityError``, after
 which the insert is retried against the now-visible winner. Two identical registrations
 racing each other therefore create one version.
+
+This module owns creating names and versions, registering and annotating; the records
+live in :mod:`.records`, resolution and listing in :mod:`.resolution`, versions and
+aliases in :mod:`.aliases`, and every name stays importable from here.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..db.models.registry import RegistryAlias, RegistryName, RegistryVersion
-from ..errors import Conflict, InvalidRequest, NotFound, TooLarge
-from ..refs import MAX_VERSION, Ref, parse_ref, validate_name
-
-KINDS = ("dataset", "bundle", "model")
-_LABEL = {"dataset": "Dataset", "bundle": "Scoring bundle", "model": "Model"}
-RESERVED_ALIASES = ("latest",)
-
-
-@dataclass
-class ResolvedVersion:
-    """One exact version of a registry artifact.
-
-    Attributes:
-        kind: ``dataset``, ``bundle`` or ``model``.
-        namespace, name: lower-case parts of the name.
-        version: N of ``vN`` (>= 1).
-        digest: ``sha256:<64 hex>`` over the version's content.
-        pinned: ``ns/name:vN@sha256:<hex>``; parse it with :func:`akka_optimize.refs.parse_ref`.
-        metadata: kind-specific facts (rows, bytes, repository, commit, annotations…).
-        created_at: when the version was registered (UTC).
-        size: stored bytes of the version's content.
-        files: relative path → ``{"digest", "size"}`` of the version's blobs.
-        source: ``upload`` (datasets, bundles), ``base`` (a base model) or ``adapter``.
-        base_model: pinned base-model version a trained model was trained on.
-        parent_model: pinned model version a reinforcement run started from.
-        run_id: the run that produced a trained model.
-        aliases: aliases pointing at this version.
-    """
-
-    kind: str
-    namespace: str
-    name: str
-    version: int
-    digest: str
-    pinned: str
-    metadata: dict[str, Any]
-    created_at: dt.datetime | None
-    size: int = 0
-    files: dict[str, Any] = field(default_factory=dict)
-    source: str | None = None
-    base_model: str | None = None
-    parent_model: str | None = None
-    run_id: str | None = None
-    aliases: list[str] = field(default_factory=list)
-
-    @property
-    def repo(self) -> str:
-        """``namespace/name``."""
-        return f"{self.namespace}/{self.name}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The API's JSON shape of a version (camelCase keys)."""
-        return {
-            "kind": self.kind,
-            "name": self.repo,
-            "version": f"v{self.version}",
-            "digest": self.digest,
-            "ref": self.pinned,
-            "size": self.size,
-            "aliases": list(self.aliases),
-            "metadata": self.metadata,
-            "source": self.source,
-            "baseModel": self.base_model,
-            "parentModel": self.parent_model,
-            "runId": self.run_id,
-            "files": self.files,
-            "createdAt": self.created_at.isoformat() if self.created_at else None,
-        }
-
-
-def check_kind(kind: str) -> str:
-    """``kind`` if known. Raises :class:`InvalidRequest` (field ``kind``)."""
-    if kind not in KINDS:
-        raise InvalidRequest(f"kind must be one of {', '.join(KINDS)}, not {kind!r}.", field="kind")
-    return kind
-
-
-def sha256_json(obj: Any) -> str:
-    """``sha256:<hex>`` of canonical JSON (sorted keys, no spaces, UTF-8)."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def _to_resolved(
-    s: Session, kind: str, n: RegistryName, v: RegistryVersion, aliases: list[str] | None = None
-) -> ResolvedVersion:
-    if aliases is None:
-        aliases = s.scalars(
-            select(RegistryAlias.alias).where(RegistryAlias.version_id == v.id).order_by("alias")
-        ).all()
-    return ResolvedVersion(
-        kind=kind,
-        namespace=n.namespace,
-        name=n.name,
-        version=v.version,
-        digest=v.digest,
-        pinned=f"{n.namespace}/{n.name}:v{v.version}@{v.digest}",
-        metadata=dict(v.metadata_ or {}),
-        created_at=v.created_at,
-        size=v.size or 0,
-        files=dict(v.files or {}),
-        source=v.source,
-        base_model=v.base_model,
-        parent_model=v.parent_model,
-        run_id=v.run_id,
-        aliases=list(aliases),
-    )
-
-
-def find_name(s: Session, kind: str, namespace: str, name: str) -> RegistryName | None:
-    """The name row of ``kind`` ``namespace/name``, or None."""
-    return s.scalars(
-        select(RegistryName).where(
-            RegistryName.kind == kind,
-            RegistryName.namespace == namespace,
-            RegistryName.name == name,
-        )
-    ).first()
+from ..db.models.registry import RegistryName, RegistryVersion
+from ..errors import Conflict, InvalidRequest, TooLarge
+from ..refs import Ref
+from .aliases import RESERVED_ALIASES as RESERVED_ALIASES
+from .aliases import _upsert_alias as _upsert_alias
+from .aliases import check_alias as check_alias
+from .aliases import parse_version as parse_version
+from .aliases import set_alias as set_alias
+from .records import _LABEL as _LABEL
+from .records import KINDS as KINDS
+from .records import ResolvedVersion as ResolvedVersion
+from .records import _to_resolved as _to_resolved
+from .records import check_kind as check_kind
+from .records import find_name as find_name
+from .records import sha256_json as sha256_json
+from .resolution import _versions_phrase as _versions_phrase
+from .resolution import list_names as list_names
+from .resolution import list_versions as list_versions
+from .resolution import resolve as resolve
+from .resolution import resolve_ref as resolve_ref
 
 
 def get_or_create_name(s: Session, kind: str, namespace: str, name: str) -> RegistryName:
@@ -192,222 +93,6 @@ def insert_version(
         except IntegrityError:
             continue
     raise Conflict(f"Could not register a version of {n.namespace}/{n.name}; retry the request.")
-
-
-def _versions_phrase(s: Session, n: RegistryName) -> str:
-    nums = s.scalars(
-        select(RegistryVersion.version)
-        .where(RegistryVersion.name_id == n.id)
-        .order_by(RegistryVersion.version)
-    ).all()
-    if not nums:
-        return "it has no versions"
-    return "it has " + ", ".join(f"v{x}" for x in nums[-10:])
-
-
-def resolve_ref(s: Session, kind: str, ref: Ref, *, field: str = "ref") -> ResolvedVersion:
-    """Resolve a parsed reference to one version (see :func:`resolve`)."""
-    label = _LABEL[check_kind(kind)]
-    n = find_name(s, kind, ref.namespace, ref.name)
-    if n is None:
-        raise NotFound(f"{label} {ref.repo} is not in the registry.", field=field)
-    q = select(RegistryVersion).where(RegistryVersion.name_id == n.id)
-    if ref.version is not None:
-        q = q.where(RegistryVersion.version == ref.version)
-    if ref.digest:
-        q = q.where(RegistryVersion.digest == ref.digest)
-    if ref.alias:
-        a = s.scalars(
-            select(RegistryAlias).where(
-                RegistryAlias.name_id == n.id, RegistryAlias.alias == ref.alias
-            )
-        ).first()
-        if a is None:
-            raise NotFound(f"{label} {ref.repo} has no alias {ref.alias}.", field=field)
-        q = q.where(RegistryVersion.id == a.version_id)
-    v = s.scalars(q.order_by(RegistryVersion.version.desc())).first()
-    if v is None:
-        raise NotFound(
-            f"{label} {ref.repo} has no version {ref.selector}; {_versions_phrase(s, n)}.",
-            field=field,
-        )
-    return _to_resolved(s, kind, n, v)
-
-
-def resolve(
-    session: Session, kind: str, ref: str, project: str | None = None, *, field: str = "ref"
-) -> ResolvedVersion:
-    """Turn any reference into the exact version it names now.
-
-    Args:
-        session: a database session.
-        kind: ``dataset``, ``bundle`` or ``model``.
-        ref: ``NS/NAME``, ``NS/NAME:vN``, ``NS/NAME:ALIAS``, ``NS/NAME@sha256:…`` (or the
-            pinned ``NS/NAME:vN@sha256:…``), a bare NAME resolving in ``project``.
-        project: the request's project.
-        field: the request field named in refusals.
-
-    Returns:
-        The :class:`ResolvedVersion`; record ``.pinned`` in accepted work.
-
-    Raises:
-        InvalidRequest: the reference is malformed.
-        NotFound: the name, version, alias or digest is not in the registry (a sentence
-            naming what is missing and which versions exist).
-    """
-    return resolve_ref(session, kind, parse_ref(ref, project, field=field), field=field)
-
-
-def list_versions(
-    session: Session,
-    kind: str,
-    namespace: str,
-    name: str,
-    *,
-    limit: int | None = None,
-    after: int = 0,
-) -> list[ResolvedVersion]:
-    """Versions of ``namespace/name`` numbered above ``after``, oldest first, at most
-    ``limit`` of them (all when None). One query for the page and one for its aliases
-    (the ``(name_id, version)`` unique index serves both). Raises :class:`NotFound`."""
-    n = find_name(session, check_kind(kind), namespace, name)
-    if n is None:
-        raise NotFound(f"{_LABEL[kind]} {namespace}/{name} is not in the registry.", field="ref")
-    q = (
-        select(RegistryVersion)
-        .where(RegistryVersion.name_id == n.id, RegistryVersion.version > after)
-        .order_by(RegistryVersion.version)
-    )
-    rows = session.scalars(q if limit is None else q.limit(limit)).all()
-    aliases: dict[int, list[str]] = {}
-    for alias, vid in session.execute(
-        select(RegistryAlias.alias, RegistryAlias.version_id)
-        .where(RegistryAlias.name_id == n.id)
-        .order_by(RegistryAlias.alias)
-    ):
-        aliases.setdefault(vid, []).append(alias)
-    return [_to_resolved(session, kind, n, v, aliases.get(v.id, [])) for v in rows]
-
-
-def list_names(session: Session, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-    """Named artifacts of ``kind`` (optionally in one namespace) with their latest version.
-
-    Returns:
-        ``[{"name", "versions", "latest", "digest", "aliases", "updatedAt"}]`` sorted by name.
-    """
-    q = select(RegistryName).where(RegistryName.kind == check_kind(kind))
-    if namespace:
-        q = q.where(RegistryName.namespace == validate_name(namespace, "namespace"))
-    out = []
-    for n in session.scalars(q.order_by(RegistryName.namespace, RegistryName.name)).all():
-        v = session.scalars(
-            select(RegistryVersion)
-            .where(RegistryVersion.name_id == n.id)
-            .order_by(RegistryVersion.version.desc())
-        ).first()
-        if v is None:
-            continue
-        aliases = session.execute(
-            select(RegistryAlias.alias, RegistryVersion.version)
-            .join(RegistryVersion, RegistryVersion.id == RegistryAlias.version_id)
-            .where(RegistryAlias.name_id == n.id)
-            .order_by(RegistryAlias.alias)
-        ).all()
-        out.append(
-            {
-                "name": f"{n.namespace}/{n.name}",
-                "versions": v.version,
-                "latest": f"v{v.version}",
-                "digest": v.digest,
-                "aliases": {a: f"v{ver}" for a, ver in aliases},
-                "updatedAt": v.created_at.isoformat() if v.created_at else None,
-            }
-        )
-    return out
-
-
-_VERSION_ARG = re.compile(r"v?([0-9]+)")
-
-
-def parse_version(version: int | str, field: str = "version") -> int:
-    """``3``, ``"3"`` or ``"v3"`` → 3. Raises :class:`InvalidRequest`."""
-    if isinstance(version, int) and not isinstance(version, bool):
-        num = version
-    else:
-        m = _VERSION_ARG.fullmatch(str(version).strip().lower())
-        if not m:
-            raise InvalidRequest(f"{field} must look like v3, not {version!r}.", field=field)
-        num = int(m.group(1))
-    if num < 1:
-        raise InvalidRequest(f"{field} must be v1 or later, not {version!r}.", field=field)
-    if num > MAX_VERSION:
-        raise InvalidRequest(
-            f"{field} {str(version)[:30]!r} is larger than {MAX_VERSION}, the largest version.",
-            field=field,
-        )
-    return num
-
-
-def check_alias(alias: str) -> str:
-    """``alias`` if it can name an alias; registrations check it before they store anything.
-
-    Raises:
-        InvalidRequest: not a valid name, or ``latest`` or ``vN`` (it would read as a version).
-    """
-    alias = validate_name(alias, "alias")
-    if alias in RESERVED_ALIASES or re.fullmatch(r"v[0-9]+", alias):
-        raise InvalidRequest(
-            f"alias {alias!r} is reserved: it would read as a version; choose another name.",
-            field="alias",
-        )
-    return alias
-
-
-def set_alias(
-    session: Session, kind: str, namespace: str, name: str, alias: str, version: int | str
-) -> ResolvedVersion:
-    """Point ``alias`` of ``namespace/name`` at ``version`` (creating or moving it).
-
-    Accepted work keeps its pinned version: moving an alias changes only later
-    resolutions (seeds/001 "candidate and champion are aliases on a named model").
-
-    Raises:
-        InvalidRequest: the alias is not a valid name, is ``latest`` or looks like ``vN``.
-        NotFound: the name or the version does not exist.
-    """
-    alias = check_alias(alias)
-    num = parse_version(version)
-    ns, nm = validate_name(namespace, "namespace"), validate_name(name, "name")
-    target = resolve_ref(session, kind, Ref(ns, nm, version=num), field="version")
-    n = find_name(session, kind, ns, nm)
-    assert n is not None
-    v_id = session.scalar(
-        select(RegistryVersion.id).where(
-            RegistryVersion.name_id == n.id, RegistryVersion.version == num
-        )
-    )
-    _upsert_alias(session, n.id, alias, v_id)
-    return resolve_ref(session, kind, Ref(ns, nm, version=target.version))
-
-
-def _upsert_alias(s: Session, name_id: int, alias: str, version_id: int) -> None:
-    for _ in range(5):
-        row = s.scalars(
-            select(RegistryAlias).where(
-                RegistryAlias.name_id == name_id, RegistryAlias.alias == alias
-            )
-        ).first()
-        if row is not None:
-            row.version_id = version_id
-            s.flush()
-            return
-        try:
-            with s.begin_nested():
-                s.add(RegistryAlias(name_id=name_id, alias=alias, version_id=version_id))
-                s.flush()
-            return
-        except IntegrityError:
-            continue
 
 
 def register_version(
