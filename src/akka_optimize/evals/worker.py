@@ -6,23 +6,33 @@ bundle → engine → answers (the serving engine's batching) → grades (the sa
 pool, :mod:`akka_optimize.evals.sandbox`) → the examples file in the blob store → the
 ``completed`` event with the summary. A cancel requested while it answers or grades ends it
 ``cancelled`` at the next example boundary.
+
+Its parts: :mod:`akka_optimize.evals.judge_client` (a ``model:`` judge's requests) and
+:mod:`akka_optimize.evals.summaries` (the summary and the examples' records).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..errors import AkkaError
 from ..jobs.spec import JobSpec
 from ..store import BlobStore
 from ..testhooks import hold
+from .judge_client import JudgeUnavailable as JudgeUnavailable
+from .judge_client import _in_parallel as _in_parallel
+from .judge_client import _open_judge as _open_judge
+from .judge_client import ask_judge as ask_judge
+from .judge_client import judge_all as judge_all
+from .judge_client import judge_pairs as judge_pairs
 from .rows import EvalRow, eval_rows
+from .summaries import _records as _records
+from .summaries import _result as _result
+from .summaries import summary as summary
 
 ADAPTER = "candidate"
 """The name the evaluated adapter is loaded under in the engine."""
@@ -35,35 +45,6 @@ def _version(kind: str, record: dict[str, Any]) -> Any:
     from ..jobs.training import _version as version
 
     return version(kind, record)
-
-
-def summary(scores: list[float | None]) -> dict[str, Any]:
-    """Mean score with its standard error over the examples that scored.
-
-    Args:
-        scores: one entry per example; None marks an example error.
-
-    Returns:
-        ``{"mean", "stderr", "count", "scored", "errors", "errorShare"}``: ``stderr`` is the
-        sample standard deviation over ``sqrt(scored)`` (None below two scored examples);
-        ``mean`` is None when nothing scored.
-    """
-    ok = [s for s in scores if s is not None]
-    n = len(ok)
-    mean = sum(ok) / n if n else None
-    stderr = None
-    if n >= 2 and mean is not None:
-        var = sum((s - mean) ** 2 for s in ok) / (n - 1)
-        stderr = math.sqrt(var / n)
-    errors = len(scores) - n
-    return {
-        "mean": mean,
-        "stderr": stderr,
-        "count": len(scores),
-        "scored": n,
-        "errors": errors,
-        "errorShare": errors / len(scores) if scores else 0.0,
-    }
 
 
 def _prompt_ids(tokenizer: Any, row: EvalRow) -> list[int]:
@@ -109,175 +90,6 @@ def answer_all(
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         list(pool.map(one, range(len(rows))))
     return answers
-
-
-class JudgeUnavailable(AkkaError):
-    """The judge's endpoint could not start (or the service refused to serve it): the
-    evaluation fails with this sentence rather than scoring every example as an error."""
-
-    code = "judge_unavailable"
-
-
-def ask_judge(
-    events: Any, grader: dict[str, Any], body: dict[str, Any]
-) -> tuple[str | None, str | None]:
-    """Send one chat completion ``body`` to the evaluation's ``model:`` judge, through the
-    service (``…/attempts/N/judge/chat/completions``); ``(reply, None)`` or ``(None,
-    reason)`` when this one request failed.
-
-    Raises:
-        JudgeUnavailable: the judge's endpoint failed to start or was refused.
-    """
-    import httpx
-
-    try:
-        r = events.post("judge/chat/completions", body)
-    except httpx.HTTPError as exc:
-        return None, f"the judge's endpoint did not answer: {exc}"
-    if r.status_code != 200:
-        try:
-            err = r.json().get("error") or {}
-        except ValueError:
-            err = {"message": r.text[-300:]}
-        message = str(err.get("message") or f"HTTP {r.status_code}")
-        if err.get("code") in ("endpoint_failed", "judge_unavailable") or r.status_code in (
-            401,
-            403,
-            404,
-            409,
-        ):
-            raise JudgeUnavailable(f"The judge {grader['judgeModel']} could not serve: {message}")
-        return None, f"the judge's endpoint refused the request: {message}"
-    return (r.json()["choices"][0]["message"].get("content") or "").strip(), None
-
-
-def _open_judge(events: Any, grader: dict[str, Any], count: int) -> None:
-    """Ask the service for the judge's endpoint (created and started when needed) and
-    report it in the evaluation's phase.
-
-    Raises:
-        JudgeUnavailable: the service refused (the run has no judge, the project is gone).
-    """
-    r = events.post("judge", {})
-    if r.status_code != 200:
-        try:
-            message = (r.json().get("error") or {}).get("message") or r.text[-300:]
-        except ValueError:
-            message = r.text[-300:]
-        raise JudgeUnavailable(f"The judge {grader['judgeModel']} has no endpoint: {message}")
-    endpoint = r.json()
-    events.send(
-        {
-            "type": "phase",
-            "phase": "RUNNING",
-            "detail": f"grading {count} answers with the judge {grader['judgeModel']} on "
-            f"endpoint {endpoint['id'][:8]} ({str(endpoint['state']).lower()})",
-            "judgeEndpoint": endpoint["id"],
-        }
-    )
-
-
-def _in_parallel(
-    count: int, concurrency: int, one: Callable[[int], Any], stop: Callable[[], bool]
-) -> list[Any]:
-    out: list[Any] = [None] * count
-
-    def run(i: int) -> None:
-        if not stop():
-            out[i] = one(i)
-
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        list(pool.map(run, range(count)))
-    return out
-
-
-def judge_all(
-    events: Any,
-    grader: dict[str, Any],
-    examples: list[EvalRow],
-    answers: list[str],
-    *,
-    concurrency: int,
-    stop: Callable[[], bool],
-    announce: bool = True,
-) -> list[Any]:
-    """Score ``answers[i]`` (to ``examples[i]``) with the judge
-    (:func:`akka_optimize.evals.judges.judge_messages`), ``concurrency`` requests in flight
-    so the judge's endpoint batches them; one :class:`~.sandbox.GradeResult` each, whose
-    details keep the judge's reply. An example left unscored because ``stop()`` turned
-    true scores as an error. ``announce`` first asks the service for the judge's endpoint
-    (once per job: a reinforcement run's later updates reuse it).
-
-    Raises:
-        JudgeUnavailable: the judge's endpoint failed to start or was refused.
-    """
-    from .judges import judge_messages, judge_request, parse_score
-    from .sandbox import GradeResult
-
-    if announce:
-        _open_judge(events, grader, len(answers))
-
-    def one(i: int) -> Any:
-        ex = examples[i]
-        msgs = judge_messages(grader["instructions"], ex.prompt, ex.ground_truth, answers[i])
-        reply, error = ask_judge(events, grader, judge_request(msgs))
-        if reply is None:
-            return GradeResult(None, {}, error)
-        try:
-            return GradeResult(parse_score(reply), {"judgeReply": reply}, None)
-        except ValueError as exc:
-            return GradeResult(None, {"judgeReply": reply}, str(exc))
-
-    got = _in_parallel(len(answers), concurrency, one, stop)
-    return [g if g is not None else GradeResult(None, {}, "cancelled") for g in got]
-
-
-def judge_pairs(
-    events: Any,
-    grader: dict[str, Any],
-    examples: list[EvalRow],
-    candidate: list[str],
-    baseline: list[str],
-    *,
-    concurrency: int,
-    stop: Callable[[], bool],
-) -> tuple[list[Any], list[Any]]:
-    """The judge picks the better answer of each pair (:func:`akka_optimize.evals.judges.pair_messages`;
-    the candidate is ``A`` on even rows, ``B`` on odd ones); the candidate's and the
-    baseline's :class:`~.sandbox.GradeResult` lists (1 for the preferred answer, 0 for the
-    other, 0.5 each for a tie; both an error when the reply picks nothing).
-
-    Raises:
-        JudgeUnavailable: the judge's endpoint failed to start or was refused.
-    """
-    from .judges import PAIR_CHOICES, judge_request, pair_messages, parse_preference
-    from .sandbox import GradeResult
-
-    _open_judge(events, grader, 2 * len(candidate))
-
-    def one(i: int) -> tuple[Any, Any]:
-        ex = examples[i]
-        first, second = (candidate[i], baseline[i]) if i % 2 == 0 else (baseline[i], candidate[i])
-        msgs = pair_messages(grader["instructions"], ex.prompt, ex.ground_truth, first, second)
-        reply, error = ask_judge(events, grader, judge_request(msgs, PAIR_CHOICES))
-        if reply is None:
-            return GradeResult(None, {}, error), GradeResult(None, {}, error)
-        try:
-            pick = parse_preference(reply)
-        except ValueError as exc:
-            bad = GradeResult(None, {"judgeReply": reply}, str(exc))
-            return bad, bad
-        candidate_label = "A" if i % 2 == 0 else "B"
-        c = 0.5 if pick == "tie" else float(pick == candidate_label)
-        details = {"judgeReply": reply, "candidateWas": candidate_label}
-        return GradeResult(c, details, None), GradeResult(1.0 - c, details, None)
-
-    cancelled = (GradeResult(None, {}, "cancelled"), GradeResult(None, {}, "cancelled"))
-    got = [
-        g if g is not None else cancelled
-        for g in _in_parallel(len(candidate), concurrency, one, stop)
-    ]
-    return [g[0] for g in got], [g[1] for g in got]
 
 
 def _limits(ev: dict[str, Any]) -> Any:
@@ -479,45 +291,3 @@ def _grade(
         bundle_dir, grader["module"], grader["function"], _limits(ev), hidden=hidden
     ) as pool:
         return pool.score(calls)
-
-
-def _records(
-    examples: list[Any], answers: list[list[str | None]], per_side: list[list[Any]]
-) -> list[dict[str, Any]]:
-    """One record per example: prompt, ground truth, and each side's answer, score,
-    details and error (suffix ``A``/``B`` for a comparison, the side's index for a fan)."""
-    records = []
-    for ex in examples:
-        rec: dict[str, Any] = {
-            "index": ex.index,
-            "prompt": ex.prompt,
-            "groundTruth": ex.ground_truth,
-        }
-        for i, g in enumerate(per_side):
-            got = g[ex.index]
-            suffix = "" if len(per_side) == 1 else "AB"[i] if len(per_side) == 2 else str(i)
-            rec[f"answer{suffix}"] = answers[i][ex.index]
-            rec[f"score{suffix}"] = got.score
-            rec[f"details{suffix}"] = got.details
-            rec[f"error{suffix}"] = got.error
-        records.append(rec)
-    return records
-
-
-def _result(ev: dict[str, Any], per_side: list[list[Any]]) -> dict[str, Any]:
-    """The summary: an evaluation's, a comparison's paired difference (with each side's
-    summary), or a sweep's fan (every branch against the source snapshot, side 0)."""
-    from .stats import paired
-
-    scores = [[g.score for g in got] for got in per_side]
-    if ev.get("fan"):
-        return {
-            "baseline": summary(scores[0]),
-            "fan": [{**summary(s), "vsSource": paired(s, scores[0])} for s in scores[1:]],
-        }
-    if len(per_side) == 1:
-        return summary(scores[0])
-    result = paired(scores[0], scores[1])
-    result["candidate"] = summary(scores[0])
-    result["baseline"] = summary(scores[1])
-    return result
