@@ -28,32 +28,19 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-if __package__:  # imported as akka_optimize.evals.sandbox_child.__main__
-    from ._sandbox_isolation import isolate
-    from ._sandbox_limits import (
-        CpuLimit,
-        _armed,
-        _fmt,
-        _memory_error,
-        _reserve,
-        _set_limits,
-        arm,
-        disarm,
-    )
-    from ._sandbox_results import TRACEBACK_CHARS, _describe, _error, convert, last_line
-else:  # run by path: this folder is sys.path[0]
-    from _sandbox_isolation import isolate
-    from _sandbox_limits import (
-        CpuLimit,
-        _armed,
-        _fmt,
-        _memory_error,
-        _reserve,
-        _set_limits,
-        arm,
-        disarm,
-    )
-    from _sandbox_results import TRACEBACK_CHARS, _describe, _error, convert, last_line
+# Run by path, this folder is sys.path[0]: the siblings import as top-level modules.
+from _sandbox_isolation import isolate
+from _sandbox_limits import (
+    CpuLimit,
+    _armed,
+    _fmt,
+    _memory_error,
+    _reserve,
+    _set_limits,
+    arm,
+    disarm,
+)
+from _sandbox_results import TRACEBACK_CHARS, _describe, _error, convert, last_line
 
 
 def _user_error(exc: BaseException, cfg: dict) -> dict:

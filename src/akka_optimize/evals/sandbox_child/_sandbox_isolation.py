@@ -10,44 +10,25 @@ import os
 import socket
 import sys
 
-if __package__:  # imported as akka_optimize.evals.sandbox_child._sandbox_isolation
-    from ._sandbox_syscalls import (
-        CLONE_NEWNET,
-        CLONE_NEWNS,
-        MS_PRIVATE,
-        MS_REC,
-        NOBODY,
-        PR_SET_DUMPABLE,
-        PR_SET_NO_NEW_PRIVS,
-        _bind_stdlib,
-        _die_with_parent,
-        _drop_to_nobody,
-        _enter_pid_namespace,
-        _hide,
-        _libc,
-        _mount,
-        _own_namespaces,
-        _unshare,
-    )
-else:  # the worker run by path: its folder is sys.path[0]
-    from _sandbox_syscalls import (
-        CLONE_NEWNET,
-        CLONE_NEWNS,
-        MS_PRIVATE,
-        MS_REC,
-        NOBODY,
-        PR_SET_DUMPABLE,
-        PR_SET_NO_NEW_PRIVS,
-        _bind_stdlib,
-        _die_with_parent,
-        _drop_to_nobody,
-        _enter_pid_namespace,
-        _hide,
-        _libc,
-        _mount,
-        _own_namespaces,
-        _unshare,
-    )
+# Run by path, this folder is sys.path[0]: the siblings import as top-level modules.
+from _sandbox_syscalls import (
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    MS_PRIVATE,
+    MS_REC,
+    NOBODY,
+    PR_SET_DUMPABLE,
+    PR_SET_NO_NEW_PRIVS,
+    _bind_stdlib,
+    _die_with_parent,
+    _drop_to_nobody,
+    _enter_pid_namespace,
+    _hide,
+    _libc,
+    _mount,
+    _own_namespaces,
+    _unshare,
+)
 
 
 def isolate(cfg: dict) -> dict[str, str]:
