@@ -11,13 +11,14 @@ machine", seeds/001 endpoint changes; FEATURES F110–F120).
 - ``…/{id}/openai/v1/chat/completions`` and ``…/{id}/openai/v1/models``: the OpenAI API,
   forwarded to the endpoint's worker (streams pass through). A stopped endpoint is
   started again by its next request.
+
+This module holds the routes; an endpoint's records (manager, lookup, view) live in
+:mod:`.endpoint_records`, waiting on a worker in :mod:`.endpoint_forwarding`, and judge
+endpoints in :mod:`.endpoint_judges`, their public names importable from here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import uuid
 from typing import Any
 
 import httpx
@@ -31,17 +32,22 @@ from ...db.models.projects import Project
 from ...db.models.serving import Endpoint, EndpointModel
 from ...deployment import load_deployment
 from ...errors import InvalidRequest, NotFound
-from ...jobs import capacity
 from ...jsonvalues import loads
-from ...serving.manager import EndpointManager, idle_for
 from ...serving.parsers import parsers_table
 from .. import access
 from ..auth import Principal
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from .endpoint_forwarding import _oai_error, _ready_worker, _visible_id
+from .endpoint_judges import ensure_judge_endpoint as ensure_judge_endpoint
+from .endpoint_judges import judge_chat as judge_chat
+from .endpoint_records import _KEY, _limits, _models, _new_endpoint
+from .endpoint_records import find_endpoint as find_endpoint
+from .endpoint_records import manager as manager
+from .endpoint_records import refuse_endpoint_claim as refuse_endpoint_claim
+from .endpoint_records import view as view
 
 router = APIRouter(prefix="/v1/training/endpoints", tags=["endpoints"])
-_KEY = "endpoints"
 
 
 class EndpointCreate(BaseModel):
@@ -50,38 +56,6 @@ class EndpointCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1, description="Registry reference of a base model or adapter.")
     project: str | None = Field(None, description="Project name or ID (required for a base model).")
-
-
-def _limits(ctx: ServiceContext) -> Any:
-    return load_deployment(ctx.settings.resolved_deployment_file()).serving
-
-
-def manager(ctx: ServiceContext) -> EndpointManager:
-    """The service's endpoint manager (created on first use)."""
-    m = ctx.extras.get(_KEY)
-    if m is None:
-        m = ctx.extras[_KEY] = EndpointManager(ctx.db, ctx.settings, ctx.store, _limits(ctx))
-        m.admit = lambda endpoint_id: capacity.endpoint_may_start(
-            ctx.db, load_deployment(ctx.settings.resolved_deployment_file()), endpoint_id
-        )
-    return m
-
-
-def refuse_endpoint_claim(ctx: ServiceContext, project: str) -> None:
-    """Refuse an endpoint of ``project`` (a name) whose claim no quota or pool could ever
-    admit (issue 22).
-
-    Raises:
-        InvalidRequest: ``quota_exceeded``, naming the quota or the pool.
-    """
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
-    n = capacity.endpoint_devices(dep)
-    pool = capacity.serving_pool(dep).name
-    refused = capacity.refusal(
-        dep, project, {pool: n} if n else {}, capacity.claim_words({pool: n}, False), "model"
-    )
-    if refused is not None:
-        raise refused
 
 
 def on_startup(ctx: ServiceContext) -> None:
@@ -103,82 +77,6 @@ def on_shutdown(ctx: ServiceContext) -> None:
     m = ctx.extras.get(_KEY)
     if m is not None:
         m.shutdown()
-
-
-def find_endpoint(s: Session, key: str, principal: Principal | None = None) -> Endpoint:
-    """The endpoint with ID ``key`` or the only one whose ID starts with it, among those of
-    the projects ``principal`` sees (every endpoint when None).
-
-    Raises:
-        NotFound: no visible endpoint matches. InvalidRequest: the prefix matches several.
-    """
-    pid = access.project_id(principal, s)
-    ep = s.get(Endpoint, key)
-    if ep is not None and pid in (None, ep.project_id):
-        return ep
-    q = select(Endpoint).where(Endpoint.id.startswith(key.lower(), autoescape=True))
-    if pid is not None:
-        q = q.where(Endpoint.project_id == pid)
-    found = list(s.scalars(q.limit(5)))
-    if not found:
-        raise NotFound(
-            f"No endpoint {key!r}; `training endpoints list` shows them.", field="endpoint"
-        )
-    if len(found) > 1:
-        raise InvalidRequest(
-            f"Endpoint ID prefix {key!r} is ambiguous: it matches "
-            f"{', '.join(e.id for e in found)}; give more characters.",
-            field="endpoint",
-        )
-    return found[0]
-
-
-def _models(s: Session, ep: Endpoint) -> list[EndpointModel]:
-    return list(
-        s.scalars(
-            select(EndpointModel)
-            .where(EndpointModel.endpoint_id == ep.id)
-            .order_by(EndpointModel.id)
-        )
-    )
-
-
-def view(s: Session, ep: Endpoint, ctx: ServiceContext) -> dict[str, Any]:
-    """The API shape of an endpoint."""
-    proj = s.get(Project, ep.project_id)
-    rows = _models(s, ep)
-    # a STARTING endpoint says what its model is doing (F111); its queue position is
-    # only news while it waits
-    activity = ep.activity
-    if ep.state == "QUEUED" and not activity:
-        activity = manager(ctx).queue_line(ep.id)
-    return {
-        "id": ep.id,
-        "projectId": ep.project_id,
-        "projectName": proj.name if proj else None,
-        "state": ep.state,
-        "activity": activity,
-        "error": ep.error,
-        "baseModel": ep.base_model,
-        "engine": ep.engine,
-        "models": [
-            {
-                "model": r.served_name,
-                "kind": r.kind,
-                "ref": r.ref,
-                "pinned": r.pinned,
-                "rank": r.rank,
-                "instructions": r.instructions,
-                "checks": r.checks,
-            }
-            for r in rows
-        ],
-        "instructions": rows[0].instructions if rows else None,
-        "checks": {r.served_name: r.checks for r in rows if r.kind == "adapter"},
-        "openaiBaseUrl": f"/v1/training/endpoints/{ep.id}/openai/v1",
-        "idleSeconds": idle_for(ep),
-        "createdAt": ep.created_at.isoformat() if ep.created_at else None,
-    }
 
 
 def _resolve_model(
@@ -222,23 +120,6 @@ def _resolve_model(
         or (rv.metadata.get("annotations") or {}).get("instructions"),
     )
     return row, base_key, project
-
-
-def _new_endpoint(
-    s: Session, ctx: ServiceContext, project_id: str, base_key: str, row: dict[str, Any]
-) -> Endpoint:
-    """Add an endpoint record (``QUEUED``) serving the one model ``row`` describes."""
-    ep = Endpoint(
-        id=uuid.uuid4().hex,
-        project_id=project_id,
-        state="QUEUED",
-        base_model=base_key,
-        engine=_limits(ctx).engine,
-    )
-    s.add(ep)
-    s.flush()
-    s.add(EndpointModel(endpoint_id=ep.id, **row))
-    return ep
 
 
 @router.post("", status_code=201)
@@ -353,37 +234,6 @@ def detach_model(
 
 
 # OpenAI forwarding ------------------------------------------------------------------
-def _oai_error(message: str, status: int, code: str, param: str | None = None) -> JSONResponse:
-    err = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
-    return JSONResponse({"error": err}, status_code=status)
-
-
-def _visible_id(ctx: ServiceContext, endpoint_id: str, principal: Principal) -> str:
-    """The full ID of an endpoint the caller sees (404 as :func:`find_endpoint`)."""
-    with ctx.db.session() as s:
-        return find_endpoint(s, endpoint_id, principal).id
-
-
-async def _ready_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]:
-    m = manager(ctx)
-    for _ in range(6000):
-        with ctx.db.session() as s:
-            ep = find_endpoint(s, endpoint_id)
-            served = [r.served_name for r in _models(s, ep)]
-            names = served + [ep.base_model] * (ep.base_model not in served)
-            state, eid = ep.state, ep.id
-            err = ep.error
-        w = m.worker_for(eid)
-        if state == "READY" and w is not None:
-            return w, names
-        if state == "FAILED":
-            raise InvalidRequest(f"Endpoint {eid} failed: {err}", code="endpoint_failed")
-        if state in ("STOPPED", "READY"):
-            m.request_start(eid)
-        await asyncio.sleep(0.1)
-    raise InvalidRequest(f"Endpoint {endpoint_id} did not start in time.")
-
-
 @router.get("/{endpoint_id}/openai/v1/models")
 async def openai_models(endpoint_id: str, ctx: CtxDep, principal: PrincipalDep) -> Any:
     """The models this endpoint serves (OpenAI ``/v1/models``)."""
@@ -454,114 +304,3 @@ async def openai_chat(
         status_code=resp.status_code,
         media_type=resp.headers.get("content-type", "application/json"),
     )
-
-
-# judges ---------------------------------------------------------------------------
-_JUDGE_LOCK = threading.Lock()
-
-
-def _judge_of(s: Session, run_id: str) -> tuple[Any, dict[str, Any]]:
-    """The run and its pinned judge grader, for the judge routes.
-
-    Raises:
-        InvalidRequest: the run is not an evaluation graded by a ``model:`` judge.
-    """
-    from ...db.models.jobs import Run
-
-    run = s.get(Run, run_id)
-    g = ((run.resolved or {}).get("grader") or {}) if run is not None else {}
-    if run is None or not g.get("judge"):
-        raise InvalidRequest(
-            f"Run {run_id} is not an evaluation graded by a model: judge.",
-            code="judge_unavailable",
-        )
-    return run, g
-
-
-def _judge_endpoints(s: Session, project_id: str, pinned: str) -> list[Endpoint]:
-    """Endpoints of ``project_id`` that serve exactly the judge version ``pinned``."""
-    out = []
-    for ep in s.scalars(
-        select(Endpoint).where(Endpoint.project_id == project_id).order_by(Endpoint.created_at)
-    ):
-        rows = _models(s, ep)
-        if len(rows) == 1 and rows[0].pinned == pinned:
-            out.append(ep)
-    return out
-
-
-def ensure_judge_endpoint(ctx: ServiceContext, run_id: str) -> dict[str, Any]:
-    """The endpoint that serves run ``run_id``'s ``model:`` judge, created in the run's
-    project when the project has none serving exactly that version (one endpoint per
-    judge version and project, reused by later evaluations), and started when it is not
-    running (a failed one is tried again). Returns its API view.
-
-    Raises:
-        InvalidRequest: the run has no judge. NotFound: its project is gone.
-    """
-    from ...registry import resolve
-
-    start = False
-    with _JUDGE_LOCK:
-        with ctx.db.session() as s:
-            run, g = _judge_of(s, run_id)
-            project = s.scalar(select(Project).where(Project.name == run.project))
-            if project is None:
-                raise NotFound(f"Run {run_id}'s project {run.project!r} no longer exists.")
-            found = _judge_endpoints(s, project.id, g["judge"])
-            if found:
-                ep = found[-1]
-                start = ep.state in ("FAILED", "STOPPED")
-            else:
-                rv = resolve(s, "model", g["judge"])
-                rank = (rv.metadata or {}).get("rank") if rv.source == "adapter" else None
-                row = {
-                    "kind": "adapter" if rv.source == "adapter" else "base",
-                    "rank": int(rank) if rank is not None else None,
-                    "ref": rv.pinned,
-                    "pinned": rv.pinned,
-                    "served_name": f"{rv.repo}:v{rv.version}",
-                    "instructions": rv.metadata.get("instructions")
-                    or (rv.metadata.get("annotations") or {}).get("instructions"),
-                }
-                ep = _new_endpoint(s, ctx, project.id, g["judgeBase"], row)
-                start = True
-            endpoint_id = ep.id
-        if start:
-            manager(ctx).request_start(endpoint_id)
-    with ctx.db.session() as s:
-        return view(s, find_endpoint(s, endpoint_id), ctx)
-
-
-async def judge_chat(ctx: ServiceContext, run_id: str, body: dict[str, Any]) -> JSONResponse:
-    """Forward one chat completion (not streamed) to run ``run_id``'s judge endpoint,
-    waiting for it to be ready; the ``model`` is the judge's served name. A judge endpoint
-    that failed answers 400 ``endpoint_failed`` with its reason."""
-    from starlette.concurrency import run_in_threadpool
-
-    def find() -> tuple[str, str]:
-        with ctx.db.session() as s:
-            run, g = _judge_of(s, run_id)
-            project = s.scalar(select(Project).where(Project.name == run.project))
-            found = _judge_endpoints(s, project.id, g["judge"]) if project else []
-            if not found:
-                raise InvalidRequest(
-                    f"Run {run_id}'s judge has no endpoint yet; POST …/judge first.",
-                    code="judge_unavailable",
-                )
-            return found[-1].id, g["judgeModel"]
-
-    endpoint_id, served = await run_in_threadpool(find)
-    try:
-        w, _names = await _ready_worker(ctx, endpoint_id)
-    except InvalidRequest as exc:
-        return _oai_error(exc.message, 400, exc.code or "endpoint_failed")
-    payload = {**body, "model": served, "stream": False}
-    m = manager(ctx)
-    base = m.begin(endpoint_id)
-    try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10)) as client:
-            r = await client.post(w.url + "/v1/chat/completions", json=payload, headers=w.headers())
-    finally:
-        m.end(endpoint_id, base)
-    return JSONResponse(r.json(), status_code=r.status_code)

@@ -12,21 +12,16 @@ blob and no version. ``{name}`` in these paths may carry a selector: ``train:v2`
 from __future__ import annotations
 
 import shutil
-import tarfile
 import tempfile
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 
 from ... import __version__
-from ...deployment import RegistryLimits, load_deployment
-from ...errors import InvalidRequest, NotFound, TooLarge
+from ...errors import InvalidRequest, NotFound
 from ...jobs.kinds import model_registered
 from ...refs import validate_name
 from ...registry import (
@@ -41,18 +36,24 @@ from ...registry import (
     set_alias,
 )
 from ...registry.core import check_alias
-from ...registry.datasets import mib
-from ...store import CHUNK, content_key
+from ...store import content_key
 from .. import access
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
+from .registry_transfer import (
+    _extract_tar,
+    _limits,
+    _safe_versions,
+    _spool,
+    _stream,
+    _tar_of,
+    _uploads,
+    _with_upload,
+)
+from .registry_transfer import check_upload as check_upload
 
 router = APIRouter(prefix="/v1/registry", tags=["registry"])
 PLURAL = {"datasets": "dataset", "bundles": "bundle", "models": "model"}
-
-
-def _uploads(ctx: ServiceContext) -> Path:
-    return ctx.settings.home / "uploads"
 
 
 def on_startup(ctx: ServiceContext) -> None:
@@ -61,52 +62,10 @@ def on_startup(ctx: ServiceContext) -> None:
     _uploads(ctx).mkdir(parents=True, exist_ok=True)
 
 
-def _limits(ctx: ServiceContext) -> RegistryLimits:
-    return load_deployment(ctx.settings.resolved_deployment_file()).limits
-
-
 def _kind(kinds: str) -> str:
     if kinds not in PLURAL:
         raise NotFound(f"No registry collection {kinds!r}; use datasets, bundles or models.")
     return PLURAL[kinds]
-
-
-def _too_large(what: str, limit: int, attr: str) -> TooLarge:
-    return TooLarge(
-        f"The {what} is larger than the limit of {mib(limit)} (RegistryLimits.{attr}).",
-        field="file",
-    )
-
-
-async def _spool(request: Request, ctx: ServiceContext, limit: int, what: str, attr: str) -> Path:
-    """Stream the request body into a spool file, refusing past ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise _too_large(what, limit, attr)
-    _uploads(ctx).mkdir(parents=True, exist_ok=True)
-    path = _uploads(ctx) / f"{uuid.uuid4().hex}.part"
-    size = 0
-    try:
-        with open(path, "wb") as f:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise _too_large(what, limit, attr)
-                f.write(chunk)
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
-    if size == 0:
-        path.unlink(missing_ok=True)
-        raise InvalidRequest(f"The {what} is empty.", field="file")
-    return path
-
-
-async def _with_upload(path: Path, fn: Callable[[], Any]) -> Any:
-    try:
-        return await run_in_threadpool(fn)
-    finally:
-        path.unlink(missing_ok=True)
 
 
 def _answer(rv: Any, created: bool) -> JSONResponse:
@@ -229,47 +188,6 @@ async def register_model_route(
     return _answer(*await _with_upload(path, work))
 
 
-def check_upload(ctx: Any, s: Any, folder: Path, base_model: str) -> dict[str, Any]:
-    """Check an uploaded PEFT adapter against its base model's cached weights (F118,
-    :func:`akka_optimize.registry.adapter_checks.check_adapter`); returns its summary.
-
-    Raises:
-        InvalidRequest: the adapter breaks a rule, or the base model's weights are not
-            cached here, so the adapter cannot be checked (the sentence names the select
-            command).
-    """
-    from ...catalog.cache import ready_model_dir
-    from ...errors import AkkaError
-    from ...registry.adapter_checks import check_adapter
-
-    try:
-        base_dir, _ = ready_model_dir(s, ctx.settings, base_model)
-    except AkkaError as exc:
-        raise InvalidRequest(
-            f"The adapter cannot be checked against base model {base_model}: {exc.message}",
-            field="baseModel",
-            code=exc.code,
-        ) from exc
-    max_rank = load_deployment(ctx.settings.resolved_deployment_file()).serving.maxLoraRank
-    return check_adapter(folder, base_dir, max_rank=max_rank)
-
-
-def _safe_versions(s: Any, namespace: str, name: str) -> list[Any]:
-    try:
-        return list_versions(s, "model", namespace.lower(), name.lower())
-    except NotFound:
-        return []
-
-
-def _extract_tar(path: Path, dest: Path, limits: RegistryLimits) -> None:
-    from ...registry.archives import open_tar
-    from ...registry.bundles import _scan_tar
-
-    with open_tar(path, limits, "model archive") as tf:
-        members = _scan_tar(tf, limits)
-        tf.extractall(dest, members=members, filter="data")
-
-
 @router.post("/images")
 async def push_image_route(
     request: Request, ctx: CtxDep, principal: PrincipalDep, filename: str
@@ -299,15 +217,6 @@ def get_image(digest: str, ctx: CtxDep, principal: PrincipalDep) -> StreamingRes
     if not readable or not ctx.store.exists(key):
         raise NotFound(f"Image {digest} is not in the registry.", field="digest")
     return _stream(ctx.store.open(key), "application/octet-stream")
-
-
-def _stream(f: Any, media: str) -> StreamingResponse:
-    def gen() -> Any:
-        with f:
-            while chunk := f.read(CHUNK):
-                yield chunk
-
-    return StreamingResponse(gen(), media_type=media)
 
 
 @router.get("/{kinds}")
@@ -376,16 +285,6 @@ def dataset_object(
     resp = _stream(open_object(ctx.store, rv), media)
     resp.headers["X-Akka-Ref"] = rv.pinned
     return resp
-
-
-def _tar_of(folder: Path, archive: Path) -> Any:
-    """Write ``folder``'s files to an uncompressed tar and return it open for reading (the
-    open handle keeps the bytes once the folder holding it is removed)."""
-    with tarfile.open(archive, "w") as tf:
-        for p in sorted(folder.rglob("*")):
-            if p.is_file():
-                tf.add(p, arcname=p.relative_to(folder).as_posix())
-    return archive.open("rb")
 
 
 @router.get("/models/{namespace}/{name}/object")

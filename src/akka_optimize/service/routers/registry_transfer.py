@@ -1,0 +1,129 @@
+"""Bytes in and out of the registry routes (:mod:`.registry`): the spool file a streamed
+upload lands in with the deployment's size limit applied while receiving, an uploaded
+adapter archive's extraction and checks, and streamed answers (a blob, a tar of a
+folder)."""
+
+from __future__ import annotations
+
+import tarfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from ...deployment import RegistryLimits, load_deployment
+from ...errors import InvalidRequest, NotFound, TooLarge
+from ...registry import list_versions
+from ...registry.datasets import mib
+from ...store import CHUNK
+from ..context import ServiceContext
+
+
+def _uploads(ctx: ServiceContext) -> Path:
+    return ctx.settings.home / "uploads"
+
+
+def _limits(ctx: ServiceContext) -> RegistryLimits:
+    return load_deployment(ctx.settings.resolved_deployment_file()).limits
+
+
+def _too_large(what: str, limit: int, attr: str) -> TooLarge:
+    return TooLarge(
+        f"The {what} is larger than the limit of {mib(limit)} (RegistryLimits.{attr}).",
+        field="file",
+    )
+
+
+async def _spool(request: Request, ctx: ServiceContext, limit: int, what: str, attr: str) -> Path:
+    """Stream the request body into a spool file, refusing past ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(what, limit, attr)
+    _uploads(ctx).mkdir(parents=True, exist_ok=True)
+    path = _uploads(ctx) / f"{uuid.uuid4().hex}.part"
+    size = 0
+    try:
+        with open(path, "wb") as f:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(what, limit, attr)
+                f.write(chunk)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    if size == 0:
+        path.unlink(missing_ok=True)
+        raise InvalidRequest(f"The {what} is empty.", field="file")
+    return path
+
+
+async def _with_upload(path: Path, fn: Callable[[], Any]) -> Any:
+    try:
+        return await run_in_threadpool(fn)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def check_upload(ctx: Any, s: Any, folder: Path, base_model: str) -> dict[str, Any]:
+    """Check an uploaded PEFT adapter against its base model's cached weights (F118,
+    :func:`akka_optimize.registry.adapter_checks.check_adapter`); returns its summary.
+
+    Raises:
+        InvalidRequest: the adapter breaks a rule, or the base model's weights are not
+            cached here, so the adapter cannot be checked (the sentence names the select
+            command).
+    """
+    from ...catalog.cache import ready_model_dir
+    from ...errors import AkkaError
+    from ...registry.adapter_checks import check_adapter
+
+    try:
+        base_dir, _ = ready_model_dir(s, ctx.settings, base_model)
+    except AkkaError as exc:
+        raise InvalidRequest(
+            f"The adapter cannot be checked against base model {base_model}: {exc.message}",
+            field="baseModel",
+            code=exc.code,
+        ) from exc
+    max_rank = load_deployment(ctx.settings.resolved_deployment_file()).serving.maxLoraRank
+    return check_adapter(folder, base_dir, max_rank=max_rank)
+
+
+def _safe_versions(s: Any, namespace: str, name: str) -> list[Any]:
+    try:
+        return list_versions(s, "model", namespace.lower(), name.lower())
+    except NotFound:
+        return []
+
+
+def _extract_tar(path: Path, dest: Path, limits: RegistryLimits) -> None:
+    from ...registry.archives import open_tar
+    from ...registry.bundles import _scan_tar
+
+    with open_tar(path, limits, "model archive") as tf:
+        members = _scan_tar(tf, limits)
+        tf.extractall(dest, members=members, filter="data")
+
+
+def _stream(f: Any, media: str) -> StreamingResponse:
+    def gen() -> Any:
+        with f:
+            while chunk := f.read(CHUNK):
+                yield chunk
+
+    return StreamingResponse(gen(), media_type=media)
+
+
+def _tar_of(folder: Path, archive: Path) -> Any:
+    """Write ``folder``'s files to an uncompressed tar and return it open for reading (the
+    open handle keeps the bytes once the folder holding it is removed)."""
+    with tarfile.open(archive, "w") as tf:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                tf.add(p, arcname=p.relative_to(folder).as_posix())
+    return archive.open("rb")
