@@ -146,32 +146,7 @@ def findings(
     """
     numbers = row_numbers or list(range(1, len(rows) + 1))
     errors: list[RenderError] = []
-    # (row number, total tokens, supervised tokens) per rendered row: a chunk's token ids
-    # and offsets are dropped once counted, so memory grows with these few numbers per
-    # row, not with the dataset's tokens (issue 14 item 3)
-    counts: list[tuple[int, int, int]] = []
-    warnings: list[str] = []
-    inconsistent: list[dict[str, Any]] = []
-    for b in range(0, len(rows), FINDINGS_CHUNK_ROWS):
-        chunk, chunk_numbers = (
-            rows[b : b + FINDINGS_CHUNK_ROWS],
-            numbers[b : b + FINDINGS_CHUNK_ROWS],
-        )
-        encoded = encode_rows(tokenizer, chunk, policy, chunk_numbers, errors=errors)
-        index = {n: k for k, n in enumerate(chunk_numbers)}
-        mismatches = prompt_mismatches(
-            tokenizer,
-            [chunk[index[e.example.row]] for e in encoded],
-            policy,
-            [e.example.row for e in encoded],
-            [e.example.input_ids for e in encoded],
-        )
-        inconsistent += [{"row": n, "message": m} for n, ms in mismatches.items() for m in ms]
-        warnings += [w for e in encoded for w in e.rendered.warnings]
-        counts += [
-            (e.example.row, len(e.example.input_ids), e.example.supervised_tokens) for e in encoded
-        ]
-        del encoded
+    counts, warnings, inconsistent = _count_rows(tokenizer, rows, policy, numbers, errors)
     fits = [c for c in counts if c[1] <= max_seq_length]
     truncated = [n for n, total, _ in counts if total > max_seq_length]
     empty = [n for n, _, sup in fits if sup == 0]
@@ -200,3 +175,43 @@ def findings(
         out[key] = values[:MAX_LISTED]
         out[f"{key}_count"] = len(values)
     return out
+
+
+def _count_rows(
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    policy: LossPolicy,
+    numbers: list[int],
+    errors: list[RenderError],
+) -> tuple[list[tuple[int, int, int]], list[str], list[dict[str, Any]]]:
+    """Tokenize ``rows`` ``FINDINGS_CHUNK_ROWS`` at a time and keep what :func:`findings`
+    reports of each: ``(counts, warnings, inconsistent)``, with ``(row number, total
+    tokens, supervised tokens)`` per rendered row, the rendering warnings, and the
+    ``{"row", "message"}`` of each prompt mismatch; refusals are appended to ``errors``."""
+    # (row number, total tokens, supervised tokens) per rendered row: a chunk's token ids
+    # and offsets are dropped once counted, so memory grows with these few numbers per
+    # row, not with the dataset's tokens (issue 14 item 3)
+    counts: list[tuple[int, int, int]] = []
+    warnings: list[str] = []
+    inconsistent: list[dict[str, Any]] = []
+    for b in range(0, len(rows), FINDINGS_CHUNK_ROWS):
+        chunk, chunk_numbers = (
+            rows[b : b + FINDINGS_CHUNK_ROWS],
+            numbers[b : b + FINDINGS_CHUNK_ROWS],
+        )
+        encoded = encode_rows(tokenizer, chunk, policy, chunk_numbers, errors=errors)
+        index = {n: k for k, n in enumerate(chunk_numbers)}
+        mismatches = prompt_mismatches(
+            tokenizer,
+            [chunk[index[e.example.row]] for e in encoded],
+            policy,
+            [e.example.row for e in encoded],
+            [e.example.input_ids for e in encoded],
+        )
+        inconsistent += [{"row": n, "message": m} for n, ms in mismatches.items() for m in ms]
+        warnings += [w for e in encoded for w in e.rendered.warnings]
+        counts += [
+            (e.example.row, len(e.example.input_ids), e.example.supervised_tokens) for e in encoded
+        ]
+        del encoded
+    return counts, warnings, inconsistent

@@ -32,39 +32,41 @@ the descriptor's counts (:func:`check_counts`), and stores the canonical form: a
 line (:func:`header_of`) and one ``{"input_ids", "loss_mask"}`` line per row, so the
 same tokens are the same version. A supervised run reads it back with
 :func:`examples_from_canonical`.
+
+This module writes, reads and checks the rows (and is the writer script); the descriptor
+and its guards are :mod:`akka_optimize.data.prepared_descriptor`, the canonical form
+:mod:`akka_optimize.data.prepared_canonical`.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+from akka_optimize.data.prepared_canonical import check_counts as check_counts
+from akka_optimize.data.prepared_canonical import (
+    examples_from_canonical as examples_from_canonical,
+)
+from akka_optimize.data.prepared_canonical import header_of as header_of
+from akka_optimize.data.prepared_descriptor import DESCRIPTOR as DESCRIPTOR
+from akka_optimize.data.prepared_descriptor import FORMAT as FORMAT
+from akka_optimize.data.prepared_descriptor import check_length as check_length
+from akka_optimize.data.prepared_descriptor import check_prepared as check_prepared
+from akka_optimize.data.prepared_descriptor import check_tokenizer as check_tokenizer
+from akka_optimize.data.prepared_descriptor import parse_descriptor as parse_descriptor
+from akka_optimize.data.prepared_descriptor import read_descriptor as read_descriptor
+from akka_optimize.data.prepared_descriptor import (
+    template_fingerprint as template_fingerprint,
+)
+from akka_optimize.data.prepared_descriptor import (
+    tokenizer_fingerprint as tokenizer_fingerprint,
+)
 from akka_optimize.data.types import Example
 from akka_optimize.errors import InvalidRequest
 
-DESCRIPTOR = "prepared.json"
-FORMAT = "akka-optimize/prepared-token-rows"
 ROWS_PER_FILE = 50_000
-
-
-def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """sha256 of the tokenizer's model, vocabulary, normalisation and added tokens.
-
-    Runtime truncation/padding settings are left out, so a tokenizer that has been used
-    keeps its fingerprint.
-    """
-    spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    spec.pop("truncation", None)
-    spec.pop("padding", None)
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-
-
-def template_fingerprint(tokenizer: Any) -> str:
-    """sha256 of the tokenizer's chat template text (``""`` hashed when it has none)."""
-    return hashlib.sha256(str(tokenizer.chat_template or "").encode()).hexdigest()
 
 
 def write_prepared(
@@ -119,120 +121,6 @@ def write_prepared(
     }
     (out / DESCRIPTOR).write_text(json.dumps(descriptor, indent=2) + "\n")
     return descriptor
-
-
-def parse_descriptor(data: bytes, source: str = DESCRIPTOR) -> dict[str, Any]:
-    """Parse and check the bytes of ``prepared.json``.
-
-    Raises:
-        InvalidRequest: not JSON, another format, or a missing or mistyped field (named as
-            ``prepared.json:FIELD``).
-    """
-    try:
-        desc = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"{source} is not valid JSON: {exc}", field=DESCRIPTOR) from None
-    if not isinstance(desc, dict) or desc.get("format") != FORMAT:
-        raise InvalidRequest(f"{source}: format must be {FORMAT!r}", field=f"{DESCRIPTOR}:format")
-    for key in ("tokenizer", "chatTemplate", "files", "longestRow"):
-        if key not in desc:
-            raise InvalidRequest(f"{source} has no {key}", field=f"{DESCRIPTOR}:{key}")
-    tok = desc["tokenizer"]
-    if not isinstance(tok, dict) or not isinstance(tok.get("sha256"), str):
-        raise InvalidRequest(
-            f"{source}: tokenizer must hold sha256 (the writer script records it)",
-            field=f"{DESCRIPTOR}:tokenizer",
-        )
-    vocab = tok.get("vocabSize")
-    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
-        raise InvalidRequest(
-            f"{source}: tokenizer.vocabSize must be a positive integer, not {vocab!r}",
-            field=f"{DESCRIPTOR}:tokenizer.vocabSize",
-        )
-    if not isinstance(desc["chatTemplate"], dict) or not isinstance(
-        desc["chatTemplate"].get("sha256"), str
-    ):
-        raise InvalidRequest(
-            f"{source}: chatTemplate must hold sha256", field=f"{DESCRIPTOR}:chatTemplate"
-        )
-    files = desc["files"]
-    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
-        raise InvalidRequest(
-            f"{source}: files must list the Parquet files of the rows",
-            field=f"{DESCRIPTOR}:files",
-        )
-    return desc
-
-
-def read_descriptor(directory: str | Path) -> dict[str, Any]:
-    """Read and check ``prepared.json`` in ``directory`` (:func:`parse_descriptor`).
-
-    Raises:
-        InvalidRequest: missing, not JSON, or missing a field (named).
-    """
-    path = Path(directory) / DESCRIPTOR
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InvalidRequest(
-            f"prepared dataset has no {DESCRIPTOR}", field="config.dataset"
-        ) from None
-    return parse_descriptor(data)
-
-
-def check_tokenizer(desc: dict[str, Any], tokenizer: Any) -> None:
-    """F030: the rows were prepared with ``tokenizer`` and its chat template.
-
-    Args:
-        desc: a descriptor, or a registered version's ``metadata.prepared``.
-
-    Raises:
-        InvalidRequest: another tokenizer or chat template (``field="config.dataset"``).
-    """
-    want = tokenizer_fingerprint(tokenizer)
-    if desc["tokenizer"].get("sha256") != want:
-        raise InvalidRequest(
-            f"the prepared rows were made with tokenizer {desc['tokenizer'].get('name') or '(unnamed)'} "
-            f"(sha256 {str(desc['tokenizer'].get('sha256'))[:12]}…), but the base model has another "
-            f"tokenizer (sha256 {want[:12]}…); prepare the rows again with the base model's tokenizer",
-            field="config.dataset",
-            code="prepared_tokenizer",
-        )
-    if desc["chatTemplate"].get("sha256") != template_fingerprint(tokenizer):
-        raise InvalidRequest(
-            "the prepared rows were made with another chat template than the base model's; "
-            "prepare the rows again with the base model's tokenizer",
-            field="config.dataset",
-            code="prepared_tokenizer",
-        )
-
-
-def check_length(desc: dict[str, Any], max_seq_length: int) -> None:
-    """F030: ``maxSeqLength`` holds the longest prepared row (rows are never truncated).
-
-    Raises:
-        InvalidRequest: ``max_seq_length`` < ``desc["longestRow"]``
-            (``field="config.maxSeqLength"``).
-    """
-    if int(desc["longestRow"]) > max_seq_length:
-        raise InvalidRequest(
-            f"maxSeqLength {max_seq_length} is shorter than the longest prepared row "
-            f"({desc['longestRow']} tokens); raise maxSeqLength to at least {desc['longestRow']}",
-            field="config.maxSeqLength",
-            code="prepared_too_long",
-        )
-
-
-def check_prepared(desc: dict[str, Any], tokenizer: Any, max_seq_length: int) -> None:
-    """The guards of F030, from the descriptor alone (cheap; run before claiming devices):
-    :func:`check_tokenizer`, then :func:`check_length`.
-
-    Raises:
-        InvalidRequest: another tokenizer or chat template, or ``max_seq_length`` shorter
-            than the longest row.
-    """
-    check_tokenizer(desc, tokenizer)
-    check_length(desc, max_seq_length)
 
 
 def check_row(
@@ -342,62 +230,6 @@ def load_prepared(directory: str | Path, tokenizer: Any, max_seq_length: int) ->
     return [
         Example(ids, [float(m) for m in mask], n) for n, (ids, mask) in enumerate(pairs, start=1)
     ]
-
-
-# -- the registry's canonical form ---------------------------------------------------------
-
-
-def header_of(desc: dict[str, Any], rows: int, longest: int, supervised: int) -> dict[str, Any]:
-    """The first canonical line of a registered prepared dataset: what the tokens mean
-    (tokenizer and chat template fingerprints, vocabulary size) and their counts. The
-    tokenizer's name is left out, so the same tokens prepared from another copy of the
-    same tokenizer are the same version."""
-    return {
-        "prepared": {
-            "format": FORMAT,
-            "version": 1,
-            "tokenizer": {
-                "sha256": desc["tokenizer"]["sha256"],
-                "vocabSize": desc["tokenizer"]["vocabSize"],
-            },
-            "chatTemplate": {"sha256": desc["chatTemplate"]["sha256"]},
-            "rows": rows,
-            "longestRow": longest,
-            "supervisedTokens": supervised,
-        }
-    }
-
-
-def check_counts(desc: dict[str, Any], rows: int, longest: int, supervised: int) -> None:
-    """The descriptor's counts must be what its files hold (a descriptor that says
-    otherwise was written for other files).
-
-    Raises:
-        InvalidRequest: ``rows``, ``longestRow`` or ``supervisedTokens`` differ (named).
-    """
-    for key, have in (("rows", rows), ("longestRow", longest), ("supervisedTokens", supervised)):
-        if key in desc and desc[key] != have:
-            raise InvalidRequest(
-                f"{DESCRIPTOR}: {key} is {desc[key]!r}, but the files hold {have}; "
-                "write the folder again with the writer script",
-                field=f"{DESCRIPTOR}:{key}",
-            )
-
-
-def examples_from_canonical(data: bytes) -> tuple[dict[str, Any], list[Example]]:
-    """The header and the examples of a registered prepared dataset's canonical blob.
-
-    Returns:
-        ``(header["prepared"], examples)``: examples numbered 1.. in order, ``weights`` =
-        ``loss_mask`` as floats (``input_ids`` ints, one weight per token).
-    """
-    lines = [line for line in data.splitlines() if line]
-    header = json.loads(lines[0])["prepared"]
-    examples = []
-    for n, line in enumerate(lines[1:], start=1):
-        row = json.loads(line)
-        examples.append(Example(row["input_ids"], [float(m) for m in row["loss_mask"]], n))
-    return header, examples
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,103 +8,40 @@ sequence whose ``position_ids`` restart per conversation. The body is called wit
 ``attention_mask=None`` and ``use_cache=False``, which makes transformers isolate
 the packed conversations (DESIGN.md "Verified facts"); ``weights[0]`` of every
 conversation is 0, so no label crosses a boundary.
+
+This module builds the session and owns its updates (``optim_step``, the schedule) and
+sampling; the passes are :mod:`akka_optimize.engine.session_passes`, saving and loading
+:mod:`akka_optimize.engine.session_state`, device and dtypes
+:mod:`akka_optimize.engine.devices`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import os
-import random
-import shutil
-import tempfile
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from ..data.types import Pass
-from .attention import SEGMENTS_KWARG, implementation_for, supports_packed
+from .attention import implementation_for, supports_packed
 from .attention import register as register_packed_attention
 from .config import EngineConfig
-from .errors import EngineError, EngineOutOfMemory
-from .head import body_and_head, chunked_loss
-from .losses import LOSSES, REINFORCEMENT_INPUTS
+from .devices import pick_device as pick_device
+from .devices import pick_dtype as pick_dtype
+from .devices import pick_weight_dtype as pick_weight_dtype
+from .errors import EngineError
+from .head import body_and_head
 from .sampling import generate
 from .schedule import lr_factor
+from .session_passes import ForwardBackwardResult as ForwardBackwardResult
+from .session_passes import PassesMixin, _Pending
+from .session_state import StateMixin
 from .targets import auto_class, check_targets, peft_targets
 
 
-class ForwardBackwardResult(NamedTuple):
-    """What one ``forward_backward`` / ``forward`` call returns.
-
-    Attributes:
-        loss_sum: the summed loss over every scored token of every pass (not a mean).
-        supervised_tokens: scored tokens (non-zero weight) over all passes.
-        logprobs: per pass, float32 [T] on CPU: log p(input_ids[t] | input_ids[:t]) at
-            scored positions, 0.0 elsewhere (aligned like ``Pass.weights``).
-    """
-
-    loss_sum: float
-    supervised_tokens: int
-    logprobs: list[Tensor]
-
-
-@dataclass
-class _Pending:
-    loss_sum: float = 0.0
-    supervised: int = 0
-    tokens: int = 0
-    largest_pass: int = 0
-    started: float | None = None
-
-
-def pick_device(cfg: EngineConfig) -> torch.device:
-    """``cuda`` when asked or (auto) available, else ``cpu``.
-
-    Raises:
-        EngineError: ``device="cuda"`` on a machine without one.
-    """
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise EngineError(
-            "execution.device is cuda but no CUDA device is visible.", field="execution.device"
-        )
-    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    return torch.device("cpu")
-
-
-def pick_dtype(cfg: EngineConfig, device: torch.device) -> torch.dtype:
-    """The compute dtype: bf16 on CUDA and fp32 on CPU unless ``precision`` names one."""
-    if cfg.precision == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return torch.bfloat16 if cfg.precision == "bf16" else torch.float32
-
-
-def pick_weight_dtype(cfg: EngineConfig, device: torch.device) -> torch.dtype:
-    """The storage dtype of the frozen base weights (``weightPrecision``; auto: the compute
-    dtype on CUDA, fp32 on CPU)."""
-    if cfg.weight_precision == "auto":
-        return pick_dtype(cfg, device) if device.type == "cuda" else torch.float32
-    return torch.bfloat16 if cfg.weight_precision == "bf16" else torch.float32
-
-
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and (
-        "can't allocate memory" in text or "out of memory" in text
-    )
-
-
-class TrainingSession:
+class TrainingSession(PassesMixin, StateMixin):
     """A base model with a trainable LoRA adapter, AdamW and a learning-rate schedule.
 
     Args:
@@ -196,146 +133,6 @@ class TrainingSession:
         self._pending = _Pending()
         self._tokenizer = None
         self.model.train()
-
-    # ----------------------------------------------------------------- passes
-    def _run_pass(
-        self,
-        p: Pass,
-        loss_fn: str,
-        inputs: dict[str, list[float]] | None,
-        config: dict,
-        backward: bool,
-    ) -> tuple[float, int, Tensor]:
-        dev = self.device
-        ids_T = torch.tensor(p.input_ids, dtype=torch.long)
-        w_T = torch.tensor(p.weights, dtype=torch.float32)
-        idx_S = (w_T[1:] != 0).nonzero().squeeze(1)  # hidden position t predicts token t+1
-        out_T = torch.zeros(len(p.input_ids), dtype=torch.float32)
-        if idx_S.numel() == 0:
-            return 0.0, 0, out_T
-        loss_inputs = {"weights": w_T[1:][idx_S].double().to(dev)}
-        for key in REINFORCEMENT_INPUTS if loss_fn != "cross_entropy" else ():
-            if not inputs or key not in inputs or len(inputs[key]) != len(p.input_ids):
-                raise EngineError(
-                    f"loss {loss_fn} needs {key} for every token of each pass (rows {p.rows})."
-                )
-            loss_inputs[key] = torch.tensor(inputs[key], dtype=torch.float64)[1:][idx_S].to(dev)
-        fn = LOSSES[loss_fn]
-        with self.compute_context():
-            return self._run_pass_body(p, ids_T, idx_S, out_T, loss_inputs, fn, config, backward)
-
-    def compute_context(self) -> contextlib.AbstractContextManager:
-        """``torch.autocast`` to the compute dtype when the weights are stored in another one."""
-        if self.dtype == self.weight_dtype:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
-
-    def _run_pass_body(
-        self,
-        p: Pass,
-        ids_T: Tensor,
-        idx_S: Tensor,
-        out_T: Tensor,
-        loss_inputs: dict[str, Tensor],
-        fn: Any,
-        config: dict,
-        backward: bool,
-    ) -> tuple[float, int, Tensor]:
-        dev = self.device
-        segments = {SEGMENTS_KWARG: list(p.cu_seqlens)} if self._packed_attention else {}
-        hidden = self._body(
-            input_ids=ids_T[None].to(dev),
-            position_ids=torch.tensor(p.position_ids, dtype=torch.long)[None].to(dev),
-            attention_mask=None,
-            use_cache=False,
-            **segments,
-        ).last_hidden_state[0]
-        idx_dev = idx_S.to(dev)
-        loss, lp_S = chunked_loss(
-            self._head,
-            hidden.index_select(0, idx_dev),
-            ids_T[1:][idx_S].to(dev),
-            self._cap,
-            self.cfg.head_chunk_tokens,
-            lambda lp, sl: fn(lp, {k: v[sl] for k, v in loss_inputs.items()}, config),
-            backward=backward,
-        )
-        out_T[idx_S + 1] = lp_S.float().cpu()
-        return loss, int(idx_S.numel()), out_T
-
-    def _passes(
-        self,
-        passes: list[Pass],
-        loss_fn: str,
-        loss_inputs: list[dict[str, list[float]]] | None,
-        loss_config: dict | None,
-        backward: bool,
-    ) -> ForwardBackwardResult:
-        if loss_fn not in LOSSES:
-            raise EngineError(f"unknown loss_fn {loss_fn!r}; use one of {sorted(LOSSES)}.")
-        total, tokens, lps = 0.0, 0, []
-        for i, p in enumerate(passes):
-            inputs = loss_inputs[i] if loss_inputs else None
-            try:
-                loss, n, lp = self._run_pass(p, loss_fn, inputs, loss_config or {}, backward)
-            except Exception as exc:
-                if _is_oom(exc):
-                    raise EngineOutOfMemory(
-                        step=self.step + 1,
-                        micro_batch=len(p.rows) or 1,
-                        pass_tokens=p.num_tokens,
-                        device=self.device.type,
-                    ) from exc
-                raise
-            total, tokens = total + loss, tokens + n
-            lps.append(lp)
-        return ForwardBackwardResult(total, tokens, lps)
-
-    def forward_backward(
-        self,
-        passes: list[Pass],
-        loss_fn: str = "cross_entropy",
-        *,
-        loss_inputs: list[dict[str, list[float]]] | None = None,
-        loss_config: dict | None = None,
-    ) -> ForwardBackwardResult:
-        """Forward and backward over ``passes``; gradients of the loss **sum** accumulate.
-
-        Args:
-            passes: packed passes, one forward each (batch dimension 1).
-            loss_fn: cross_entropy | importance_sampling | ppo | cispo | dro.
-            loss_inputs: per pass, for the reinforcement losses, ``sampling_logprobs`` and
-                ``advantages`` lists of length T aligned like ``Pass.weights``; the
-                positions scored are those with a non-zero weight.
-            loss_config: loss parameters (``clip_low_threshold``, ``clip_high_threshold``, ``beta``).
-
-        Raises:
-            EngineOutOfMemory: the device ran out of memory.
-            EngineError: unknown loss or missing reinforcement inputs.
-        """
-        pend = self._pending
-        if pend.started is None:
-            pend.started = time.perf_counter()
-        self.model.train()
-        res = self._passes(passes, loss_fn, loss_inputs, loss_config, backward=True)
-        pend.loss_sum += res.loss_sum
-        pend.supervised += res.supervised_tokens
-        pend.tokens += sum(p.num_tokens for p in passes)
-        pend.largest_pass = max([pend.largest_pass] + [p.num_tokens for p in passes])
-        return res
-
-    @torch.no_grad()
-    def forward(
-        self, passes: list[Pass], loss_fn: str = "cross_entropy", **kw: Any
-    ) -> ForwardBackwardResult:
-        """Like :meth:`forward_backward` without gradients, in eval mode (no dropout)."""
-        self.model.eval()
-        try:
-            return self._passes(
-                passes, loss_fn, kw.get("loss_inputs"), kw.get("loss_config"), backward=False
-            )
-        finally:
-            self.model.train()
 
     # ----------------------------------------------------------------- update
     def learning_rate(self, update: int) -> float:
@@ -436,10 +233,6 @@ class TrainingSession:
             "tokensPerSecond": 0.0,
         }
 
-    def _reset(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-        self._pending = _Pending()
-
     # ----------------------------------------------------------------- sampling
     def sample(
         self,
@@ -474,141 +267,7 @@ class TrainingSession:
             for p in prompts
         ]
 
-    # ----------------------------------------------------------------- saving
-    def save_adapter(self, directory: Path) -> Path:
-        """Write the adapter in PEFT format (adapter_config.json + adapter_model.safetensors)."""
-        directory = Path(directory)
-        with _atomic_dir(directory) as tmp:
-            # The base embedding is frozen: never copy it into the adapter (PEFT does for
-            # a targeted lm_head tied to it unless told not to).
-            self.model.save_pretrained(tmp, safe_serialization=True, save_embedding_layers=False)
-        return directory
-
-    def load_adapter_weights(self, directory: Path) -> None:
-        """Start from a trained PEFT adapter's weights (``warmStartModelId``; the optimizer
-        and step stay fresh).
-
-        Args:
-            directory: a PEFT adapter folder (``adapter_config.json`` and
-                ``adapter_model.safetensors``) trained on this base model.
-
-        Raises:
-            EngineError: its rank or alpha differs from this run's
-                (``config.hyperparams.lora``), or its tensors do not match this adapter's
-                (counts of missing and unexpected tensors).
-        """
-        from peft import set_peft_model_state_dict
-
-        directory = Path(directory)
-        conf = json.loads((directory / "adapter_config.json").read_text())
-        for key, mine, path in (
-            ("r", self.cfg.lora_rank, "rank"),
-            ("lora_alpha", self.cfg.lora_alpha, "alpha"),
-        ):
-            if float(conf.get(key, mine)) != float(mine):
-                raise EngineError(
-                    f"the warm-start adapter has {path} {conf.get(key)} but this run trains "
-                    f"{path} {mine}; set config.hyperparams.lora.{path} to {conf.get(key)}.",
-                    field=f"config.hyperparams.lora.{path}",
-                )
-        weights = load_file(directory / "adapter_model.safetensors")
-        try:
-            res = set_peft_model_state_dict(self.model, weights)
-        except RuntimeError as exc:  # shapes that do not fit
-            raise EngineError(f"the warm-start adapter does not fit this model: {exc}") from exc
-        missing = [k for k in res.missing_keys if "lora_" in k]
-        if missing or res.unexpected_keys:
-            raise EngineError(
-                f"the warm-start adapter holds {len(weights)} tensors: "
-                f"{len(missing)} of this adapter's {len(self.params)} are missing and "
-                f"{len(res.unexpected_keys)} are not this model's "
-                f"(e.g. {(missing or res.unexpected_keys)[0]}).",
-                field="warmStartModelId",
-            )
-        self._reset()
-
-    def save_state(self, directory: Path, cursor: dict[str, Any] | None = None) -> Path:
-        """Write everything needed to continue exactly: adapter tensors (exact dtype),
-        AdamW moments, schedule position, RNG states (python, torch, CUDA), the data
-        ``cursor`` and the step. The folder appears atomically.
-        """
-        directory = Path(directory)
-        with _atomic_dir(directory) as tmp:
-            save_file(
-                {n: p.detach().cpu().contiguous() for n, p in self.params.items()},
-                tmp / "adapter_state.safetensors",
-            )
-            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-            rng = {"python": random.getstate(), "torch": torch.get_rng_state()}
-            if torch.cuda.is_available():
-                rng["cuda"] = torch.cuda.get_rng_state_all()
-            torch.save(rng, tmp / "rng.pt")
-            meta = {
-                "step": self.step,
-                "total_updates": self.total_updates,
-                "schedule_start": self.schedule_start,
-                "scheduler": {"kind": self.cfg.scheduler, "next_update": self.step + 1},
-                "cursor": cursor or {},
-                "config": self.cfg.to_dict(),
-            }
-            (tmp / "state.json").write_text(json.dumps(meta, indent=1))
-        return directory
-
-    def load_state(self, directory: Path) -> dict[str, Any]:
-        """Restore a :meth:`save_state` folder; returns its ``state.json`` (step, cursor, …).
-
-        Raises:
-            EngineError: the folder is missing or does not match this adapter.
-        """
-        directory = Path(directory)
-        if not (directory / "state.json").exists():
-            raise EngineError(f"no training state at {directory}.", code="state_missing")
-        tensors = load_file(directory / "adapter_state.safetensors")
-        if set(tensors) != set(self.params):
-            raise EngineError(
-                f"training state at {directory} holds {len(tensors)} adapter tensors but this "
-                f"adapter has {len(self.params)}; resume with the run's own settings."
-            )
-        with torch.no_grad():
-            for n, p in self.params.items():
-                p.copy_(tensors[n])
-        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=False))
-        for group in self.optimizer.param_groups:  # this run's settings, not the saved ones
-            group["weight_decay"] = self.cfg.weight_decay
-            group["betas"] = (self.cfg.adam_beta1, self.cfg.adam_beta2)
-            group["eps"] = self.cfg.adam_epsilon
-        rng = torch.load(directory / "rng.pt", weights_only=False)
-        random.setstate(rng["python"])
-        torch.set_rng_state(rng["torch"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        meta = json.loads((directory / "state.json").read_text())
-        self.step = int(meta["step"])
-        self.schedule_start = int(meta.get("schedule_start") or 0)
-        self._reset()
-        return meta
-
 
 def _global_norm(tensors: list[Tensor]) -> Tensor:
     """L2 norm over all ``tensors`` together (one device sync when read)."""
     return torch.linalg.vector_norm(torch.stack([t.float().norm() for t in tensors]))
-
-
-class _atomic_dir:
-    """Write into a sibling temporary folder, then rename it to ``dest``."""
-
-    def __init__(self, dest: Path) -> None:
-        self.dest = dest
-
-    def __enter__(self) -> Path:
-        self.dest.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.", dir=self.dest.parent))
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            if self.dest.exists():
-                shutil.rmtree(self.dest)
-            os.replace(self.tmp, self.dest)
-        else:
-            shutil.rmtree(self.tmp, ignore_errors=True)

@@ -6,31 +6,39 @@ same rows in the same order (behaviours.md 6). An update packs ``micro_batch``
 conversations per pass for ``gradient_accumulation`` passes; its loss is the summed
 token loss over the whole update divided by its supervised tokens (behaviours.md 1).
 Events leave through ``emit`` as JSON-serialisable dicts (no HTTP here, STYLE.md 6).
+
+This module owns the loop; which rows an update holds is :mod:`akka_optimize.engine.sft_order`,
+saving and what a resume must keep :mod:`akka_optimize.engine.snapshots`, and the loop's
+``phase`` events :mod:`akka_optimize.engine.phases`.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.packing import pack
-from ..data.types import Example, Pass, pack_examples
-from .checks import verify_adapter
+from ..data.types import Example
 from .config import EngineConfig
-from .errors import AdapterCheckError, EngineError
+from .errors import EngineError
+from .phases import end_phase as end_phase
+from .phases import training_phase as training_phase
 from .sanity import first_loss_warning
 from .session import TrainingSession
+from .sft_order import epoch_order as epoch_order
+from .sft_order import passes_of as passes_of
+from .sft_order import total_updates as total_updates
+from .sft_order import update_passes as update_passes
+from .snapshots import BRANCH_SETTINGS as BRANCH_SETTINGS
+from .snapshots import ORDER_SETTINGS as ORDER_SETTINGS
+from .snapshots import recoverable_steps as recoverable_steps
+from .snapshots import save_snapshot as save_snapshot
+from .snapshots import state_path as state_path
 
 Emit = Callable[[dict[str, Any]], None]
-# Settings that decide which rows an update holds; a resume must not change them.
-ORDER_SETTINGS = ("seed", "shuffle", "micro_batch", "gradient_accumulation", "epochs", "max_steps")
-# A branch may train longer (epochs, max_steps) but keeps which rows each update holds.
-BRANCH_SETTINGS = ("seed", "shuffle", "micro_batch", "gradient_accumulation")
 
 
 @dataclass
@@ -58,57 +66,6 @@ class SftResult:
     adapted_modules: list[str]
     final_validation_loss: float | None = None
     epoch_adapters: list[dict[str, Any]] = field(default_factory=list)
-
-
-def epoch_order(rows: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
-    """Row indices of 1-based ``epoch``: a permutation seeded by (seed, epoch), or 0..rows-1."""
-    order = list(range(rows))
-    if shuffle:
-        random.Random(f"{seed}:{epoch}").shuffle(order)
-    return order
-
-
-def update_passes(
-    train: list[Example], cfg: EngineConfig, update: int
-) -> tuple[int, bool, list[Pass]]:
-    """(epoch, whether it ends the epoch, packed passes) of 1-based ``update``."""
-    per_epoch = cfg.updates_per_epoch(len(train))
-    epoch, k = divmod(update - 1, per_epoch)
-    n = cfg.conversations_per_update
-    rows = epoch_order(len(train), cfg.seed, epoch + 1, cfg.shuffle)[k * n : (k + 1) * n]
-    return epoch + 1, k == per_epoch - 1, passes_of([train[i] for i in rows], cfg)
-
-
-def passes_of(rows: list[Example], cfg: EngineConfig) -> list[Pass]:
-    """The passes that train ``rows`` (one update's conversations, or a validation set).
-
-    ``data.use_dynamic_bsz`` false: one conversation per pass. Dynamic batches with a
-    ``token_budget``: whole conversations packed best-fit decreasing into passes of at
-    most that many tokens (:func:`akka_optimize.data.packing.pack`). Without a budget:
-    ``micro_batch`` consecutive conversations per pass. The loss of an update is the same
-    in every case (a token-weighted sum over the update; behaviours.md 1, 2).
-    """
-    if not cfg.dynamic_batches:
-        return [pack_examples([ex]) for ex in rows]
-    if cfg.token_budget is not None:
-        return pack(rows, cfg.token_budget)
-    mb = cfg.micro_batch
-    return [pack_examples(rows[j : j + mb]) for j in range(0, len(rows), mb)]
-
-
-def state_path(state_dir: Path, step: int) -> Path:
-    """Folder of the save at ``step``: ``step-00000013/`` holding ``state/`` and ``adapter/``."""
-    return Path(state_dir) / f"step-{step:08d}"
-
-
-def recoverable_steps(state_dir: Path) -> list[int]:
-    """Steps whose training state is kept (resumable), oldest first."""
-    root = Path(state_dir)
-    if not root.exists():
-        return []
-    return sorted(
-        int(p.name[5:]) for p in root.glob("step-*") if (p / "state" / "state.json").exists()
-    )
 
 
 def run_sft(
@@ -175,13 +132,8 @@ def run_sft(
             log["validation"] = _validate(session, validation, cfg, update, emit)
 
         done = until is not None and until(session, update, total)
-        stopping = (
-            not done
-            and update < total
-            and (update == stop_after_step or bool(should_stop and should_stop()))
-        )
-        every = cfg.save_every_steps and update % cfg.save_every_steps == 0
-        if update == total or done or every or stopping or (cfg.save_each_epoch and epoch_end):
+        stopping = not done and _stop_due(update, total, stop_after_step, should_stop)
+        if _save_due(cfg, update, total, epoch_end, done or stopping):
             adapter = save_snapshot(
                 session, cfg, model_dir, state_dir, epoch, epoch_end, len(train), log, emit
             )
@@ -193,19 +145,40 @@ def run_sft(
             break
 
     # ---- result
+    return _finish(result, session, log, emit)
+
+
+def _stop_due(
+    update: int,
+    total: int,
+    stop_after_step: int | None,
+    should_stop: Callable[[], bool] | None,
+) -> bool:
+    """Whether the run saves and stops after ``update`` (a pause or cancel): never after
+    its last update; at ``stop_after_step``, or when ``should_stop`` (polled only then)
+    says so."""
+    return update < total and (update == stop_after_step or bool(should_stop and should_stop()))
+
+
+def _save_due(cfg: EngineConfig, update: int, total: int, epoch_end: bool, ending: bool) -> bool:
+    """Whether a snapshot is saved after ``update``: the last update, a run ``ending`` there
+    (finished by ``until`` or stopping), every ``save_every_steps``, and each epoch's end
+    with ``save_each_epoch``."""
+    every = cfg.save_every_steps and update % cfg.save_every_steps == 0
+    return bool(update == total or ending or every or (cfg.save_each_epoch and epoch_end))
+
+
+def _finish(
+    result: SftResult, session: TrainingSession, log: dict[str, Any], emit: Emit
+) -> SftResult:
+    """Fill ``result`` from the session and the loss log, emit the last ``phase`` event
+    (:func:`end_phase`) and return it."""
     result.step = session.step
     result.final_loss = log["last"]
     result.mean_loss = log["loss_sum"] / log["count"] if log["count"] else None
     result.final_validation_loss = log["validation"]
     emit(end_phase(result))
     return result
-
-
-def total_updates(cfg: EngineConfig, rows: int) -> int:
-    """Updates a run of ``rows`` training rows makes: updates per epoch × epochs, capped
-    at ``max_steps`` when the plan sets it."""
-    total = cfg.updates_per_epoch(rows) * cfg.epochs
-    return min(total, cfg.max_steps) if cfg.max_steps is not None else total
 
 
 def _validation_due(cfg: EngineConfig, update: int, total: int, epoch_end: bool) -> bool:
@@ -262,18 +235,6 @@ def _start_session(
     return session, log
 
 
-def training_phase(session: TrainingSession, total: int) -> dict[str, Any]:
-    """The ``training`` phase event a loop emits once its session is ready: the step it
-    starts after, ``totalSteps`` and the ``adaptedModules`` (full module paths)."""
-    return {
-        "type": "phase",
-        "phase": "training",
-        "step": session.step,
-        "totalSteps": total,
-        "adaptedModules": session.adapted_modules,
-    }
-
-
 def _train_update(
     session: TrainingSession,
     cfg: EngineConfig,
@@ -308,18 +269,6 @@ def _note_save(
     result.last_save_step, result.adapter_dir = update, adapter
     if cfg.save_each_epoch and epoch_end:
         result.epoch_adapters.append({"epoch": epoch, "step": update, "adapterDir": str(adapter)})
-
-
-def end_phase(result: Any) -> dict[str, Any]:
-    """The last ``phase`` event of a training loop: ``paused`` or ``finished`` at its step,
-    with its final and mean loss."""
-    return {
-        "type": "phase",
-        "phase": "paused" if result.stopped else "finished",
-        "step": result.step,
-        "finalLoss": result.final_loss,
-        "meanLoss": result.mean_loss,
-    }
 
 
 def _refuse_unsupervised(rows: list[Example], name: str) -> None:
@@ -377,41 +326,3 @@ def _validate(
         }
     )
     return loss
-
-
-def save_snapshot(
-    session: TrainingSession,
-    cfg: EngineConfig,
-    model_dir: Path,
-    state_dir: Path,
-    epoch: int | None,
-    epoch_end: bool,
-    rows: int,
-    log: dict,
-    emit: Emit,
-) -> Path:
-    """Save state + adapter at the current step, verify the adapter, prune old states."""
-    step = session.step
-    emit({"type": "phase", "phase": "saving", "step": step})
-    folder = state_path(state_dir, step)
-    cursor = {"epoch": epoch, "epochEnd": epoch_end, "rows": rows, "log": log}
-    session.save_state(folder / "state", cursor)
-    adapter = session.save_adapter(folder / "adapter")
-    event = {
-        "type": "save",
-        "step": step,
-        "epoch": epoch,
-        "epochEnd": epoch_end,
-        "stateDir": str(folder / "state"),
-        "adapterDir": str(adapter),
-    }
-    try:
-        verify_adapter(adapter, model_dir, cfg.lora_rank, cfg.target_modules, cfg.auto_class)
-    except AdapterCheckError as exc:
-        shutil.rmtree(adapter, ignore_errors=True)
-        emit({**event, "adapterDir": None, "adapterCheck": exc.message})
-        raise
-    emit(event)
-    for old in recoverable_steps(state_dir)[: -cfg.keep_recoverable]:
-        shutil.rmtree(state_path(state_dir, old) / "state", ignore_errors=True)
-    return adapter

@@ -1,0 +1,216 @@
+"""The passes of a :class:`~akka_optimize.engine.session.TrainingSession`:
+``forward_backward`` and ``forward`` over packed :class:`~akka_optimize.data.types.Pass`
+objects (one forward each, batch dimension 1), the loss of each, and the accounting of
+what an update has accumulated so far (:class:`_Pending`) until ``optim_step`` applies it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..data.types import Pass
+from .attention import SEGMENTS_KWARG
+from .config import EngineConfig
+from .errors import EngineError, EngineOutOfMemory
+from .head import chunked_loss
+from .losses import LOSSES, REINFORCEMENT_INPUTS
+
+
+class ForwardBackwardResult(NamedTuple):
+    """What one ``forward_backward`` / ``forward`` call returns.
+
+    Attributes:
+        loss_sum: the summed loss over every scored token of every pass (not a mean).
+        supervised_tokens: scored tokens (non-zero weight) over all passes.
+        logprobs: per pass, float32 [T] on CPU: log p(input_ids[t] | input_ids[:t]) at
+            scored positions, 0.0 elsewhere (aligned like ``Pass.weights``).
+    """
+
+    loss_sum: float
+    supervised_tokens: int
+    logprobs: list[Tensor]
+
+
+@dataclass
+class _Pending:
+    loss_sum: float = 0.0
+    supervised: int = 0
+    tokens: int = 0
+    largest_pass: int = 0
+    started: float | None = None
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "can't allocate memory" in text or "out of memory" in text
+    )
+
+
+class PassesMixin:
+    """``forward_backward`` / ``forward`` of :class:`~akka_optimize.engine.session.TrainingSession`
+    (which sets the attributes annotated here)."""
+
+    cfg: EngineConfig
+    device: torch.device
+    dtype: torch.dtype
+    weight_dtype: torch.dtype
+    step: int
+    model: Any
+    optimizer: torch.optim.Optimizer
+    _packed_attention: bool
+    _body: Any
+    _head: Any
+    _cap: Any
+    _pending: _Pending
+
+    def _run_pass(
+        self,
+        p: Pass,
+        loss_fn: str,
+        inputs: dict[str, list[float]] | None,
+        config: dict,
+        backward: bool,
+    ) -> tuple[float, int, Tensor]:
+        dev = self.device
+        ids_T = torch.tensor(p.input_ids, dtype=torch.long)
+        w_T = torch.tensor(p.weights, dtype=torch.float32)
+        idx_S = (w_T[1:] != 0).nonzero().squeeze(1)  # hidden position t predicts token t+1
+        out_T = torch.zeros(len(p.input_ids), dtype=torch.float32)
+        if idx_S.numel() == 0:
+            return 0.0, 0, out_T
+        loss_inputs = {"weights": w_T[1:][idx_S].double().to(dev)}
+        for key in REINFORCEMENT_INPUTS if loss_fn != "cross_entropy" else ():
+            if not inputs or key not in inputs or len(inputs[key]) != len(p.input_ids):
+                raise EngineError(
+                    f"loss {loss_fn} needs {key} for every token of each pass (rows {p.rows})."
+                )
+            loss_inputs[key] = torch.tensor(inputs[key], dtype=torch.float64)[1:][idx_S].to(dev)
+        fn = LOSSES[loss_fn]
+        with self.compute_context():
+            return self._run_pass_body(p, ids_T, idx_S, out_T, loss_inputs, fn, config, backward)
+
+    def compute_context(self) -> contextlib.AbstractContextManager:
+        """``torch.autocast`` to the compute dtype when the weights are stored in another one."""
+        if self.dtype == self.weight_dtype:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def _run_pass_body(
+        self,
+        p: Pass,
+        ids_T: Tensor,
+        idx_S: Tensor,
+        out_T: Tensor,
+        loss_inputs: dict[str, Tensor],
+        fn: Any,
+        config: dict,
+        backward: bool,
+    ) -> tuple[float, int, Tensor]:
+        dev = self.device
+        segments = {SEGMENTS_KWARG: list(p.cu_seqlens)} if self._packed_attention else {}
+        hidden = self._body(
+            input_ids=ids_T[None].to(dev),
+            position_ids=torch.tensor(p.position_ids, dtype=torch.long)[None].to(dev),
+            attention_mask=None,
+            use_cache=False,
+            **segments,
+        ).last_hidden_state[0]
+        idx_dev = idx_S.to(dev)
+        loss, lp_S = chunked_loss(
+            self._head,
+            hidden.index_select(0, idx_dev),
+            ids_T[1:][idx_S].to(dev),
+            self._cap,
+            self.cfg.head_chunk_tokens,
+            lambda lp, sl: fn(lp, {k: v[sl] for k, v in loss_inputs.items()}, config),
+            backward=backward,
+        )
+        out_T[idx_S + 1] = lp_S.float().cpu()
+        return loss, int(idx_S.numel()), out_T
+
+    def _passes(
+        self,
+        passes: list[Pass],
+        loss_fn: str,
+        loss_inputs: list[dict[str, list[float]]] | None,
+        loss_config: dict | None,
+        backward: bool,
+    ) -> ForwardBackwardResult:
+        if loss_fn not in LOSSES:
+            raise EngineError(f"unknown loss_fn {loss_fn!r}; use one of {sorted(LOSSES)}.")
+        total, tokens, lps = 0.0, 0, []
+        for i, p in enumerate(passes):
+            inputs = loss_inputs[i] if loss_inputs else None
+            try:
+                loss, n, lp = self._run_pass(p, loss_fn, inputs, loss_config or {}, backward)
+            except Exception as exc:
+                if _is_oom(exc):
+                    raise EngineOutOfMemory(
+                        step=self.step + 1,
+                        micro_batch=len(p.rows) or 1,
+                        pass_tokens=p.num_tokens,
+                        device=self.device.type,
+                    ) from exc
+                raise
+            total, tokens = total + loss, tokens + n
+            lps.append(lp)
+        return ForwardBackwardResult(total, tokens, lps)
+
+    def forward_backward(
+        self,
+        passes: list[Pass],
+        loss_fn: str = "cross_entropy",
+        *,
+        loss_inputs: list[dict[str, list[float]]] | None = None,
+        loss_config: dict | None = None,
+    ) -> ForwardBackwardResult:
+        """Forward and backward over ``passes``; gradients of the loss **sum** accumulate.
+
+        Args:
+            passes: packed passes, one forward each (batch dimension 1).
+            loss_fn: cross_entropy | importance_sampling | ppo | cispo | dro.
+            loss_inputs: per pass, for the reinforcement losses, ``sampling_logprobs`` and
+                ``advantages`` lists of length T aligned like ``Pass.weights``; the
+                positions scored are those with a non-zero weight.
+            loss_config: loss parameters (``clip_low_threshold``, ``clip_high_threshold``, ``beta``).
+
+        Raises:
+            EngineOutOfMemory: the device ran out of memory.
+            EngineError: unknown loss or missing reinforcement inputs.
+        """
+        pend = self._pending
+        if pend.started is None:
+            pend.started = time.perf_counter()
+        self.model.train()
+        res = self._passes(passes, loss_fn, loss_inputs, loss_config, backward=True)
+        pend.loss_sum += res.loss_sum
+        pend.supervised += res.supervised_tokens
+        pend.tokens += sum(p.num_tokens for p in passes)
+        pend.largest_pass = max([pend.largest_pass] + [p.num_tokens for p in passes])
+        return res
+
+    @torch.no_grad()
+    def forward(
+        self, passes: list[Pass], loss_fn: str = "cross_entropy", **kw: Any
+    ) -> ForwardBackwardResult:
+        """Like :meth:`forward_backward` without gradients, in eval mode (no dropout)."""
+        self.model.eval()
+        try:
+            return self._passes(
+                passes, loss_fn, kw.get("loss_inputs"), kw.get("loss_config"), backward=False
+            )
+        finally:
+            self.model.train()
+
+    def _reset(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self._pending = _Pending()

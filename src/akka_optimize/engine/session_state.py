@@ -1,0 +1,169 @@
+"""Saving and restoring a :class:`~akka_optimize.engine.session.TrainingSession`: its
+adapter in PEFT format, a warm start from another adapter's weights, and the full training
+state (adapter tensors, AdamW moments, schedule position, RNG states, the data cursor) that
+a resume continues from exactly. Every folder appears atomically (:class:`_atomic_dir`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .config import EngineConfig
+from .errors import EngineError
+
+
+class StateMixin:
+    """The saving and loading of :class:`~akka_optimize.engine.session.TrainingSession`
+    (which sets the attributes annotated here and provides ``_reset``)."""
+
+    cfg: EngineConfig
+    model: Any
+    params: dict[str, torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    step: int
+    total_updates: int | None
+    schedule_start: int
+    _reset: Callable[[], None]
+
+    def save_adapter(self, directory: Path) -> Path:
+        """Write the adapter in PEFT format (adapter_config.json + adapter_model.safetensors)."""
+        directory = Path(directory)
+        with _atomic_dir(directory) as tmp:
+            # The base embedding is frozen: never copy it into the adapter (PEFT does for
+            # a targeted lm_head tied to it unless told not to).
+            self.model.save_pretrained(tmp, safe_serialization=True, save_embedding_layers=False)
+        return directory
+
+    def load_adapter_weights(self, directory: Path) -> None:
+        """Start from a trained PEFT adapter's weights (``warmStartModelId``; the optimizer
+        and step stay fresh).
+
+        Args:
+            directory: a PEFT adapter folder (``adapter_config.json`` and
+                ``adapter_model.safetensors``) trained on this base model.
+
+        Raises:
+            EngineError: its rank or alpha differs from this run's
+                (``config.hyperparams.lora``), or its tensors do not match this adapter's
+                (counts of missing and unexpected tensors).
+        """
+        from peft import set_peft_model_state_dict
+
+        directory = Path(directory)
+        conf = json.loads((directory / "adapter_config.json").read_text())
+        for key, mine, path in (
+            ("r", self.cfg.lora_rank, "rank"),
+            ("lora_alpha", self.cfg.lora_alpha, "alpha"),
+        ):
+            if float(conf.get(key, mine)) != float(mine):
+                raise EngineError(
+                    f"the warm-start adapter has {path} {conf.get(key)} but this run trains "
+                    f"{path} {mine}; set config.hyperparams.lora.{path} to {conf.get(key)}.",
+                    field=f"config.hyperparams.lora.{path}",
+                )
+        weights = load_file(directory / "adapter_model.safetensors")
+        try:
+            res = set_peft_model_state_dict(self.model, weights)
+        except RuntimeError as exc:  # shapes that do not fit
+            raise EngineError(f"the warm-start adapter does not fit this model: {exc}") from exc
+        missing = [k for k in res.missing_keys if "lora_" in k]
+        if missing or res.unexpected_keys:
+            raise EngineError(
+                f"the warm-start adapter holds {len(weights)} tensors: "
+                f"{len(missing)} of this adapter's {len(self.params)} are missing and "
+                f"{len(res.unexpected_keys)} are not this model's "
+                f"(e.g. {(missing or res.unexpected_keys)[0]}).",
+                field="warmStartModelId",
+            )
+        self._reset()
+
+    def save_state(self, directory: Path, cursor: dict[str, Any] | None = None) -> Path:
+        """Write everything needed to continue exactly: adapter tensors (exact dtype),
+        AdamW moments, schedule position, RNG states (python, torch, CUDA), the data
+        ``cursor`` and the step. The folder appears atomically.
+        """
+        directory = Path(directory)
+        with _atomic_dir(directory) as tmp:
+            save_file(
+                {n: p.detach().cpu().contiguous() for n, p in self.params.items()},
+                tmp / "adapter_state.safetensors",
+            )
+            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+            rng = {"python": random.getstate(), "torch": torch.get_rng_state()}
+            if torch.cuda.is_available():
+                rng["cuda"] = torch.cuda.get_rng_state_all()
+            torch.save(rng, tmp / "rng.pt")
+            meta = {
+                "step": self.step,
+                "total_updates": self.total_updates,
+                "schedule_start": self.schedule_start,
+                "scheduler": {"kind": self.cfg.scheduler, "next_update": self.step + 1},
+                "cursor": cursor or {},
+                "config": self.cfg.to_dict(),
+            }
+            (tmp / "state.json").write_text(json.dumps(meta, indent=1))
+        return directory
+
+    def load_state(self, directory: Path) -> dict[str, Any]:
+        """Restore a :meth:`save_state` folder; returns its ``state.json`` (step, cursor, …).
+
+        Raises:
+            EngineError: the folder is missing or does not match this adapter.
+        """
+        directory = Path(directory)
+        if not (directory / "state.json").exists():
+            raise EngineError(f"no training state at {directory}.", code="state_missing")
+        tensors = load_file(directory / "adapter_state.safetensors")
+        if set(tensors) != set(self.params):
+            raise EngineError(
+                f"training state at {directory} holds {len(tensors)} adapter tensors but this "
+                f"adapter has {len(self.params)}; resume with the run's own settings."
+            )
+        with torch.no_grad():
+            for n, p in self.params.items():
+                p.copy_(tensors[n])
+        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=False))
+        for group in self.optimizer.param_groups:  # this run's settings, not the saved ones
+            group["weight_decay"] = self.cfg.weight_decay
+            group["betas"] = (self.cfg.adam_beta1, self.cfg.adam_beta2)
+            group["eps"] = self.cfg.adam_epsilon
+        rng = torch.load(directory / "rng.pt", weights_only=False)
+        random.setstate(rng["python"])
+        torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        meta = json.loads((directory / "state.json").read_text())
+        self.step = int(meta["step"])
+        self.schedule_start = int(meta.get("schedule_start") or 0)
+        self._reset()
+        return meta
+
+
+class _atomic_dir:
+    """Write into a sibling temporary folder, then rename it to ``dest``."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+
+    def __enter__(self) -> Path:
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.", dir=self.dest.parent))
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            if self.dest.exists():
+                shutil.rmtree(self.dest)
+            os.replace(self.tmp, self.dest)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)

@@ -1,0 +1,59 @@
+"""Which rows each update of a supervised run holds, and the passes that train them.
+
+Every conversation trains every epoch, in an order shuffled per epoch from the seed
+(:func:`epoch_order`), so the rows of any update follow from its number alone
+(:func:`update_passes`) and a resumed run sees the same rows in the same order
+(behaviours.md 6). :func:`passes_of` packs rows into passes; :func:`total_updates` counts
+a run's updates.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ..data.packing import pack
+from ..data.types import Example, Pass, pack_examples
+from .config import EngineConfig
+
+
+def epoch_order(rows: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
+    """Row indices of 1-based ``epoch``: a permutation seeded by (seed, epoch), or 0..rows-1."""
+    order = list(range(rows))
+    if shuffle:
+        random.Random(f"{seed}:{epoch}").shuffle(order)
+    return order
+
+
+def update_passes(
+    train: list[Example], cfg: EngineConfig, update: int
+) -> tuple[int, bool, list[Pass]]:
+    """(epoch, whether it ends the epoch, packed passes) of 1-based ``update``."""
+    per_epoch = cfg.updates_per_epoch(len(train))
+    epoch, k = divmod(update - 1, per_epoch)
+    n = cfg.conversations_per_update
+    rows = epoch_order(len(train), cfg.seed, epoch + 1, cfg.shuffle)[k * n : (k + 1) * n]
+    return epoch + 1, k == per_epoch - 1, passes_of([train[i] for i in rows], cfg)
+
+
+def passes_of(rows: list[Example], cfg: EngineConfig) -> list[Pass]:
+    """The passes that train ``rows`` (one update's conversations, or a validation set).
+
+    ``data.use_dynamic_bsz`` false: one conversation per pass. Dynamic batches with a
+    ``token_budget``: whole conversations packed best-fit decreasing into passes of at
+    most that many tokens (:func:`akka_optimize.data.packing.pack`). Without a budget:
+    ``micro_batch`` consecutive conversations per pass. The loss of an update is the same
+    in every case (a token-weighted sum over the update; behaviours.md 1, 2).
+    """
+    if not cfg.dynamic_batches:
+        return [pack_examples([ex]) for ex in rows]
+    if cfg.token_budget is not None:
+        return pack(rows, cfg.token_budget)
+    mb = cfg.micro_batch
+    return [pack_examples(rows[j : j + mb]) for j in range(0, len(rows), mb)]
+
+
+def total_updates(cfg: EngineConfig, rows: int) -> int:
+    """Updates a run of ``rows`` training rows makes: updates per epoch × epochs, capped
+    at ``max_steps`` when the plan sets it."""
+    total = cfg.updates_per_epoch(rows) * cfg.epochs
+    return min(total, cfg.max_steps) if cfg.max_steps is not None else total
