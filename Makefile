@@ -29,7 +29,9 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
 
+# TRL (the engine benchmark's packed-SFTTrainer baseline) is installed only for benchmarks.
 bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python -m benchmarks.run
 
 lint: $(STAMP)

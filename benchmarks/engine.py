@@ -6,8 +6,15 @@ precision for both, measured one after the other in this process:
 - baseline: transformers + PEFT as commonly written — each micro batch right-padded
   to its longest row with an attention mask, labels −100 on prompt and padding, the
   model's own loss over full-vocabulary logits at every position, AdamW;
+- TRL: ``SFTTrainer`` with ``packing=True`` (best-fit decreasing, padding-free), what a
+  careful user picks instead (:mod:`benchmarks.engine_sides`; skipped, with a note, where
+  TRL is not installed — ``make bench`` installs it);
 - ours: :class:`akka_optimize.engine.session.TrainingSession` — the micro batch packed
   into one pass (no padding), the output head only at supervised positions in chunks.
+
+The engine's tokens/s × 4·N is also reported as a share of a 2048² matmul's FLOP/s
+measured in the engine's own process and compute dtype: how near the machine's limit
+it runs.
 
 Rows are real GSM8K conversations (``data/gsm8k/train.jsonl``, SmolLM2 chat template,
 ~185 tokens, answer supervised). tokens/s counts real (unpadded) tokens per second of
@@ -245,12 +252,25 @@ def _side(spec: dict) -> dict:
     """One side of a comparison, in this (fresh) process: the spec names the side, the
     model folder, the engine config (as a dict), the number of rows and the device."""
     from akka_optimize.engine.config import EngineConfig
+    from benchmarks.engine_sides import matmul_rate, parameter_count, trl_side
 
     cfg = EngineConfig(**spec["cfg"])
     model_dir = Path(spec["model_dir"])
     batches = _updates(_rows(model_dir, spec["rows"]), cfg.conversations_per_update)
+    device = spec["device"]
+    if spec["side"] == "trl":
+        return trl_side(model_dir, cfg, batches, device, _PeakRss)
     fn = _ours if spec["side"] == "ours" else _baseline
-    return fn(model_dir, cfg, batches, spec["device"])
+    result = fn(model_dir, cfg, batches, device)
+    if spec["side"] == "ours":
+        # The machine's limit in this process and the compute dtype (issue 24 item 1).
+        compute = (
+            cfg.precision if cfg.precision != "auto" else ("bf16" if device == "cuda" else "fp32")
+        )
+        result["matmul_flops"] = matmul_rate(device, compute)
+        result["matmul_dtype"] = compute
+        result["parameters"] = parameter_count(model_dir)
+    return result
 
 
 def _in_process(spec: dict) -> dict:
@@ -269,9 +289,10 @@ def _in_process(spec: dict) -> dict:
 
 def _compare(label, model_dir, cfg, n_rows, device, rounds: int = 2) -> list[dict]:
     spec = {"model_dir": str(model_dir), "cfg": asdict(cfg), "rows": n_rows, "device": device}
-    runs: dict[str, list[dict]] = {"baseline": [], "ours": []}
+    sides = ("baseline", "trl", "ours") if _has_trl() else ("baseline", "ours")
+    runs: dict[str, list[dict]] = {side: [] for side in sides}
     for _ in range(rounds):
-        for side in ("baseline", "ours"):
+        for side in sides:
             runs[side].append(_in_process({**spec, "side": side}))
     base = max(runs["baseline"], key=lambda r: r["tokens_per_s"])
     ours = max(runs["ours"], key=lambda r: r["tokens_per_s"])
@@ -287,7 +308,7 @@ def _compare(label, model_dir, cfg, n_rows, device, rounds: int = 2) -> list[dic
         f"loss ours {ours['first_loss']:.4f} vs baseline {base['first_loss']:.4f}"
     )
     mib = 1024 * 1024
-    return [
+    return _trl_and_limit_rows(label, runs, ours, rounds) + [
         {
             "name": f"engine.{label}.tokens_per_s",
             "value": round(ours["tokens_per_s"], 1),
@@ -305,6 +326,60 @@ def _compare(label, model_dir, cfg, n_rows, device, rounds: int = 2) -> list[dic
             "detail": "peak growth above the loaded model (largest round); ratio < 1 is less memory",
         },
     ]
+
+
+def _has_trl() -> bool:
+    """Whether TRL is installed (``pip install -e '.[bench]'``, which ``make bench`` does)."""
+    import importlib.util
+
+    return importlib.util.find_spec("trl") is not None
+
+
+def _trl_and_limit_rows(label: str, runs: dict, ours: dict, rounds: int) -> list[dict]:
+    """The engine against TRL's packed SFTTrainer, and its share of the matmul rate."""
+    rows = []
+    if runs.get("trl"):
+        trl = max(runs["trl"], key=lambda r: r["tokens_per_s"])
+        trl_runs = ", ".join(f"{r['tokens_per_s']:.1f}" for r in runs["trl"])
+        rows.append(
+            {
+                "name": f"engine.{label}.vs_trl_sft",
+                "value": round(ours["tokens_per_s"], 1),
+                "unit": "tokens/s",
+                "baseline": round(trl["tokens_per_s"], 1),
+                "ratio": round(ours["tokens_per_s"] / trl["tokens_per_s"], 3),
+                "detail": (
+                    f"TRL SFTTrainer packing=True (bfd, padding-free), {trl['updates']} updates "
+                    f"of up to {trl['max_length']} tokens, best of {rounds} rounds "
+                    f"({trl_runs} tokens/s); first-update loss TRL {trl['first_loss']:.4f}"
+                ),
+            }
+        )
+    else:
+        rows.append(
+            {
+                "name": f"engine.{label}.vs_trl_sft",
+                "value": "skipped",
+                "detail": "TRL is not installed: pip install -e '.[bench]' (make bench does)",
+            }
+        )
+    flops = ours["tokens_per_s"] * 4 * ours["parameters"]
+    rows.append(
+        {
+            "name": f"engine.{label}.matmul_share",
+            "value": round(100 * flops / ours["matmul_flops"], 1),
+            "unit": "% of limit",
+            "baseline": round(ours["matmul_flops"] / 1e9, 1),
+            "ratio": round(flops / ours["matmul_flops"], 3),
+            "detail": (
+                f"tokens/s × 4·N (N = {ours['parameters'] / 1e6:.1f}M) = {flops / 1e9:.1f} "
+                f"GFLOP/s against a 2048² {ours['matmul_dtype']} matmul at "
+                f"{ours['matmul_flops'] / 1e9:.1f} GFLOP/s in the same process (baseline "
+                "column, GFLOP/s)"
+            ),
+        }
+    )
+    return rows
 
 
 def _cpu_has_bf16() -> bool:
@@ -375,7 +450,8 @@ def run(quick: bool) -> list[dict]:
     if smol is not None:
         results += _compare("smollm2_135m.cpu", smol, cpu_cfg, n, "cpu")
     if smol is not None and _cpu_has_bf16():
-        # Mixed precision (bf16 compute over fp32 weights), both loops under autocast.
+        # Mixed precision: ours and TRL keep a bf16 base under an fp32 adapter (autocast);
+        # the plain loop autocasts over fp32 weights, as such a loop is commonly written.
         mixed_cfg = EngineConfig(
             device="cpu",
             precision="bf16",

@@ -89,11 +89,11 @@ class EngineConfig:
     """``config.model.precision``: the compute dtype; auto is bf16 on a CUDA device and fp32
     on CPU."""
     weight_precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """``config.model.weightPrecision``: the dtype the frozen base weights are stored in.
-    auto follows ``precision`` on CUDA and is fp32 on CPU. When it differs from the compute
-    dtype, passes run under ``torch.autocast`` (mixed precision: fp32 weights and LoRA
-    parameters, bf16 matrix products) — on CPUs with AVX512-BF16 that trains about twice as
-    fast as fp32."""
+    """``config.model.weightPrecision``: the dtype of the trained weights (the LoRA adapter
+    and its AdamW state); auto is fp32. The frozen base weights are stored in the compute
+    dtype (``precision``). When the adapter's dtype differs from the compute dtype, passes
+    run under ``torch.autocast`` (mixed precision: bf16 base and matrix products, fp32
+    adapter) — on CPUs with AVX512-BF16 that trains about twice as fast as fp32."""
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in backward (less memory, ~30% more compute)."""
     attn_implementation: str = "sdpa"

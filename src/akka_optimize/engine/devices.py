@@ -32,8 +32,18 @@ def pick_dtype(cfg: EngineConfig, device: torch.device) -> torch.dtype:
 
 
 def pick_weight_dtype(cfg: EngineConfig, device: torch.device) -> torch.dtype:
-    """The storage dtype of the frozen base weights (``weightPrecision``; auto: the compute
-    dtype on CUDA, fp32 on CPU)."""
-    if cfg.weight_precision == "auto":
-        return pick_dtype(cfg, device) if device.type == "cuda" else torch.float32
+    """The storage dtype of the frozen base weights: the compute dtype.
+
+    bf16 compute keeps the frozen base in bf16, so no pass casts it (issue 24: under
+    autocast, fp32 frozen weights were cast on every pass, which held the CPU bf16 step at
+    a third of the bf16 matmul rate); fp32 compute keeps it in fp32.
+    """
+    return pick_dtype(cfg, device)
+
+
+def pick_adapter_dtype(cfg: EngineConfig, device: torch.device) -> torch.dtype:
+    """The dtype of the LoRA adapter and its AdamW state: ``config.model.weightPrecision``
+    (seeds/001, "the precision of the trained model's weights"); auto is fp32, the usual
+    mixed-precision rule of full-precision trained weights over a low-precision base."""
+    del device  # the same rule on every device
     return torch.bfloat16 if cfg.weight_precision == "bf16" else torch.float32

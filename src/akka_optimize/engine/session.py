@@ -28,6 +28,7 @@ from torch import Tensor
 from .attention import implementation_for, supports_packed
 from .attention import register as register_packed_attention
 from .config import EngineConfig
+from .devices import pick_adapter_dtype as pick_adapter_dtype
 from .devices import pick_device as pick_device
 from .devices import pick_dtype as pick_dtype
 from .devices import pick_weight_dtype as pick_weight_dtype
@@ -70,6 +71,9 @@ class TrainingSession(PassesMixin, StateMixin):
         self.device = pick_device(cfg)
         self.dtype = pick_dtype(cfg, self.device)
         self.weight_dtype = pick_weight_dtype(cfg, self.device)
+        """Storage dtype of the frozen base weights (the compute dtype)."""
+        self.adapter_dtype = pick_adapter_dtype(cfg, self.device)
+        """Dtype of the LoRA adapter and its optimizer state (``weightPrecision``)."""
         self.total_updates = total_updates
         self.schedule_start = 0
         """Updates before this run's own schedule began (a branch's snapshot step)."""
@@ -119,6 +123,8 @@ class TrainingSession(PassesMixin, StateMixin):
         )
         self.adapted_module_count = len(self.adapted_modules)
         self.params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        for p in self.params.values():  # PEFT upcasts a bf16 base's adapter to fp32
+            p.data = p.data.to(self.adapter_dtype)
         self.optimizer = torch.optim.AdamW(
             list(self.params.values()),
             lr=cfg.learning_rate,

@@ -63,6 +63,7 @@ class PassesMixin:
     device: torch.device
     dtype: torch.dtype
     weight_dtype: torch.dtype
+    adapter_dtype: torch.dtype
     step: int
     model: Any
     optimizer: torch.optim.Optimizer
@@ -99,8 +100,9 @@ class PassesMixin:
             return self._run_pass_body(p, ids_T, idx_S, out_T, loss_inputs, fn, config, backward)
 
     def compute_context(self) -> contextlib.AbstractContextManager:
-        """``torch.autocast`` to the compute dtype when the weights are stored in another one."""
-        if self.dtype == self.weight_dtype:
+        """``torch.autocast`` to the compute dtype when the adapter (or the base) is stored in
+        another one: the adapter's matrix products then run in the compute dtype too."""
+        if self.dtype == self.weight_dtype == self.adapter_dtype:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
