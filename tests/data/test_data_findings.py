@@ -287,3 +287,24 @@ def test_findings_memory_grows_by_a_few_numbers_per_row_not_by_its_tokens(
 
     small, large = peak(100), peak(400)
     assert (large - small) / 300 < 8_000, (small, large)
+
+
+def test_findings_over_rows_read_in_place_equal_findings_over_the_parsed_list(
+    smollm2_tokenizer,
+) -> None:
+    """The dry run reads a dataset through ``registry.row_view.JsonlRows`` (issue 14 item
+    3): its findings are the list's, duplicates and refusals included."""
+    from akka_optimize.registry.blobs import canonical_line
+    from akka_optimize.registry.row_view import JsonlRows
+    from helpers import REPO
+
+    items = [json.loads(x) for x in (REPO / "data/gsm8k/train.jsonl").open()][:40]
+    rows = [conv(it["question"], it["answer"]) for it in items]
+    rows += [rows[3], {"messages": [{"role": "user", "content": "no answer"}]}]
+    view = JsonlRows(b"".join(canonical_line(r) for r in rows))
+    expected = findings(smollm2_tokenizer, rows, LossPolicy(), 2048)
+    assert expected["exact_duplicates"] == [[4, 41]] and expected["rows"] == 42
+    assert findings(smollm2_tokenizer, view, LossPolicy(), 2048) == expected
+    assert preview(smollm2_tokenizer, view, LossPolicy(), 5) == preview(
+        smollm2_tokenizer, rows, LossPolicy(), 5
+    )

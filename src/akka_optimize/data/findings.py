@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from akka_optimize import cancel
@@ -73,7 +74,9 @@ def _groups(pairs: list[tuple[int, int]], n: int) -> list[list[int]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
-def duplicates(rows: list[dict[str, Any]], row_numbers: list[int]) -> dict[str, list[list[int]]]:
+def duplicates(
+    rows: Sequence[dict[str, Any]], row_numbers: list[int]
+) -> dict[str, list[list[int]]]:
     """Exact and near-duplicate groups of row numbers (each group sorted, groups by first row).
 
     Returns:
@@ -116,7 +119,7 @@ def duplicates(rows: list[dict[str, Any]], row_numbers: list[int]) -> dict[str, 
 
 def findings(
     tokenizer: Any,
-    rows: list[dict[str, Any]],
+    rows: Sequence[dict[str, Any]],
     policy: LossPolicy,
     max_seq_length: int,
     row_numbers: list[int] | None = None,
@@ -125,7 +128,9 @@ def findings(
 
     Args:
         tokenizer: the base model's fast tokenizer (its chat template renders the rows).
-        rows: normalised rows (``data.rows``); ``row_numbers`` default to 1..N.
+        rows: normalised rows (``data.rows``), a list or any sequence that slices to
+            lists (:class:`akka_optimize.registry.row_view.JsonlRows`); ``row_numbers``
+            default to 1..N.
         policy: the run's loss policy.
         max_seq_length: ``config.maxSeqLength`` in tokens.
 
@@ -179,7 +184,7 @@ def findings(
 
 def _count_rows(
     tokenizer: Any,
-    rows: list[dict[str, Any]],
+    rows: Sequence[dict[str, Any]],
     policy: LossPolicy,
     numbers: list[int],
     errors: list[RenderError],

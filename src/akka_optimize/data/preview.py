@@ -7,6 +7,7 @@ masked straddling tokens.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from akka_optimize.data.masks import encode_rows
@@ -38,7 +39,7 @@ def segments(
 
 def preview(
     tokenizer: Any,
-    rows: list[dict[str, Any]],
+    rows: Sequence[dict[str, Any]],
     policy: LossPolicy,
     n: int,
     row_numbers: list[int] | None = None,

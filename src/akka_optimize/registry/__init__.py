@@ -19,6 +19,7 @@ from .core import (
     set_alias,
 )
 from .datasets import (
+    dataset_rows_view,
     is_prepared,
     load_dataset_rows,
     load_prepared_examples,
@@ -32,6 +33,7 @@ __all__ = [
     "KINDS",
     "ResolvedVersion",
     "annotate",
+    "dataset_rows_view",
     "download_bundle",
     "download_model_files",
     "list_names",

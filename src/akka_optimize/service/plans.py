@@ -142,7 +142,7 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
     from ..data import findings as F
     from ..data.policy import LossPolicy
     from ..errors import AkkaError
-    from ..registry import is_prepared, load_dataset_rows, resolve
+    from ..registry import dataset_rows_view, is_prepared, resolve
     from ..testhooks import hold
 
     cfg = resolved.plan["config"]
@@ -159,7 +159,7 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
             "max_seq_length": cfg["maxSeqLength"],
             "prepared": info,
         }
-    rows = load_dataset_rows(ctx.store, version)
+    rows = dataset_rows_view(ctx.store, version)
     hold("findings")  # tests: a dry run held here while its client leaves
     numbers = list(range(1, len(rows) + 1))
     reason: Any = True

@@ -18,6 +18,7 @@ Answer: ``{"baseModel", "source", "loss": {...}, "rows": [{"row", "segments":
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -51,7 +52,7 @@ def _policy(body: dict[str, Any]) -> Any:
 
 def _rows(
     ctx: ServiceContext, session: Any, body: dict[str, Any], principal: Principal | None
-) -> tuple[str, list[int], list[dict]]:
+) -> tuple[str, list[int], Sequence[dict]]:
     from ...data.jsonl import iter_jsonl_rows
 
     sources = [k for k in ("jsonl", "rows", "dataset") if body.get(k) is not None]
@@ -69,12 +70,12 @@ def _rows(
         data = "\n".join(json.dumps(r) for r in body["rows"]).encode()
         pairs = iter_jsonl_rows(data, "rows")
         return "rows", [n for n, _ in pairs], [r for _, r in pairs]
-    from ...registry import load_dataset_rows
+    from ...registry import dataset_rows_view
 
     version = access.resolve(
         principal, session, "dataset", str(body["dataset"]), body.get("project"), field="dataset"
     )
-    rows = load_dataset_rows(ctx.store, version)
+    rows = dataset_rows_view(ctx.store, version)
     return version.pinned, list(range(1, len(rows) + 1)), rows
 
 
