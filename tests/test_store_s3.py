@@ -21,15 +21,14 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from helpers import BIN, LiveService, free_port, gsm8k_rows
+from helpers import BIN, LiveService, free_port
+from jobs.jobs_helpers import setup_project, write_plan
 
 BUCKET = "akka-blobs"
-TINY = "akka-optimize/tiny-smollm2"
 
 
 @pytest.fixture(scope="module")
@@ -127,26 +126,6 @@ def test_a_writer_that_fails_or_is_killed_leaves_nothing_at_its_key(s3_store, s3
     assert s3_store.list(".tmp") == []
 
 
-def _plan(path: Path) -> Path:
-    plan = {
-        "kind": "run",
-        "project": "demo",
-        "baseModel": TINY,
-        "config": {
-            "dataset": "demo/train",
-            "method": "sft",
-            "maxSeqLength": 512,
-            "hyperparams": {
-                "training": {"epochs": 1, "microBatchPerGpu": 2, "seed": 7},
-                "optimizer": {"learningRate": 0.001},
-            },
-        },
-        "execution": {"saveEverySteps": 1},
-    }
-    path.write_text(json.dumps(plan))
-    return path
-
-
 def test_a_service_with_its_blobs_in_s3_trains_registers_and_serves(s3_env, tmp_path) -> None:
     from akka_optimize.store import BlobStore
 
@@ -161,12 +140,10 @@ def test_a_service_with_its_blobs_in_s3_trains_registers_and_serves(s3_env, tmp_
     try:
         info = json.loads(svc.cli("training", "info", "-o", "json", check=True).stdout)
         assert info["blobStore"]["url"] == url, info
-        svc.cli("training", "projects", "create", "demo", check=True)
-        svc.cli("training", "base-models", "select", TINY, "--wait", check=True)
-        data = gsm8k_rows(tmp_path / "train.jsonl", 4, system="Answer with #### N.")
-        svc.cli("registry", "datasets", "register", "demo/train", "-f", str(data), check=True)
-        out = svc.cli("training", "runs", "start", "-f", str(_plan(tmp_path / "plan.json")),
-                      "--wait", "-o", "json", check=True)  # fmt: skip
+        setup_project(svc, tmp_path, rows=4)
+        plan = write_plan(tmp_path / "plan.json", epochs=1, execution={"saveEverySteps": 1})
+        out = svc.cli("training", "runs", "start", "-f", str(plan), "--wait", "-o", "json",
+                      check=True)  # fmt: skip
         run = json.loads(out.stdout[out.stdout.index("{") :])
         assert run["state"] == "SUCCEEDED", run
         model = run["results"]["model"]
