@@ -143,6 +143,39 @@ class JobStorage(_Strict):
     )
 
 
+class ExecutorSettings(_Strict):
+    """Where the jobs' workers run (DESIGN.md "Where a run executes"; issue 25).
+
+    ``local`` starts each attempt's worker as a subprocess of the service. ``ray`` places it
+    on a Ray cluster (``pip install 'akka-optimize[ray]'``) as a detached actor that runs
+    the same worker command with the same job spec and token: its devices are reserved as
+    Ray resources (``resources`` per device profile kind; one CPU for ``cpu``, one GPU for
+    ``cuda`` unless set), and liveness, exit code and kill map to the actor's. The job
+    spec, the worker's log and the Python environment are read at the same paths on the
+    node, so a cluster shares the service's home and installs the same package.
+    """
+
+    kind: Literal["local", "ray"] = Field("local", description="local subprocesses or Ray.")
+    address: str | None = Field(
+        None, description="Ray cluster address (host:port, ray://host:port, or auto)."
+    )
+    namespace: str = Field("akka-optimize", description="Ray namespace of the job actors.")
+    resources: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="Ray resources each worker reserves, by device kind (cpu, cuda): "
+        "{num_cpus, num_gpus, or a custom resource name: amount}.",
+    )
+
+    @model_validator(mode="after")
+    def _ray_needs_an_address(self) -> ExecutorSettings:
+        if self.kind == "ray" and not self.address:
+            raise ValueError("executor.address: required when executor.kind is ray")
+        for kind in self.resources:
+            if kind not in ("cpu", "cuda"):
+                raise ValueError(f"executor.resources.{kind}: device kinds are cpu and cuda")
+        return self
+
+
 class Pool(_Strict):
     """A pool of devices the scheduler hands out (issue 22; seeds/000 "Capacity and
     waiting"): ``nodes`` machines of one device profile, ``devicesPerNode`` each
@@ -263,6 +296,7 @@ class Deployment(_Strict):
     service: ServiceLimits = Field(default_factory=ServiceLimits)
     graders: GraderLimits = Field(default_factory=GraderLimits)
     jobStorage: JobStorage = Field(default_factory=JobStorage)
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     memorySettings: MemorySettingsPolicy = Field(
         default_factory=MemorySettingsPolicy,
         description="Allowed execution.memory/rollout settings and values, and defaults.",

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Executor(Protocol):
@@ -100,3 +100,13 @@ class LocalExecutor:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def make_executor(settings: Any) -> Executor:
+    """The executor the deployment's ``executor`` section names (``local`` by default;
+    ``ray``: :class:`akka_optimize.jobs.ray_executor.RayExecutor`)."""
+    if settings is not None and settings.kind == "ray":
+        from .ray_executor import RayExecutor
+
+        return RayExecutor(settings)
+    return LocalExecutor()

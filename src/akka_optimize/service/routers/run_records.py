@@ -41,8 +41,12 @@ def on_startup(ctx: Any) -> None:
         from ...jobs.address import publish_address
 
         publish_address(ctx.store, ctx.base_url)
+    from ...deployment import load_deployment
+    from ...jobs.executor import make_executor
+
+    executor = make_executor(load_deployment(ctx.settings.resolved_deployment_file()).executor)
     recovery.recover(ctx)
-    sched = scheduler.Scheduler(ctx)
+    sched = scheduler.Scheduler(ctx, executor)
     ctx.extras["scheduler"] = sched
     sched.start()
 
