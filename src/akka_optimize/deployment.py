@@ -150,7 +150,8 @@ class ExecutorSettings(_Strict):
     on a Ray cluster (``pip install 'akka-optimize[ray]'``) as a detached actor that runs
     the same worker command with the same job spec and token: its devices are reserved as
     Ray resources (``resources`` per device profile kind; one CPU for ``cpu``, one GPU for
-    ``cuda`` unless set), and liveness, exit code and kill map to the actor's. The job
+    ``cuda`` unless set), and liveness, exit code and kill map to the actor's; a cluster that
+    does not answer keeps the job in its phase for ``outageSeconds``, then ends it. The job
     spec, the worker's log and the Python environment are read at the same paths on the
     node, so a cluster shares the service's home and installs the same package.
     """
@@ -160,10 +161,22 @@ class ExecutorSettings(_Strict):
         None, description="Ray cluster address (host:port, ray://host:port, or auto)."
     )
     namespace: str = Field("akka-optimize", description="Ray namespace of the job actors.")
+    nodeIpAddress: str | None = Field(
+        None,
+        description="The service's address as a Ray node sees it (Ray's _node_ip_address); "
+        "null: Ray's own guess. 127.0.0.1 for a one-machine cluster started with "
+        "--node-ip-address 127.0.0.1.",
+    )
     resources: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description="Ray resources each worker reserves, by device kind (cpu, cuda): "
         "{num_cpus, num_gpus, or a custom resource name: amount}.",
+    )
+    outageSeconds: float = Field(
+        900.0,
+        gt=0,
+        description="How long a job keeps its phase while the Ray cluster does not answer "
+        "before its attempt ends with a sentence saying so (seconds).",
     )
 
     @model_validator(mode="after")

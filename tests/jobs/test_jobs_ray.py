@@ -37,6 +37,7 @@ def ray_head() -> Iterator[str]:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     cmd = [str(BIN / "ray"), "start", "--head", "--port", str(port), "--num-cpus", "2",
            "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp,
+           "--node-ip-address", "127.0.0.1",
            "--object-store-memory", str(100 * 1024 * 1024)]  # fmt: skip
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -51,7 +52,8 @@ def ray_head() -> Iterator[str]:
 @pytest.fixture
 def ray_service(ray_head, tmp_path) -> Iterator[LiveService]:
     raw = yaml.safe_load(resources.files("akka_optimize").joinpath("deployment.yaml").read_text())
-    raw["executor"] = {"kind": "ray", "address": ray_head, "namespace": NAMESPACE}
+    raw["executor"] = {"kind": "ray", "address": ray_head, "namespace": NAMESPACE,
+                       "nodeIpAddress": "127.0.0.1", "outageSeconds": 5}  # fmt: skip
     dep = tmp_path / "deployment.yaml"
     dep.write_text(yaml.safe_dump(raw))
     svc = LiveService(
@@ -72,7 +74,8 @@ def _actors(address: str) -> list[str]:
     """Names of the live job actors in the test namespace (asked from a fresh driver)."""
     script = (
         "import ray, json\n"
-        f"ray.init(address={address!r}, namespace={NAMESPACE!r}, log_to_driver=False)\n"
+        f"ray.init(address={address!r}, namespace={NAMESPACE!r}, log_to_driver=False,"
+        " _node_ip_address='127.0.0.1')\n"
         "from ray.util import list_named_actors\n"
         "print(json.dumps(list_named_actors()))\n"
     )
@@ -115,7 +118,8 @@ def test_a_run_placed_on_ray_trains_registers_and_resumes_after_its_actor_is_kil
     assert len(names) == 1 and names[0].startswith("akka-job-"), names
     kill = (
         "import ray\n"
-        f"ray.init(address={ray_head!r}, namespace={NAMESPACE!r}, log_to_driver=False)\n"
+        f"ray.init(address={ray_head!r}, namespace={NAMESPACE!r}, log_to_driver=False,"
+        " _node_ip_address='127.0.0.1')\n"
         f"ray.kill(ray.get_actor({names[0]!r}))\n"
     )
     done = subprocess.run([str(BIN / "python"), "-c", kill], capture_output=True, text=True,
@@ -129,3 +133,27 @@ def test_a_run_placed_on_ray_trains_registers_and_resumes_after_its_actor_is_kil
     resumed = wait_state(svc, run_id, ("SUCCEEDED",), timeout=300)
     assert resumed["results"]["model"].startswith("demo/")
     _wait_released(ray_head)
+
+
+def test_a_cluster_that_stops_answering_fails_the_run_with_the_outage_sentence(
+    ray_head, ray_service, tmp_path
+) -> None:
+    """The Ray head stopped mid-run (the last test of the module: the cluster stays down).
+    The run keeps its phase while the cluster does not answer, then, past
+    ``executor.outageSeconds`` (5 s here, 900 by default), fails saying the cluster could
+    not be reached, not with an exit code; the service itself keeps answering."""
+    svc = ray_service
+    setup_project(svc, tmp_path, rows=4)
+    plan = write_plan(tmp_path / "plan.json", epochs=2, execution={"saveEverySteps": 1})
+    hold_at(svc, "step-2")
+    run_id = run_json(svc, "training", "runs", "start", "-f", str(plan), "--yes")["id"]
+    wait_held(svc)
+    stop = subprocess.run([str(BIN / "ray"), "stop", "--force"], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert stop.returncode == 0, stop.stderr
+    release(svc)
+    failed = wait_state(svc, run_id, ("FAILED",), timeout=400)
+    assert failed["failure"].startswith(f"The Ray cluster at {ray_head} could not be reached")
+    assert "5 s (executor.outageSeconds)" in failed["failure"], failed["failure"]
+    assert "exited with code" not in failed["failure"]
+    assert svc.api("GET", "/healthz").status_code == 200

@@ -1,93 +1,127 @@
-"""The Ray executor: each attempt's worker placed on a Ray cluster (issue 25 item 1).
+"""The Ray executor: each attempt's worker placed on a Ray cluster (issue 25 items 1–2).
 
 With ``executor: {kind: ray, address: …}`` in the deployment file, the scheduler hands each
 job attempt (supervised and reinforcement attempts, evaluations, curations) to
-:class:`RayExecutor` instead of :class:`~akka_optimize.jobs.executor.LocalExecutor`. It
-creates one *detached, named* actor per attempt (``akka-job-<id>`` in the deployment's
-namespace) that reserves the attempt's devices as Ray resources and runs the very command
-the local executor runs (``python -m akka_optimize.jobs.worker SPEC.json``) with the same
-environment (the job spec holds the callback address and the attempt's token), writing
-the same log file. The executor's ``int`` handle is the actor's id number:
+:class:`RayExecutor` instead of :class:`~akka_optimize.jobs.executor.LocalExecutor`. Each
+attempt gets a *detached, named* actor (``akka-job-<handle>`` in the deployment's namespace)
+that reserves the attempt's devices as Ray resources and runs the very command the local
+executor runs (``python -m akka_optimize.jobs.worker SPEC.json``) with the same environment
+(the job spec holds the callback address and the attempt's token), writing the same log.
+The executor's ``int`` handle names the actor, so a restarted service finds the workers an
+earlier service process launched.
 
-- ``alive`` asks the actor whether its worker still runs; an actor that is gone (killed,
-  or its node lost) is a worker that has ended;
-- ``exit_code`` is the worker's return code as the actor saw it (negative: the signal);
-  ``None`` when the actor itself is gone, which recovery reports as a worker that ended
-  without saying why, naming ``runs resume``;
-- ``kill`` kills the worker's process group, then the actor;
-- ``collect`` releases the actors of ended workers it launched or was asked about (their
-  exit codes stay known), which frees their Ray resources.
+The service never imports Ray: a Ray driver whose cluster stops answering blocks and then
+ends its own process. All Ray calls go through one bridge process
+(:mod:`akka_optimize.jobs.ray_bridge`), each answer awaited at most ``CALL_TIMEOUT_S``;
+a bridge that does not answer is killed and started again on a later call.
 
-Because the actors are named and detached, a restarted service finds the workers an
-earlier service process launched (:mod:`akka_optimize.jobs.recovery` asks ``alive`` by the
-handle stored with the attempt). Ray is imported only when this executor is built.
+- ``alive`` asks whether the actor's worker still runs. An actor that is gone (killed, or
+  its node lost) is a worker that has ended, with no exit code: recovery fails the run with
+  a sentence naming ``runs resume``.
+- When the cluster does not answer, the worker counts as alive, so the run keeps its phase
+  (seeds/001: a run no longer fails because the cluster does not answer for a few
+  minutes), for up to ``executor.outageSeconds`` (900 s). Past that, the attempt ends
+  with :data:`CLUSTER_UNREACHABLE_EXIT` and the run's failure says the cluster could not be
+  reached (:func:`cluster_unreachable_sentence`), not an exit code.
+- ``kill`` kills the worker's process group, then the actor; ``collect`` releases the
+  actors of ended workers (their exit codes stay known), which frees their resources.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import random
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from ..deployment import ExecutorSettings
 
-ACTOR_PREFIX = "akka-job-"
-CALL_TIMEOUT_S = 30.0
-"""How long one question to a job's actor may take before the cluster counts as not
-answering (the worker is then taken to be alive: nothing is concluded from silence)."""
+CALL_TIMEOUT_S = 20.0
+"""How long one answer from the bridge may take before the cluster counts as not answering."""
+CONNECT_TIMEOUT_S = 90.0
+"""How long the bridge may take to connect (``ray.init``) and say ``ready``."""
+RETRY_AFTER_S = 5.0
+"""While the cluster does not answer, the bridge is started again at most this often."""
+CLUSTER_UNREACHABLE_EXIT = 4
+"""The exit code recorded for an attempt whose cluster did not answer for
+``executor.outageSeconds``."""
 
 
-def _die_with_parent() -> None:
-    """In the worker, before it runs: SIGKILL when the actor's process dies (a killed actor
-    or a lost node leaves no worker training on for an attempt that has ended)."""
-    import ctypes
-    import signal
+def cluster_unreachable_sentence(address: str, seconds: float) -> str:
+    """The failure reason of a run whose Ray cluster stopped answering (issue 25 item 2)."""
+    return (
+        f"The Ray cluster at {address} could not be reached for {seconds:g} s "
+        "(executor.outageSeconds), so the attempt was ended; resume the run with "
+        "`training runs resume` once the cluster answers."
+    )
 
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+class ClusterUnreachable(Exception):
+    """The bridge did not answer (or could not connect) in time."""
 
 
-def _actor_class() -> Any:
-    import ray
+class _BridgeProcess:
+    """The bridge subprocess with a reader thread, so every answer has a deadline."""
 
-    @ray.remote(max_concurrency=4)
-    class JobWorker:
-        """Runs one worker subprocess on its node and answers for it."""
+    def __init__(self, settings: ExecutorSettings) -> None:
+        arg = json.dumps(
+            {
+                "address": settings.address,
+                "namespace": settings.namespace,
+                "resources": settings.resources,
+                "node_ip_address": settings.nodeIpAddress,
+            }
+        )
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "akka_optimize.jobs.ray_bridge", arg],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, name="ray-bridge-reader", daemon=True).start()
+        if self._next(CONNECT_TIMEOUT_S) != "ready":
+            self.stop()
+            raise ClusterUnreachable(f"the bridge could not connect to {settings.address}")
 
-        def __init__(self) -> None:
-            self.proc: Any = None
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)
 
-        def start(self, cmd: list[str], env: dict[str, str], log_path: str) -> int:
-            import subprocess
+    def _next(self, timeout: float) -> str | None:
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
 
-            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-            with open(log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    cmd,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent,
-                )
-            return int(self.proc.pid)
+    def call(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise ClusterUnreachable("the bridge has exited") from exc
+        line = self._next(CALL_TIMEOUT_S)
+        if line is None:
+            raise ClusterUnreachable(f"no answer to {request['op']} in {CALL_TIMEOUT_S:g} s")
+        return json.loads(line)
 
-        def poll(self) -> int | None:
-            return None if self.proc is None else self.proc.poll()
-
-        def kill(self) -> None:
-            import signal
-
-            if self.proc is not None and self.proc.poll() is None:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                self.proc.wait()
-
-    return JobWorker
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
 
 
 class RayExecutor:
@@ -95,67 +129,53 @@ class RayExecutor:
 
     Args:
         settings: the deployment's ``executor`` section (``kind: ray``, ``address``,
-            ``namespace``, ``resources``).
-
-    Raises:
-        InvalidRequest: Ray is not installed.
+            ``namespace``, ``resources``, ``outageSeconds``).
     """
 
     name = "ray"
 
     def __init__(self, settings: ExecutorSettings) -> None:
-        try:
-            import ray
-        except ImportError as exc:
-            from ..errors import InvalidRequest
-
-            raise InvalidRequest(
-                "executor.kind is ray but Ray is not installed: pip install 'akka-optimize[ray]'",
-                field="executor.kind",
-            ) from exc
         self.settings = settings
-        self._ray = ray
-        if not ray.is_initialized():
-            ray.init(
-                address=settings.address,
-                namespace=settings.namespace,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        self._cls = _actor_class()
+        self._bridge: _BridgeProcess | None = None
+        self._failed_at = 0.0
+        self._lock = threading.Lock()
         self._codes: dict[int, int | None] = {}
         self._seen: set[int] = set()
         """Handles launched here or asked about (a restarted service's recovered ones)."""
+        self.unreachable_since: float | None = None
+        """``time.monotonic()`` of the first unanswered call of the current outage."""
 
-    # ----------------------------------------------------------------- helpers
-    def _name(self, handle: int) -> str:
-        return f"{ACTOR_PREFIX}{handle}"
-
-    def _actor(self, handle: int) -> Any | None:
-        try:
-            return self._ray.get_actor(self._name(handle), namespace=self.settings.namespace)
-        except ValueError:  # no such actor: killed, collected, or its node is gone
-            return None
-
-    def _resources(self, device: str) -> dict[str, Any]:
-        wanted = dict(self.settings.resources.get(device) or {})
-        if not wanted:
-            wanted = {"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}
-        options: dict[str, Any] = {}
-        custom = {}
-        for key, amount in wanted.items():
-            if key in ("num_cpus", "num_gpus", "memory"):
-                options[key] = amount
-            else:
-                custom[key] = amount
-        if custom:
-            options["resources"] = custom
-        options.setdefault("num_cpus", 0)
-        return options
+    def _call(self, op: str, **args: Any) -> dict[str, Any]:
+        """One request to the bridge (started on demand). Raises ClusterUnreachable."""
+        with self._lock:
+            try:
+                if self._bridge is None:
+                    if time.monotonic() - self._failed_at < RETRY_AFTER_S:
+                        raise ClusterUnreachable("the cluster did not answer moments ago")
+                    self._bridge = _BridgeProcess(self.settings)
+                answer = self._bridge.call({"op": op, **args})
+                if answer.get("unreachable"):
+                    raise ClusterUnreachable(str(answer.get("error")))
+            except ClusterUnreachable:
+                if self._bridge is not None:
+                    self._bridge.stop()
+                    self._bridge = None
+                self._failed_at = time.monotonic()
+                if self.unreachable_since is None:
+                    self.unreachable_since = self._failed_at
+                raise
+            self.unreachable_since = None
+        if not answer.get("ok"):
+            raise RuntimeError(f"Ray refused {op}: {answer.get('error')}")
+        return answer
 
     # ------------------------------------------------------------ the protocol
     def launch(self, spec_path: Path, log_path: Path, device: str) -> int:
-        """Create the attempt's actor and start the worker in it; returns the handle."""
+        """Create the attempt's actor and start the worker in it; returns the handle.
+
+        Raises:
+            ClusterUnreachable: the cluster did not answer (the attempt is not started).
+        """
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -164,16 +184,8 @@ class RayExecutor:
         else:
             env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray sets the reserved GPUs
         handle = random.randrange(1 << 20, 1 << 31)
-        while handle in self._codes or self._actor(handle) is not None:
-            handle = random.randrange(1 << 20, 1 << 31)
-        actor = self._cls.options(
-            name=self._name(handle),
-            namespace=self.settings.namespace,
-            lifetime="detached",
-            **self._resources(device),
-        ).remote()
         cmd = [sys.executable, "-m", "akka_optimize.jobs.worker", str(spec_path)]
-        self._ray.get(actor.start.remote(cmd, env, str(log_path)), timeout=CALL_TIMEOUT_S * 4)
+        self._call("launch", handle=handle, cmd=cmd, env=env, log=str(log_path), device=device)
         self._seen.add(handle)
         return handle
 
@@ -181,16 +193,14 @@ class RayExecutor:
         """``(ended, exit code)`` of the worker ``handle``."""
         if handle in self._codes:
             return True, self._codes[handle]
-        actor = self._actor(handle)
-        if actor is None:
-            return True, None
         try:
-            code = self._ray.get(actor.poll.remote(), timeout=CALL_TIMEOUT_S)
-        except self._ray.exceptions.RayActorError:
-            return True, None  # the actor died: its worker with it
-        except self._ray.exceptions.GetTimeoutError:
-            return False, None  # the cluster did not answer: conclude nothing
-        return code is not None, code
+            answer = self._call("poll", handle=handle)
+        except ClusterUnreachable:
+            since = self.unreachable_since or time.monotonic()
+            if time.monotonic() - since >= self.settings.outageSeconds:
+                return True, CLUSTER_UNREACHABLE_EXIT
+            return False, None  # keep the phase: the cluster may answer again
+        return bool(answer["ended"]), answer["code"]
 
     def alive(self, pid: int) -> bool:
         self._seen.add(pid)
@@ -200,22 +210,28 @@ class RayExecutor:
         ended, code = self._poll(pid)
         return code if ended else None
 
+    def ended_sentence(self, code: int | None) -> str | None:
+        """The failure reason recovery gives for exit ``code``, where this executor has one."""
+        if code == CLUSTER_UNREACHABLE_EXIT:
+            return cluster_unreachable_sentence(
+                str(self.settings.address), self.settings.outageSeconds
+            )
+        return None
+
     def kill(self, pid: int) -> None:
-        actor = self._actor(pid)
-        if actor is None:
-            return
         try:
-            self._ray.get(actor.kill.remote(), timeout=CALL_TIMEOUT_S)
-        except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError):
-            pass
-        self._ray.kill(actor)
+            self._call("kill", handle=pid)
+        except ClusterUnreachable:
+            pass  # an unreachable cluster's workers end with it; recovery says so
 
     def collect(self) -> None:
         """Release the actors whose workers have ended (their exit codes stay known)."""
         for handle in sorted(self._seen - set(self._codes)):
             ended, code = self._poll(handle)
-            if ended:
-                self._codes[handle] = code
-                actor = self._actor(handle)
-                if actor is not None:
-                    self._ray.kill(actor)
+            if not ended:
+                continue
+            self._codes[handle] = code
+            try:
+                self._call("release", handle=handle)
+            except ClusterUnreachable:
+                pass

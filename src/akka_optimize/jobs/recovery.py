@@ -49,13 +49,17 @@ def reap_dead_workers(s: Session, executor: Executor, store: Any = None) -> None
         att.exit_code = code
         att.ended_at = utcnow()
         if run is not None and run.state in S.ACTIVE:
+            told = getattr(executor, "ended_sentence", None)  # e.g. an unreachable cluster
             finish(
                 run,
                 S.FAILED if run.control != "cancel" else S.CANCELLED,
-                unreachable_sentence(window)
-                if code == UNREACHABLE_EXIT
-                else f"The worker process {_how(code)} at step {run.current_step} without "
-                f"reporting why{_resume_hint(run)}.",
+                (told(code) if told else None)
+                or (
+                    unreachable_sentence(window)
+                    if code == UNREACHABLE_EXIT
+                    else f"The worker process {_how(code)} at step {run.current_step} without "
+                    f"reporting why{_resume_hint(run)}."
+                ),
             )
             run.failure_detail = _tail(att.log_path)
 
