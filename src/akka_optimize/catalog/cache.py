@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ..lazy_imports import transformers_names
 from ..settings import Settings
 from .entries import CatalogEntry
 from .selection import require_ready, settings_catalog
@@ -44,9 +45,8 @@ def ready_model_dir(session: Session, settings: Settings, ref: str) -> tuple[Pat
 
 @functools.lru_cache(maxsize=4)
 def _load_tokenizer(path: str, _mtime: float) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
+    (auto_tokenizer,) = transformers_names("AutoTokenizer")
+    return auto_tokenizer.from_pretrained(path)
 
 
 def load_tokenizer(path: Path) -> Any:

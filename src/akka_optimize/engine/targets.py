@@ -24,6 +24,7 @@ from typing import Any
 
 from torch import nn
 
+from ..lazy_imports import transformers_names
 from .errors import EngineError
 
 AUTO_CLASSES = ("AutoModelForCausalLM", "AutoModelForImageTextToText")
@@ -42,18 +43,16 @@ def auto_class(name: str) -> Any:
         raise EngineError(
             f"autoClass {name!r} is not one of {', '.join(AUTO_CLASSES)}.", field="autoClass"
         )
-    import transformers
-
-    return getattr(transformers, name)
+    return transformers_names(name)[0]
 
 
 def meta_model(model_dir: Path, auto_class_name: str = "AutoModelForCausalLM") -> nn.Module:
     """The model's module tree from its ``config.json`` on the ``meta`` device (no weights
     are read and no memory is allocated), loaded by the class the real model loads with."""
     import torch
-    from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(model_dir)
+    (auto_config,) = transformers_names("AutoConfig")
+    config = auto_config.from_pretrained(model_dir)
     with torch.device("meta"):
         return auto_class(auto_class_name).from_config(config)
 

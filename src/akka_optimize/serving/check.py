@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..lazy_imports import transformers_names
+
 #: The fixed prompts (user messages) of the check.
 CHECK_PROMPTS = (
     "Say hello.",
@@ -68,7 +70,10 @@ def trainer_greedy(
         nats for a served answer that differs, else None).
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    AutoModelForCausalLM, AutoTokenizer = transformers_names(  # noqa: N806 (class names)
+        "AutoModelForCausalLM", "AutoTokenizer"
+    )
 
     from ..engine.sampling import generate
     from .engine import stop_token_ids
