@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench lint format clean
+.PHONY: setup demo test test-stores bench lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,17 @@ TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
+
+# The registry, run and endpoint tests a second time on a cluster's stores: each service's
+# state in PostgreSQL and its blobs in S3 (a local PostgreSQL and moto_server, started by
+# the tests: tests/cluster_stores.py). .ci/run runs it after make test.
+STORE_TESTS := tests/test_cluster_stores.py tests/registry tests/jobs/test_jobs_runs.py \
+	tests/serving/test_serving_service.py tests/serving/test_serving_trained.py \
+	tests/test_service.py tests/test_service_integrity.py tests/test_access.py
+
+test-stores: $(STAMP)
+	AKKA_OPTIMIZE_TEST_STORES=postgres+s3 $(BIN)/python -m pytest -q -p no:cacheprovider \
+		-n $(TEST_WORKERS) --dist loadfile $(STORE_TESTS)
 
 # TRL (the engine benchmark's packed-SFTTrainer baseline) is installed only for benchmarks.
 bench: $(STAMP)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+import cluster_stores
 from helpers import REPO, LiveService, free_port
 
 CACHE = Path(os.environ.get("AKKA_OPTIMIZE_TEST_CACHE", REPO / ".cache" / "test-models"))
@@ -24,6 +25,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # model's many small operations a hundredfold (a 40 s fixture passed its 600 s limit).
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """In the PostgreSQL + S3 pass, skip the tests that read the home's own files."""
+    if not cluster_stores.enabled():
+        return
+    skip = pytest.mark.skip(reason="reads the home's state.db or blobs/ (SQLite + folder only)")
+    for item in items:
+        if "local_stores" in item.keywords:
+            item.add_marker(skip)
 
 
 def _cached(name: str, build) -> Path:

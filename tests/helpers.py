@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from cluster_stores import store_env
+from ports import free_port  # noqa: F401 (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -41,13 +43,6 @@ def gsm8k_rows(path: Path, n: int, offset: int = 0, system: str | None = None) -
     return path
 
 
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def base_env(home: Path, config_dir: Path) -> dict[str, str]:
     """A clean environment for the service and CLI rooted at ``home``."""
     env = {
@@ -57,6 +52,7 @@ def base_env(home: Path, config_dir: Path) -> dict[str, str]:
     env["AKKA_OPTIMIZE_CONFIG"] = str(config_dir)
     env["PYTHONUNBUFFERED"] = "1"
     env["AKKA_OPTIMIZE_TEST_HOLD"] = str(home / "test-hold")  # see hold_at
+    env.update(store_env(home))  # PostgreSQL + S3 in the second pass (tests/cluster_stores.py)
     if SHARE_WEIGHTS:
         env["AKKA_OPTIMIZE_WEIGHTS_DIR"] = str(WEIGHTS)
     env.setdefault("HF_HUB_OFFLINE", "1")

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from helpers import free_port
+from ports import free_port
 
 
 def _bin_dir() -> str | None:

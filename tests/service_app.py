@@ -19,6 +19,7 @@ from akka_optimize.service.app import _startup
 from akka_optimize.service.auth import issue_token
 from akka_optimize.service.routers import ROUTERS
 from akka_optimize.settings import Settings
+from cluster_stores import store_env
 
 
 @dataclass
@@ -39,6 +40,8 @@ class InProcess:
 def in_process(home: Path, monkeypatch, database_url: str | None = None) -> Iterator[InProcess]:
     """Yield a started in-process service rooted at ``home``."""
     monkeypatch.setenv("AKKA_OPTIMIZE_HOME", str(home))
+    for key, value in store_env(home).items():  # the second pass's stores (cluster_stores.py)
+        monkeypatch.setenv(key, value)
     if database_url:
         monkeypatch.setenv("AKKA_OPTIMIZE_DATABASE_URL", database_url)
     app = create_app(Settings.from_env())

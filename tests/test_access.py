@@ -13,7 +13,6 @@ import hashlib
 import io
 import json
 import re
-import sqlite3
 import tarfile
 import zipfile
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+import cluster_stores
 from helpers import LiveService, free_port
 from jobs.jobs_helpers import TINY, gsm8k_rows, wait_state
 
@@ -676,9 +676,8 @@ def test_images_are_read_only_by_their_projects_and_never_as_other_blobs(world: 
 def test_tokens_are_stored_hashed(world: World) -> None:
     home = world.svc.home
     token = world.tokens["a"]
-    with sqlite3.connect(home / "state.db") as db:
-        rows = db.execute("SELECT * FROM api_tokens").fetchall()
-        hashes = [r[0] for r in db.execute("SELECT token_sha256 FROM api_tokens")]
+    rows = cluster_stores.state_rows(home, "SELECT * FROM api_tokens")
+    hashes = [r[0] for r in cluster_stores.state_rows(home, "SELECT token_sha256 FROM api_tokens")]
     assert hashlib.sha256(token.encode()).hexdigest() in hashes
     assert not any(token in str(cell) for row in rows for cell in row)
     for path in home.glob("state.db*"):
@@ -694,11 +693,11 @@ def test_token_list_and_revoke(world: World) -> None:
     assert len(mine) == 2 and all("sha256" not in json.dumps(t) for t in listed)
     assert token not in json.dumps(listed)
     issued = {t["id"] for t in mine}
-    with sqlite3.connect(svc.home / "state.db") as db:
-        (new_id,) = db.execute(
-            "SELECT id FROM api_tokens WHERE token_sha256 = ?",
-            (hashlib.sha256(token.encode()).hexdigest(),),
-        ).fetchone()
+    ((new_id,),) = cluster_stores.state_rows(
+        svc.home,
+        "SELECT id FROM api_tokens WHERE token_sha256 = :digest",
+        digest=hashlib.sha256(token.encode()).hexdigest(),
+    )
     assert new_id in issued
     out = svc.cli("server", "token", "revoke", new_id[:12], check=True)
     assert f"Revoked token {new_id}" in out.stdout

@@ -8,6 +8,7 @@ import subprocess
 import httpx
 import pytest
 
+import cluster_stores
 from helpers import BIN, LiveService, base_env, free_port
 from pg import postgres_server
 
@@ -37,8 +38,12 @@ def test_training_info_reports_stores_and_start(service: LiveService) -> None:
     out = service.cli("training", "info", "-o", "json", check=True)
     info = json.loads(out.stdout)
     assert info["startedCompletely"] is True
-    assert info["stateStore"]["kind"] == "sqlite"
-    assert info["blobStore"]["url"].endswith("blobs")
+    if cluster_stores.enabled():  # the second pass (tests/cluster_stores.py)
+        assert info["stateStore"]["kind"] == "postgresql"
+        assert info["blobStore"]["url"].startswith(f"s3://{cluster_stores.BUCKET}/")
+    else:
+        assert info["stateStore"]["kind"] == "sqlite"
+        assert info["blobStore"]["url"].endswith("blobs")
     assert info["version"]
 
 
@@ -248,6 +253,7 @@ def test_every_help_example_names_the_command_as_run(tmp_path) -> None:
             assert f"Example: {prefix} {' '.join(sub[:2])}" in " ".join(out.stdout.split())
 
 
+@pytest.mark.local_stores
 def test_a_worker_token_reaches_only_its_own_runs_events(service: LiveService) -> None:
     # The scheduler issues attempt tokens itself (`server token create` issues only tokens
     # of existing projects), so this one is stored the way the scheduler stores them.

@@ -427,6 +427,7 @@ def test_non_ascii_names_are_refused_even_when_they_fold_to_ascii(lite, name) ->
     assert lite.call("GET", "/v1/training/projects").json()["projects"] == []
 
 
+@pytest.mark.local_stores
 def test_home_state_and_blobs_are_private(lite) -> None:
     r = lite.call("POST", "/v1/registry/datasets/p/d", content=JSONL)
     assert r.status_code in (200, 201), r.text

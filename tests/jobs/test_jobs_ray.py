@@ -3,7 +3,7 @@
 ``ray start --head`` (one node, CPU resources) is started by the test; the service's
 deployment file says ``executor: {kind: ray, address: …}``. A supervised run on the tiny
 model is placed as a detached actor that reserves one CPU, succeeds and registers its
-model; killing the actor (what losing its node does) fails the run with a sentence naming
+model, which an endpoint then serves from another actor; killing the actor (what losing its node does) fails the run with a sentence naming
 ``runs resume``, and the resumed run succeeds.
 """
 
@@ -72,12 +72,16 @@ def ray_service(ray_head, tmp_path) -> Iterator[LiveService]:
 
 def _actors(address: str) -> list[str]:
     """Names of the live job actors in the test namespace (asked from a fresh driver)."""
+    return _ask(address, "from ray.util import list_named_actors\nanswer = list_named_actors()")
+
+
+def _ask(address: str, code: str) -> object:
+    """What ``code`` leaves in ``answer``, run by a fresh driver connected to the cluster."""
     script = (
         "import ray, json\n"
         f"ray.init(address={address!r}, namespace={NAMESPACE!r}, log_to_driver=False,"
         " _node_ip_address='127.0.0.1')\n"
-        "from ray.util import list_named_actors\n"
-        "print(json.dumps(list_named_actors()))\n"
+        f"{code}\nprint(json.dumps(answer))\n"
     )
     out = subprocess.run([str(BIN / "python"), "-c", script], capture_output=True, text=True,
                          timeout=120)  # fmt: skip
@@ -94,6 +98,30 @@ def _wait_released(address: str, timeout: float = 120) -> None:
         time.sleep(0.5)
 
 
+def _serve_on_ray(svc: LiveService, ray_head: str, model: str) -> None:
+    """The registered model served by an endpoint whose worker is a Ray actor: it answers
+    through the service, and deleting the endpoint releases the actor."""
+    out = svc.cli("training", "endpoints", "create", "--model", model, "--wait", "-o", "json",
+                  check=True)  # fmt: skip
+    ep = json.loads(out.stdout[out.stdout.index("{") :])
+    assert ep["state"] == "READY", ep
+    names = _actors(ray_head)
+    assert len(names) == 1 and names[0].startswith("akka-job-"), names
+    status = next((svc.home / "serving" / "workers").glob("*/status.json")).read_text()
+    nodes = _ask(ray_head, "answer = [n['NodeManagerAddress'] for n in ray.nodes()]")
+    assert json.loads(status)["host"] == nodes[0]  # it listens where the cluster says its node is
+    r = svc.api(
+        "POST",
+        f"/v1/training/endpoints/{ep['id']}/openai/v1/chat/completions",
+        json={"model": model.split("@")[0], "temperature": 0, "max_tokens": 4,
+              "messages": [{"role": "user", "content": "What is 2 + 3?"}]},
+    )  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] >= 1
+    svc.cli("training", "endpoints", "delete", ep["id"], check=True)
+    _wait_released(ray_head)
+
+
 def test_a_run_placed_on_ray_trains_registers_and_resumes_after_its_actor_is_killed(
     ray_head, ray_service, tmp_path
 ) -> None:
@@ -107,6 +135,7 @@ def test_a_run_placed_on_ray_trains_registers_and_resumes_after_its_actor_is_kil
     assert run["state"] == "SUCCEEDED", run
     assert run["results"]["model"].startswith("demo/")
     _wait_released(ray_head)  # the ended worker's actor is released (its CPU freed)
+    _serve_on_ray(svc, ray_head, run["results"]["model"])
 
     # a second run, held after update 2 (update 1 is saved); its actor killed as a lost
     # node would be: the worker dies with it

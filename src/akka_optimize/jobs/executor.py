@@ -20,6 +20,11 @@ class Executor(Protocol):
         """Start a worker for the spec; returns its process id."""
         ...
 
+    def start(self, cmd: list[str], env: dict[str, str], log_path: Path, device: str) -> int:
+        """Start ``cmd`` with exactly ``env`` (an endpoint's serving worker), its output
+        appended to ``log_path``; returns the handle ``alive``/``exit_code``/``kill`` take."""
+        ...
+
     def alive(self, pid: int) -> bool:
         """Whether the worker ``pid`` still runs."""
         ...
@@ -54,14 +59,14 @@ class LocalExecutor:
             env.setdefault("CUDA_VISIBLE_DEVICES", "0")
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
+        cmd = [sys.executable, "-m", "akka_optimize.jobs.worker", str(spec_path)]
+        return self.start(cmd, env, log_path, device)
+
+    def start(self, cmd: list[str], env: dict[str, str], log_path: Path, device: str) -> int:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "akka_optimize.jobs.worker", str(spec_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         self._procs[proc.pid] = proc
         return proc.pid

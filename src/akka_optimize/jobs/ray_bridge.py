@@ -8,7 +8,7 @@ answers one JSON request per line on standard input with one JSON line on standa
 
 - ``{"op": "launch", "handle", "cmd", "env", "log", "device"}`` → ``{"ok": true}``: a
   detached actor ``akka-job-<handle>`` in the namespace, reserving the device's resources,
-  starts the worker command (the worker dies with the actor: ``PR_SET_PDEATHSIG``);
+  starts the worker command with ``AKKA_NODE_IP`` set to the node's address (the worker dies with the actor: ``PR_SET_PDEATHSIG``);
 - ``{"op": "poll", "handle"}`` → ``{"ok": true, "ended": bool, "code": int | null}``
   (``ended`` with ``code`` null when the actor is gone: killed, or its node lost);
 - ``{"op": "kill", "handle"}`` and ``{"op": "release", "handle"}`` → ``{"ok": true}``;
@@ -42,6 +42,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
 
 
+def _node_address(ray: Any) -> str:
+    """The address the cluster knows this actor's node by (its ``NodeManagerAddress``, as
+    ``--node-ip-address`` set it), not a guess from the machine's interfaces."""
+    node_id = ray.get_runtime_context().get_node_id()
+    for node in ray.nodes():
+        if node.get("NodeID") == node_id:
+            return str(node["NodeManagerAddress"])
+    return ray.util.get_node_ip_address()
+
+
 def _actor_class(ray: Any) -> Any:
     @ray.remote(max_concurrency=4)
     class JobWorker:
@@ -53,6 +63,7 @@ def _actor_class(ray: Any) -> Any:
         def start(self, cmd: list[str], env: dict[str, str], log_path: str) -> int:
             import subprocess
 
+            env = {**env, "AKKA_NODE_IP": _node_address(ray)}
             Path(log_path).parent.mkdir(parents=True, exist_ok=True)
             with open(log_path, "ab") as log:
                 self.proc = subprocess.Popen(

@@ -2,7 +2,9 @@
 
 With ``executor: {kind: ray, address: …}`` in the deployment file, the scheduler hands each
 job attempt (supervised and reinforcement attempts, evaluations, curations) to
-:class:`RayExecutor` instead of :class:`~akka_optimize.jobs.executor.LocalExecutor`. Each
+:class:`RayExecutor` instead of :class:`~akka_optimize.jobs.executor.LocalExecutor`. Endpoints' serving workers go the same way
+(:meth:`RayExecutor.start`, used by the endpoint manager): they listen on the node's
+address, which the actor passes as ``AKKA_NODE_IP``. Each
 attempt gets a *detached, named* actor (``akka-job-<handle>`` in the deployment's namespace)
 that reserves the attempt's devices as Ray resources and runs the very command the local
 executor runs (``python -m akka_optimize.jobs.worker SPEC.json``) with the same environment
@@ -183,8 +185,17 @@ class RayExecutor:
             env["CUDA_VISIBLE_DEVICES"] = ""
         else:
             env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray sets the reserved GPUs
-        handle = random.randrange(1 << 20, 1 << 31)
         cmd = [sys.executable, "-m", "akka_optimize.jobs.worker", str(spec_path)]
+        return self.start(cmd, env, log_path, device)
+
+    def start(self, cmd: list[str], env: dict[str, str], log_path: Path, device: str) -> int:
+        """Create an actor that runs ``cmd`` with ``env`` on a node; returns the handle.
+
+        The command learns the node's address from ``AKKA_NODE_IP`` (an endpoint's serving
+        worker listens there). Raises:
+            ClusterUnreachable: the cluster did not answer (nothing is started).
+        """
+        handle = random.randrange(1 << 20, 1 << 31)
         self._call("launch", handle=handle, cmd=cmd, env=env, log=str(log_path), device=device)
         self._seen.add(handle)
         return handle

@@ -33,7 +33,7 @@ from ..deployment import ServingLimits
 from ..settings import Settings
 from ..store import BlobStore
 from .check import CHECK_MAX_TOKENS, CHECK_PROMPTS, compare
-from .process import WorkerProcess, start_worker
+from .process import Placer, WorkerProcess, start_worker
 
 log = logging.getLogger("akka_optimize.serving")
 
@@ -53,6 +53,10 @@ class EndpointManager:
         self.stopping = threading.Event()
         self.last_used: dict[str, float] = {}
         self.in_flight: dict[str, int] = {}
+        self.placement: Callable[[], tuple[Placer | None, str]] = lambda: (None, "cpu")
+        """``placement()``: the cluster executor that places serving workers, or None for
+        a subprocess here, and the device kind one reserves. Set by the service from the
+        deployment's ``executor`` and ``serving`` sections."""
         self.admit: Callable[[str], str | None] | None = None
         """``admit(endpoint_id)``: None when the queued endpoint may start (it is then
         recorded ``STARTING``, holding its devices), else where it waits. Set by the service
@@ -221,7 +225,8 @@ class EndpointManager:
                 "mergeAdapters": self.limits.mergeAdapters,
             }
             folder = self.settings.home / "serving" / "workers" / base.replace("/", "_")[:80]
-            w = start_worker(spec, folder)
+            placer, device = self.placement()
+            w = start_worker(spec, folder, placer=placer, device=device)
             self.workers[base] = w
             self.loaded[base] = {a["name"] for a in adapters}
             deadline = time.monotonic() + 600

@@ -12,9 +12,62 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
+
+
+class Placer(Protocol):
+    """What places a serving worker elsewhere than this machine: a job executor's ``start``,
+    ``exit_code`` and ``kill`` (:class:`akka_optimize.jobs.ray_executor.RayExecutor`)."""
+
+    def start(self, cmd: list[str], env: dict[str, str], log_path: Path, device: str) -> int:
+        """Start ``cmd``; returns a handle."""
+        ...
+
+    def alive(self, pid: int) -> bool:
+        """Whether the command still runs."""
+        ...
+
+    def exit_code(self, pid: int) -> int | None:
+        """The command's exit code once it has ended, when known."""
+        ...
+
+    def kill(self, pid: int) -> None:
+        """Stop the command now."""
+        ...
+
+
+class PlacedProcess:
+    """A serving worker started by a :class:`Placer`, answering as much of
+    :class:`subprocess.Popen` as :class:`WorkerProcess` uses (``pid``, ``poll``,
+    ``returncode``, ``wait``). An ended command with no exit code (its node or actor gone)
+    reads as killed (``-SIGKILL``). While the cluster does not answer, the placer says the
+    worker is alive (:class:`~akka_optimize.jobs.ray_executor.RayExecutor`)."""
+
+    def __init__(self, placer: Placer, handle: int) -> None:
+        self.placer, self.pid = placer, handle
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit code once the worker has ended, else None."""
+        if self.returncode is None and not self.placer.alive(self.pid):
+            code = self.placer.exit_code(self.pid)
+            self.returncode = -signal.SIGKILL if code is None else code
+        return self.returncode
+
+    def kill(self) -> None:
+        """Stop the worker and its actor."""
+        self.placer.kill(self.pid)
+        if self.returncode is None:
+            self.returncode = -signal.SIGKILL
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code (the worker is stopped first: a placed worker is only waited for
+        when it is being stopped)."""
+        if self.poll() is None:
+            self.kill()
+        return self.returncode
 
 
 @dataclass
@@ -22,19 +75,21 @@ class WorkerProcess:
     """A started worker: its folder (spec, status file, log), token and process.
 
     ``phase`` (from the status file) is ``loading``, ``ready`` or ``failed``;
-    ``message`` says what the model is doing while it starts.
+    ``message`` says what the model is doing while it starts. ``host`` is the address the
+    worker listens on (``127.0.0.1``, or its node's on a cluster).
     """
 
     folder: Path
     token: str
-    proc: subprocess.Popen
+    proc: subprocess.Popen | PlacedProcess
     port: int | None = None
     started_at: float = field(default_factory=time.monotonic)
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        """The worker's base address (``http://127.0.0.1:PORT``)."""
-        return f"http://127.0.0.1:{self.port}"
+        """The worker's base address (``http://HOST:PORT``)."""
+        return f"http://{self.host}:{self.port}"
 
     def headers(self) -> dict[str, str]:
         """The worker's bearer token header."""
@@ -54,6 +109,8 @@ class WorkerProcess:
             }
         if st.get("port"):
             self.port = int(st["port"])
+        if st.get("host"):
+            self.host = str(st["host"])
         return st
 
     def log_tail(self, lines: int = 3) -> str:
@@ -91,7 +148,11 @@ class WorkerProcess:
         return self.proc.poll() is None
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Terminate the worker (SIGTERM, then SIGKILL after ``timeout`` s)."""
+        """Terminate the worker (SIGTERM, then SIGKILL after ``timeout`` s; a placed worker
+        is killed with its actor)."""
+        if isinstance(self.proc, PlacedProcess):
+            self.proc.kill()
+            return
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -129,12 +190,18 @@ def exit_sentence(returncode: int, tail: str) -> str:
 
 
 def start_worker(
-    spec: dict[str, Any], folder: Path, env: dict[str, str] | None = None
+    spec: dict[str, Any],
+    folder: Path,
+    env: dict[str, str] | None = None,
+    placer: Placer | None = None,
+    device: str = "cpu",
 ) -> WorkerProcess:
     """Write ``spec`` to ``folder`` and start ``python -m akka_optimize.serving.worker``.
 
     The worker gets a fresh random token (``AKKA_SERVING_TOKEN``); its output goes
-    to ``folder/worker.log``. Returns at once; use :meth:`WorkerProcess.wait_ready`.
+    to ``folder/worker.log``. With ``placer`` (a cluster executor) the worker runs where
+    the placer puts it, reserving one ``device`` (``cpu`` | ``cuda``); ``folder`` must then
+    be on storage the node shares. Returns at once; use :meth:`WorkerProcess.wait_ready`.
     """
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.json").write_text(json.dumps(spec, indent=2))
@@ -145,21 +212,20 @@ def start_worker(
     penv["AKKA_SERVING_TOKEN"] = token
     penv.setdefault("TOKENIZERS_PARALLELISM", "false")
     penv.setdefault("HF_HUB_OFFLINE", "1")
-    log = open(folder / "worker.log", "ab")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "akka_optimize.serving.worker",
-            "--spec",
-            str(folder / "spec.json"),
-            "--status-file",
-            str(status),
-        ],
-        env=penv,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
+    cmd = [
+        sys.executable,
+        "-m",
+        "akka_optimize.serving.worker",
+        "--spec",
+        str(folder / "spec.json"),
+        "--status-file",
+        str(status),
+    ]
+    if placer is not None:
+        handle = placer.start(cmd, penv, folder / "worker.log", device)
+        return WorkerProcess(folder=folder, token=token, proc=PlacedProcess(placer, handle))
+    with open(folder / "worker.log", "ab") as log:
+        proc = subprocess.Popen(
+            cmd, env=penv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     return WorkerProcess(folder=folder, token=token, proc=proc)

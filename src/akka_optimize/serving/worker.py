@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 
     The spec is JSON: ``{"base": {"name", "dir", "instructions"}, "adapters":
     [{"name", "path", "instructions"}], "engine", "maxContext", "maxAdapters",
-    "maxRank", "mergeAdapters", "host", "port"}`` (port 0 picks a free one).
+    "maxRank", "mergeAdapters", "host", "port"}`` (port 0 picks a free one; no host:
+    ``AKKA_NODE_IP``, which a cluster's actor sets to its node's address, else
+    ``127.0.0.1``). The status file's ``host`` and ``port`` say where it listens.
     """
     ap = argparse.ArgumentParser(prog="python -m akka_optimize.serving.worker")
     ap.add_argument("--spec", required=True, type=Path)
@@ -81,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             state.add_adapter(a["name"], Path(a["path"]), a.get("instructions"))
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((spec.get("host", "127.0.0.1"), int(spec.get("port", 0))))
+        host = spec.get("host") or os.environ.get("AKKA_NODE_IP") or "127.0.0.1"
+        sock.bind((host, int(spec.get("port", 0))))
         sock.listen(64)
         port = sock.getsockname()[1]
         app = create_worker_app(state)
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         _write_status(status, phase="failed", message=msg)
         print(f"endpoint worker failed to start: {msg}", file=sys.stderr)
         return 1
-    _write_status(status, phase="ready", message=f"ready on port {port}", port=port)
+    _write_status(status, phase="ready", message=f"ready on port {port}", port=port, host=host)
     server.run(sockets=[sock])
     return 0
 

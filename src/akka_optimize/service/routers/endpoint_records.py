@@ -15,6 +15,7 @@ from ...db.models.serving import Endpoint, EndpointModel
 from ...deployment import load_deployment
 from ...errors import InvalidRequest, NotFound
 from ...jobs import capacity
+from ...jobs.capacity_pools import serving_pool
 from ...serving.manager import EndpointManager, idle_for
 from .. import access
 from ..auth import Principal
@@ -27,11 +28,23 @@ def _limits(ctx: ServiceContext) -> Any:
     return load_deployment(ctx.settings.resolved_deployment_file()).serving
 
 
+def _placement(ctx: ServiceContext) -> tuple[Any, str]:
+    """Where serving workers run: the Ray executor when the deployment names one (each
+    reserving one device of the serving pool's kind), else a subprocess here."""
+    executor = ctx.extras.get("executor")
+    if executor is None or getattr(executor, "name", "local") == "local":
+        return None, "cpu"
+    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    prof = dep.profile(serving_pool(dep).deviceProfile)
+    return executor, prof.kind if prof is not None else "cpu"
+
+
 def manager(ctx: ServiceContext) -> EndpointManager:
     """The service's endpoint manager (created on first use)."""
     m = ctx.extras.get(_KEY)
     if m is None:
         m = ctx.extras[_KEY] = EndpointManager(ctx.db, ctx.settings, ctx.store, _limits(ctx))
+        m.placement = lambda: _placement(ctx)
         m.admit = lambda endpoint_id: capacity.endpoint_may_start(
             ctx.db, load_deployment(ctx.settings.resolved_deployment_file()), endpoint_id
         )

@@ -45,6 +45,7 @@ def on_startup(ctx: Any) -> None:
     from ...jobs.executor import make_executor
 
     executor = make_executor(load_deployment(ctx.settings.resolved_deployment_file()).executor)
+    ctx.extras["executor"] = executor  # endpoints place their workers with it too
     recovery.recover(ctx)
     sched = scheduler.Scheduler(ctx, executor)
     ctx.extras["scheduler"] = sched
