@@ -112,7 +112,8 @@ def lookup(schema_version: Any, implementation: Any) -> Strategy:
     Raises:
         RecipeError: no installed strategy takes the pair (names what is installed).
     """
-    found = REGISTRY.get((schema_version, implementation))  # type: ignore[arg-type]
+    hashable = isinstance(schema_version, str) and isinstance(implementation, str)
+    found = REGISTRY.get((schema_version, implementation)) if hashable else None
     if found is None:
         raise RecipeError(
             f"No installed strategy takes schema_version {schema_version!r} with "

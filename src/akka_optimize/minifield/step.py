@@ -118,7 +118,7 @@ class Trainer:
         }
         if self.two_stage:
             out |= {"routing_loss": sums[ROUTING], "argument_loss": sums[ARGUMENTS]}
-        elif self.teacher is not None:
+        elif isinstance(self.training, QatTraining):
             out |= {"cross_entropy": sums["ce"], "distillation": sums["kl"]}
         out["step_time_s"] = time.perf_counter() - started
         return out
