@@ -10,8 +10,8 @@ from minifield_kit import data_loss, events, recipe_doc, write_recipe
 from safetensors.torch import load_file
 
 from akka_optimize.minifield.export import load_export
-from akka_optimize.minifield.train import Worker
 from akka_optimize.minifield.ternary import make_ternary
+from akka_optimize.minifield.train import Worker
 
 STEP_FIELDS = (
     "grad_norm",
