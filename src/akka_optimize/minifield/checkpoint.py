@@ -131,7 +131,8 @@ def verify(folder: Path, identity: str, settings: dict[str, Any]) -> dict[str, A
 
 def load(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Load a verified checkpoint's weights, optimizer state and RNG state in place."""
-    load_model(model, str(folder / "model.safetensors"), strict=True)
+    device = str(next(model.parameters()).device)
+    load_model(model, str(folder / "model.safetensors"), strict=True, device=device)
     blob = torch.load(folder / "optimizer.pt", weights_only=True)
     optimizer.load_state_dict(blob["optimizer"])
     torch.set_rng_state(blob["rng"])

@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     run.add_argument("--attempt", default=None, help="this attempt's identity (default: random)")
     run.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="where to train"
+    )
+    run.add_argument(
         "-o", "--output-format", dest="run_fmt", choices=("text", "json"), default=None
     )
     return p
@@ -79,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from .train import Worker
 
-        Worker(args.recipe, args.output, emit).run(resume=args.resume, attempt=args.attempt)
+        worker = Worker(args.recipe, args.output, emit, device=args.device)
+        worker.run(resume=args.resume, attempt=args.attempt)
     except AkkaError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1

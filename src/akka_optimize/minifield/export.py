@@ -66,8 +66,8 @@ def ternary_bytes(numel: int) -> int:
 
 def _raw(t: torch.Tensor, encoding: str) -> bytes:
     if encoding == "bfloat16":
-        return t.detach().to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").tobytes()
-    return t.detach().float().numpy().astype("<f4").tobytes()
+        return t.detach().cpu().to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").tobytes()
+    return t.detach().cpu().float().numpy().astype("<f4").tobytes()
 
 
 def _blobs(model: nn.Module, rule: str) -> tuple[list[dict[str, Any]], list[bytes]]:
@@ -84,7 +84,7 @@ def _blobs(model: nn.Module, rule: str) -> tuple[list[dict[str, Any]], list[byte
         if name in quantized:
             codes, scales = quantize(t, rule)
             entry["encoding"] = "ternary2"
-            parts = [pack_codes(codes), scales.half().numpy().astype("<f2").tobytes()]
+            parts = [pack_codes(codes), scales.cpu().half().numpy().astype("<f2").tobytes()]
         else:
             entry["encoding"] = "bfloat16" if t is emb else "float32"
             parts = [_raw(t, entry["encoding"])]

@@ -61,11 +61,12 @@ class Trainer:
     params: list[nn.Parameter]
     training: PackedTraining
     two_stage: bool
+    device: torch.device
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Autocast to BF16 when ``compute_dtype`` is bfloat16, else nothing."""
         if self.training.compute_dtype == "bfloat16":
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def _stage_weights(self, plan: Plan, mbs: list[list[int]]) -> tuple[dict[int, float], float]:
@@ -125,9 +126,10 @@ class Trainer:
 
     def _hidden(self, net: Net, row: PackedRow, idx_S: Tensor) -> Tensor:
         segments = {SEGMENTS_KWARG: list(row.cu_seqlens)} if net.packed_attention else {}
+        dev = self.device
         hidden = net.body(
-            input_ids=torch.tensor(row.input_ids, dtype=torch.long)[None],
-            position_ids=torch.tensor(row.position_ids, dtype=torch.long)[None],
+            input_ids=torch.tensor(row.input_ids, dtype=torch.long)[None].to(dev),
+            position_ids=torch.tensor(row.position_ids, dtype=torch.long)[None].to(dev),
             attention_mask=None,
             use_cache=False,
             **segments,
@@ -139,9 +141,12 @@ class Trainer:
         idx_S = (stage_T[1:] != 0).nonzero().squeeze(1)  # hidden t predicts token t+1
         if idx_S.numel() == 0:
             return
-        targets_S = torch.tensor(row.input_ids, dtype=torch.long)[1:][idx_S]
-        stage_S = stage_T[1:][idx_S]
-        w_S = torch.tensor([weights[int(s)] for s in stage_S], dtype=torch.float64)
+        dev = self.device
+        targets_S = torch.tensor(row.input_ids, dtype=torch.long)[1:][idx_S].to(dev)
+        stage_S = stage_T[1:][idx_S].to(dev)
+        w_S = torch.tensor([weights[int(s)] for s in stage_T[1:][idx_S]], dtype=torch.float64)
+        w_S = w_S.to(dev)
+        idx_S = idx_S.to(dev)
         with self.autocast():
             h_S = self._hidden(self.net, row, idx_S)
             t_S = None

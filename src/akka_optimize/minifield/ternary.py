@@ -132,7 +132,7 @@ def make_ternary(model: nn.Module, rule: str) -> list[str]:
 
 def pack_codes(codes: Tensor) -> bytes:
     """Codes in {−1, 0, 1} → 2-bit packed bytes (module docstring); ``len = numel / 4``."""
-    c = codes.to(torch.int8).numpy().astype(np.int16)
+    c = codes.cpu().to(torch.int8).numpy().astype(np.int16)
     bits = np.where(c == 1, 1, np.where(c == -1, 2, 0)).astype(np.uint8).reshape(-1, 4)
     packed = bits[:, 0] | (bits[:, 1] << 2) | (bits[:, 2] << 4) | (bits[:, 3] << 6)
     return packed.astype(np.uint8).tobytes()

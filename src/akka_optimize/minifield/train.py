@@ -64,7 +64,19 @@ def _resolve(base: Path, value: str, field: str) -> Path:
     return p
 
 
-def load_net(model_dir: Path) -> tuple[torch.nn.Module, Net]:
+def pick_device(name: str) -> torch.device:
+    """``cuda`` when asked or (``auto``) available, else ``cpu``.
+
+    Raises:
+        RecipeError: ``cuda`` asked on a machine without one.
+    """
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RecipeError("--device cuda: no CUDA device is visible.", field="--device")
+    cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
+    return torch.device("cuda" if cuda else "cpu")
+
+
+def load_net(model_dir: Path, device: torch.device) -> tuple[torch.nn.Module, Net]:
     """Load a causal LM in FP32 with per-conversation attention where the model allows it."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -73,7 +85,7 @@ def load_net(model_dir: Path) -> tuple[torch.nn.Module, Net]:
     impl = implementation_for(config, register() if packed else "sdpa")
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.float32, attn_implementation=impl
-    )
+    ).to(device)
     body, head, cap = body_and_head(model)
     return model, Net(body, head, cap, packed)
 
@@ -85,13 +97,15 @@ def tied_embedding(model: torch.nn.Module) -> torch.nn.Parameter | None:
     return emb if head is not None and head.weight is emb else None
 
 
-def build_trainer(strategy: Strategy, recipe: Recipe, model_dir: Path) -> Trainer:
+def build_trainer(
+    strategy: Strategy, recipe: Recipe, model_dir: Path, device: torch.device
+) -> Trainer:
     """The model, its frozen parts, the teacher (QAT) and AdamW for a strategy.
 
     Raises:
         RecipeError: the strategy needs a tied embedding and the model has none.
     """
-    model, net = load_net(model_dir)
+    model, net = load_net(model_dir, device)
     tied = tied_embedding(model)
     if strategy.needs_tied_embedding and tied is None:
         raise RecipeError(
@@ -121,14 +135,21 @@ def build_trainer(strategy: Strategy, recipe: Recipe, model_dir: Path) -> Traine
         eps=o.epsilon,
         weight_decay=o.weight_decay,
     )
-    return Trainer(model, net, teacher, opt, params, t, isinstance(t, TwoStageTraining))
+    return Trainer(model, net, teacher, opt, params, t, isinstance(t, TwoStageTraining), device)
 
 
 class Worker:
     """One direct run of a recipe file (see the module docstring)."""
 
-    def __init__(self, recipe_path: Path, out: Path | None = None, emit: Emit | None = None):
+    def __init__(
+        self,
+        recipe_path: Path,
+        out: Path | None = None,
+        emit: Emit | None = None,
+        device: str = "auto",
+    ):
         self.recipe_path = recipe_path
+        self.device = pick_device(device)
         self.strategy, self.recipe = read_recipe(recipe_path)
         base = recipe_path.parent
         self.model_dir = _resolve(base, self.recipe.model.path, "model.path")
@@ -199,10 +220,10 @@ class Worker:
         t = self.recipe.training
         record = plan_record(self.plan, t, {"format": "minifield.generation.v1"} | self.header())
         (self.out / "generation.json").write_text(json.dumps(record, indent=1))
-        trainer = build_trainer(self.strategy, self.recipe, self.model_dir)
+        trainer = build_trainer(self.strategy, self.recipe, self.model_dir, self.device)
         if found is not None:
             checkpoint.load(found, trainer.model, trainer.optimizer)
-        head = self.header() | {"attempt": attempt}
+        head = self.header() | {"attempt": attempt, "device": self.device.type}
         self.emit(head | {"event": "start", "step": start, "updates": len(self.plan.updates)})
         every = self.recipe.limits.checkpoint_every_steps
         state = head | {"attempts": attempts, "settings": self.settings}
