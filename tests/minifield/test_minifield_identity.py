@@ -65,14 +65,16 @@ def _weights(worker):
     return load_file(worker.out / "final" / "model.safetensors")
 
 
-def test_resume_continues_bitwise_and_needs_a_new_attempt(tmp_path, tiny_model_dir):
-    straight = Worker(write_recipe(tmp_path / "a", recipe_doc(tiny_model_dir, max_steps=4)))
-    straight.run(attempt="a1")
-    path = write_recipe(
-        tmp_path / "b", recipe_doc(tiny_model_dir, max_steps=2, checkpoint_every_steps=2)
+@pytest.mark.parametrize("version", ["12.0.0", "13.0.0"])
+def test_resume_continues_bitwise_and_needs_a_new_attempt(tmp_path, tiny_model_dir, version):
+    straight = Worker(
+        write_recipe(tmp_path / "a", recipe_doc(tiny_model_dir, version, max_steps=4))
     )
+    straight.run(attempt="a1")
+    doc = recipe_doc(tiny_model_dir, version, max_steps=2, checkpoint_every_steps=2)
+    path = write_recipe(tmp_path / "b", doc)
     Worker(path).run(attempt="b1")
-    write_recipe(tmp_path / "b", recipe_doc(tiny_model_dir, max_steps=4, checkpoint_every_steps=2))
+    write_recipe(tmp_path / "b", doc | {"limits": {"max_steps": 4, "checkpoint_every_steps": 2}})
     with pytest.raises(RecipeError, match="needs a new attempt identity"):
         Worker(path).run(resume=True, attempt="b1")
     resumed = Worker(path)
@@ -112,3 +114,19 @@ def test_corrupt_checkpoint_refused_naming_the_file(tmp_path, tiny_model_dir, ca
     assert main(["run", str(path), "--output", str(out), "--resume"]) == 1
     err = capsys.readouterr().err
     assert f"error: Checkpoint file {bad} is corrupt" in err
+
+
+def test_capacity_overflow_refused_before_training(tmp_path, tiny_model_dir, capsys):
+    doc = recipe_doc(
+        tiny_model_dir, training={"projection_chunk_size": 2, "max_projection_chunks": 3}
+    )
+    path = write_recipe(tmp_path / "r", doc)
+    out = tmp_path / "r" / "out"
+    assert main(["run", str(path), "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "error: Microbatch 1 of update 1 holds dataset rows row " in err
+    assert (
+        "more than training.projection_chunk_size × training.max_projection_chunks = 2 × 3 = 6"
+        in err
+    )
+    assert not out.exists()  # nothing was written, nothing trained
