@@ -119,3 +119,26 @@ def test_qat_without_distillation_is_cross_entropy(run):
     worker, _ = run("13.0.0", {"qat": {"distillation_weight": 0}}, folder="nokl", max_steps=2)
     for e in events(worker.out):
         assert e["distillation"] == 0.0 and e["loss"] == e["cross_entropy"]
+
+
+def test_qat_trainer_runs_ternary_body_over_fp32_masters(tmp_path, tiny_model_dir):
+    from akka_optimize.minifield.ternary import TernaryLinear
+    from akka_optimize.minifield.train import build_trainer
+
+    worker = Worker(write_recipe(tmp_path, recipe_doc(tiny_model_dir, "13.0.0")))
+    trainer = build_trainer(worker.strategy, worker.recipe, worker.model_dir, worker.device)
+    layer = trainer.model.model.layers[0]
+    for lin in (layer.self_attn.q_proj, layer.mlp.down_proj):
+        assert isinstance(lin, TernaryLinear) and lin.weight.dtype == torch.float32
+    assert not trainer.model.get_input_embeddings().weight.requires_grad
+    assert all(p.dtype == torch.float32 for p in trainer.params)
+    assert isinstance(trainer.teacher.body.layers[0].mlp.down_proj, torch.nn.Linear)
+
+
+def test_model_folder_without_tokenizer_refused(tmp_path, tiny_model_dir):
+    from akka_optimize.minifield.registry import RecipeError
+
+    (tmp_path / "empty").mkdir()
+    path = write_recipe(tmp_path / "r", recipe_doc(tmp_path / "empty"))
+    with pytest.raises(RecipeError, match="is not a Hugging Face model folder with a tokenizer"):
+        Worker(path)

@@ -64,6 +64,31 @@ def _resolve(base: Path, value: str, field: str) -> Path:
     return p
 
 
+def _tokenizer(model_dir: Path):
+    """The model folder's fast tokenizer with a chat template.
+
+    Raises:
+        RecipeError: the folder has no loadable tokenizer, or one without a chat template.
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError) as exc:
+        raise RecipeError(
+            f"model.path {model_dir} is not a Hugging Face model folder with a tokenizer "
+            f"({str(exc).splitlines()[0]}).",
+            field="model.path",
+        ) from None
+    if not getattr(tok, "chat_template", None) or not getattr(tok, "is_fast", False):
+        raise RecipeError(
+            f"model.path {model_dir}: the tokenizer must be a fast tokenizer with a chat "
+            "template (minifield.action.v1 renders prompts with it).",
+            field="model.path",
+        )
+    return tok
+
+
 def pick_device(name: str) -> torch.device:
     """``cuda`` when asked or (``auto``) available, else ``cpu``.
 
@@ -154,9 +179,7 @@ class Worker:
         base = recipe_path.parent
         self.model_dir = _resolve(base, self.recipe.model.path, "model.path")
         self.data_path = _resolve(base, self.recipe.data.path, "data.path")
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        tokenizer = _tokenizer(self.model_dir)
         t = self.recipe.training
         self.examples = load_examples(self.data_path, tokenizer, t.sequence_length)
         self.settings = computation_settings(
