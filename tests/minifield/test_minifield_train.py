@@ -65,6 +65,17 @@ def test_packed_sft_lowers_loss_and_updates_every_leaf(run, tiny_model_dir):
     meta = json.loads((worker.out / "final" / "minifield.json").read_text())
     assert (meta["schema_version"], meta["implementation"]) == ("12.0.0", "hf-causal-lm-v1")
     assert gen["computation_identity"] == meta["computation_identity"] == worker.identity
+    optimizer = gen["recipe"]["training"]["optimizer"]  # only learning_rate given: the defaults
+    assert optimizer == meta["recipe"]["training"]["optimizer"]
+    assert optimizer | {"learning_rate": 1e-5} == {
+        "name": "adamw",
+        "learning_rate": 1e-5,
+        "beta1": 0.9,
+        "beta2": 0.95,
+        "epsilon": 1e-8,
+        "weight_decay": 0.0,
+        "max_grad_norm": 1.0,
+    }
 
 
 def test_checkpoints_every_n_updates_hold_fp32_state(run):

@@ -201,6 +201,10 @@ class Worker:
             "computation_identity": self.identity,
         }
 
+    def resolved(self) -> dict[str, Any]:
+        """The recipe with every default filled in (optimizer included), as JSON."""
+        return self.recipe.model_dump(mode="json")
+
     def emit(self, event: dict[str, Any]) -> None:
         """Append an event to ``events.jsonl`` and pass it to the caller's callback."""
         with open(self.out / "events.jsonl", "a", encoding="utf-8") as f:
@@ -241,7 +245,8 @@ class Worker:
         start, attempts, found = self._start_state(resume, attempt)
         self.out.mkdir(parents=True, exist_ok=True)
         t = self.recipe.training
-        record = plan_record(self.plan, t, {"format": "minifield.generation.v1"} | self.header())
+        head = {"format": "minifield.generation.v1"} | self.header() | {"recipe": self.resolved()}
+        record = plan_record(self.plan, t, head)
         (self.out / "generation.json").write_text(json.dumps(record, indent=1))
         trainer = build_trainer(self.strategy, self.recipe, self.model_dir, self.device)
         if found is not None:
@@ -264,7 +269,11 @@ class Worker:
     def _finish(self, trainer: Trainer, head: dict[str, Any]) -> dict[str, Any]:
         final = self.out / "final"
         trainer.model.save_pretrained(final)
-        meta = self.header() | {"settings": self.settings, "updates": len(self.plan.updates)}
+        meta = self.header() | {
+            "recipe": self.resolved(),
+            "settings": self.settings,
+            "updates": len(self.plan.updates),
+        }
         (final / "minifield.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
         end: dict[str, Any] = head | {
             "event": "end",
