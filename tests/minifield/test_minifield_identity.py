@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from minifield_kit import events, recipe_doc, write_recipe
@@ -36,13 +34,20 @@ def _identity(folder, doc):
     return Worker(write_recipe(folder, doc)).identity
 
 
+@pytest.fixture(scope="module")
+def qat_identity(tmp_path_factory, tiny_model_dir):
+    """The identity of the base QAT recipe the changes below start from."""
+    return _identity(tmp_path_factory.mktemp("base"), recipe_doc(tiny_model_dir, "13.0.0"))
+
+
 @pytest.mark.parametrize(("where", "key", "value"), CHANGES)
-def test_each_bound_setting_changes_the_identity(tmp_path, tiny_model_dir, where, key, value):
-    base = recipe_doc(tiny_model_dir, "13.0.0")
-    doc = copy.deepcopy(base)
+def test_each_bound_setting_changes_the_identity(
+    tmp_path, tiny_model_dir, qat_identity, where, key, value
+):
+    doc = recipe_doc(tiny_model_dir, "13.0.0")
     target = doc["training"] if where == "training" else doc["training"].setdefault(where, {})
     target[key] = value
-    assert _identity(tmp_path / "a", base) != _identity(tmp_path / "b", doc)
+    assert _identity(tmp_path, doc) != qat_identity
 
 
 def test_same_settings_same_identity_and_limits_not_bound(tmp_path, tiny_model_dir):
