@@ -104,6 +104,9 @@ def test_changed_computation_is_not_a_resume(tmp_path, tiny_model_dir):
         Worker(path, out).run(resume=True)
     assert "(changed: seed); a changed computation starts a new run" in str(err.value)
     assert Worker(path).out != out  # by default a changed computation gets a new folder
+    write_recipe(tmp_path / "r", recipe_doc(tiny_model_dir, max_steps=1))
+    with pytest.raises(RecipeError, match="is after update 2 but the plan has 1 updates"):
+        Worker(path, out).run(resume=True)
 
 
 def test_corrupt_checkpoint_refused_naming_the_file(tmp_path, tiny_model_dir, capsys):

@@ -233,7 +233,15 @@ class Worker:
                 "new attempt identity.",
                 field="--attempt",
             )
-        return int(state["step"]), list(state.get("attempts", [])) + [attempt], found
+        step = int(state["step"])
+        if step > len(self.plan.updates):
+            raise RecipeError(
+                f"Checkpoint {found.name} is after update {step} but the plan has "
+                f"{len(self.plan.updates)} updates (limits.max_steps "
+                f"{self.recipe.limits.max_steps}); raise limits.max_steps to resume it.",
+                field="limits.max_steps",
+            )
+        return step, list(state.get("attempts", [])) + [attempt], found
 
     def run(self, resume: bool = False, attempt: str | None = None) -> dict[str, Any]:
         """Train the plan (or its rest, when resuming); returns the ``end`` event.
