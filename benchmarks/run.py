@@ -20,7 +20,18 @@ import time
 import traceback
 from pathlib import Path
 
-AREAS = ["data", "registry", "plan", "engine", "serving", "evals", "rl", "service", "ui"]
+AREAS = [
+    "data",
+    "registry",
+    "plan",
+    "engine",
+    "serving",
+    "evals",
+    "rl",
+    "service",
+    "ui",
+    "minifield",
+]
 OUT = Path("bench-results")
 
 
