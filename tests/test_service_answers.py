@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
-from jsonschema import Draft202012Validator
 
+from answers_check import assert_matches, schema_errors, strict
 from helpers import hold_at, release, wait_held
 from jobs.jobs_helpers import TINY, wait_state
 from test_access import (
@@ -95,25 +95,12 @@ def test_every_success_answer_has_a_schema_a_client_can_use(tmp_path, monkeypatc
 
 
 # -- the calls -------------------------------------------------------------------------
-def _strict(node: Any) -> Any:
-    """``node`` with ``additionalProperties: false`` on every object schema that lists
-    properties and says nothing of other keys (the models of open bodies say ``true``)."""
-    if isinstance(node, dict):
-        out = {k: _strict(v) for k, v in node.items()}
-        if "properties" in out and "additionalProperties" not in out:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(node, list):
-        return [_strict(v) for v in node]
-    return node
-
-
 class Checker:
     """Validates answers against the document and records the routes it saw."""
 
     def __init__(self, doc: dict[str, Any]) -> None:
         self.doc = doc
-        self.components = _strict(copy.deepcopy(doc["components"]))
+        self.components = strict(copy.deepcopy(doc["components"]))
         self.seen: set[tuple[str, str]] = set()
 
     def check(self, method: str, template: str, r: httpx.Response) -> Any:
@@ -131,11 +118,8 @@ class Checker:
             assert schema["type"] == "string" and r.content, where
             return None
         body = r.json()
-        validator = Draft202012Validator({**schema, "components": self.components})
-        errors = sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path))
-        shown = [f"{'.'.join(map(str, e.absolute_path)) or '(body)'}: {e.message[:300]}"
-                 for e in errors[:8]]  # fmt: skip
-        assert not errors, f"{where}: the answer breaks its schema:\n" + "\n".join(shown)
+        errors = schema_errors({**schema, "components": self.components}, body)
+        assert not errors, f"{where}: the answer breaks its schema:\n" + "\n".join(errors[:8])
         return body
 
 
@@ -306,3 +290,72 @@ def test_every_route_answers_what_the_document_says(checked: tuple[World, Checke
     missed = documented - c.seen - set(NOT_CALLED)
     assert not missed, f"routes no call reached: {sorted(missed)}"
     assert set(NOT_CALLED) <= {(m, p.replace(":path", "")) for m, p in app_routes()}
+
+
+# -- records the calls above do not produce --------------------------------------------
+SUMMARY = {"mean": 0.5, "stderr": 0.1, "count": 4, "scored": 4, "errors": 0, "errorShare": 0.0}
+PAIRED = {"wins": 1, "losses": 0, "ties": 3, "pairs": 4, "errors": 0, "meanDifference": 0.25,
+          "ci95": [-0.1, 0.6]}  # fmt: skip
+SWEEP = {
+    "kind": "sweep",
+    "source": "src1",
+    "snapshot": "step-2",
+    "branches": [{"run": "br1", "point": {"lr": 0.002}}],
+    "leftOut": [{"run": "br2", "point": {"lr": 0.1}, "state": "FAILED"}],
+    "sides": [
+        {"modelId": "b/m:v1@sha256:aa", "model": "b/m:v1"},
+        {"run": "br1", "point": {"lr": 0.002}, "modelId": "b/m:v2@sha256:bb", "model": "b/m:v2"},
+    ],
+}
+
+
+def test_views_of_reinforcement_sweep_and_curation_records_match_their_schemas(
+    tmp_path,
+) -> None:
+    """A reinforcement run (its reward and judge fields), a sweep comparison (``sweep``,
+    ``fan``, ``leftOut``), a finished curation and evaluation: each view, as its route
+    answers it, against the model the document names for that route."""
+    from akka_optimize.db.base import Database
+    from akka_optimize.db.migrate import upgrade
+    from akka_optimize.db.models.jobs import Run
+    from akka_optimize.db.models.projects import Project
+    from akka_optimize.evals.curation import curation_view
+    from akka_optimize.evals.eval_views import comparison_view, evaluation_view
+    from akka_optimize.jobs.views import run_view
+    from akka_optimize.service.schemas import ComparisonView, CurationView, EvaluationView, RunView
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    upgrade(url)
+    db = Database(url)
+    grader = {"spec": "model:b/judge:v1", "bundle": None, "judge": "b/judge:v1@sha256:cc"}
+    records = {
+        "rl": (run_view, RunView, {"grader": grader, "graderInstructions": "Score 0 to 1.",
+               "instructionsSource": "the judge's annotations"},
+               {"rewardStart": 0.1, "rewardFinal": 0.4, "judgeEndpoint": "ep1", "totalTokens": 90}),
+        "compare": (comparison_view, ComparisonView, SWEEP,
+                    {"baseline": SUMMARY, "fan": [{**SUMMARY, "vsSource": PAIRED}]}),
+        "curate": (curation_view, CurationView, {"grader": grader, "keep": {"topShare": 0.5}},
+                   {"count": 4, "scored": 4, "errors": 0, "kept": 2, "mean": 0.5, "stderr": 0.1,
+                    "dataset": "b/kept:v1@sha256:dd", "judgeDataset": "b/judged:v1@sha256:ee"}),
+        "eval": (evaluation_view, EvaluationView, {"grader": grader, "modelId": "b/m:v1"},
+                 dict(SUMMARY)),
+    }  # fmt: skip
+    try:
+        with db.session() as s:
+            s.add(Project(id="p-b", name="b"))
+            for method, (view, model, resolved, results) in records.items():
+                run = Run(id=f"{method}1", project="b", method=method, state="SUCCEEDED",
+                          plan={}, resolved=resolved, results=results, config_hash="0" * 64,
+                          base_model="b/base:v1", dataset="b/train:v1", model_name="m",
+                          device_kind="cpu", gpus=0)  # fmt: skip
+                s.add(run)
+                s.flush()
+                body = view(s, run)
+                assert_matches(model, body)
+                assert body["id"] == run.id and body["projectId"] == "p-b"
+            sweep = comparison_view(s, s.get(Run, "compare1"))
+            assert [f["run"] for f in sweep["fan"]] == ["br1"] and sweep["leftOut"][0][
+                "run"
+            ] == "br2"
+    finally:
+        db.dispose()
