@@ -2,8 +2,8 @@
 
 :func:`test_every_success_answer_has_a_schema_a_client_can_use` walks ``/openapi.json``:
 each 2xx JSON answer names an object with properties (never a bare ``{"type": "object"}``
-or a free-form dict), and every other 2xx media type is a string (``format: binary`` for
-downloads). :func:`test_every_route_answers_what_the_document_says` calls each route with
+or a free-form dict), every other 2xx media type is a string (``format: binary`` for
+downloads), and every field of those schemas has a description. :func:`test_every_route_answers_what_the_document_says` calls each route with
 valid inputs on a service holding one of every kind of object (the world of
 :mod:`test_access`, plus a paused run and a served endpoint) and validates each body
 against its route's schema from ``/openapi.json`` with ``jsonschema``, strictly: an
@@ -67,6 +67,36 @@ def _useless(schema: dict[str, Any], components: dict[str, Any], media: str) -> 
     return None
 
 
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            yield node["$ref"].rsplit("/", 1)[1]
+        for v in node.values():
+            yield from _refs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _refs(v)
+
+
+def _reachable(doc: dict[str, Any]) -> set[str]:
+    """The component schemas the success answers use, directly or inside one another."""
+    todo = [
+        name
+        for ops in doc["paths"].values()
+        for op in ops.values()
+        for status, answer in op["responses"].items()
+        if status.startswith("2")
+        for name in _refs(answer)
+    ]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(_refs(doc["components"]["schemas"][name]))
+    return seen
+
+
 def test_every_success_answer_has_a_schema_a_client_can_use(tmp_path, monkeypatch) -> None:
     from akka_optimize.service import create_app
     from akka_optimize.settings import Settings
@@ -88,6 +118,10 @@ def test_every_success_answer_has_a_schema_a_client_can_use(tmp_path, monkeypatc
                         gaps.append(f"{method.upper()} {path} {status} {media}: {why}")
     assert answers > 70
     assert not gaps, "\n".join(gaps)
+    names = _reachable(doc)
+    undescribed = [f"{n}.{k}" for n in sorted(names)
+                   for k, v in components[n].get("properties", {}).items() if not v.get("description")]  # fmt: skip
+    assert len(names) > 60 and not undescribed, f"fields without a description: {undescribed}"
     objects = doc["paths"]["/v1/registry/models/{namespace}/{name}/object"]["get"]
     assert objects["responses"]["200"]["content"] == {
         "application/x-tar": {"schema": {"type": "string", "format": "binary"}}

@@ -10,7 +10,7 @@ from .common import View
 class Segment(View):
     """A run of rendered text, supervised or not."""
 
-    text: str
+    text: str = Field(description="The text.")
     supervised: bool = Field(description="Whether its tokens count in the loss.")
 
 
@@ -28,9 +28,9 @@ class PreviewRow(View):
 class LossView(View):
     """The loss policy the preview marks supervised spans by."""
 
-    assistantTurns: str
-    trainOnToolCalls: bool
-    trainOnToolResults: bool
+    assistantTurns: str = Field(description="all or last: which assistant turns train.")
+    trainOnToolCalls: bool = Field(description="Whether tool calls train.")
+    trainOnToolResults: bool = Field(description="Whether tool results train.")
 
 
 class Preview(View):
@@ -40,5 +40,5 @@ class Preview(View):
     source: str = Field(
         description="The pinned dataset, the jsonl filename (rows.jsonl by default), or rows."
     )
-    loss: LossView
-    rows: list[PreviewRow]
+    loss: LossView = Field(description="The loss policy.")
+    rows: list[PreviewRow] = Field(description="The rendered rows, in order.")

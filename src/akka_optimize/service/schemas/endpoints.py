@@ -28,14 +28,14 @@ class EndpointView(View):
     """An endpoint: one or more models behind an OpenAI-compatible base URL."""
 
     id: str = Field(description="The endpoint's ID (32 hex digits).")
-    projectId: str
+    projectId: str = Field(description="Its project's ID.")
     projectName: str | None = Field(description="Its project's name; null when gone.")
     state: str = Field(description="QUEUED, STARTING, READY, FAILED, STOPPED, DELETED…")
     activity: str | None = Field(description="What it is doing (or its queue place).")
     error: str | None = Field(description="Why it failed: one sentence.")
     baseModel: str = Field(description="The base model it serves on.")
     engine: str = Field(description="transformers or vllm.")
-    models: list[ServedModel]
+    models: list[ServedModel] = Field(description="The models it serves.")
     instructions: str | None = Field(description="The first model's instructions.")
     checks: dict[str, Any] = Field(description="Served name → an adapter's serving checks.")
     openaiBaseUrl: str = Field(description="The OpenAI-compatible base path.")
@@ -46,7 +46,7 @@ class EndpointView(View):
 class EndpointList(View):
     """Endpoints the caller sees."""
 
-    endpoints: list[EndpointView]
+    endpoints: list[EndpointView] = Field(description="The endpoints.")
 
 
 class Parsers(View):
@@ -59,14 +59,16 @@ class Parsers(View):
 class EndpointsInfo(View):
     """What an endpoint can serve (seeds/001 "What an endpoint can serve")."""
 
-    engine: str
-    maxLoraRank: int
-    maxAdaptersLoaded: int
-    reservedDevices: int
-    deviceType: str
-    maxContextTokens: int
+    engine: str = Field(description="The serving engine: transformers or vllm.")
+    maxLoraRank: int = Field(description="Largest adapter rank an endpoint loads.")
+    maxAdaptersLoaded: int = Field(description="Adapters one worker keeps loaded.")
+    reservedDevices: int = Field(description="Devices reserved for serving.")
+    deviceType: str = Field(description="The device profile (or kind) endpoints run on.")
+    maxContextTokens: int = Field(description="Longest context an endpoint serves, in tokens.")
     idleSeconds: int = Field(description="Idle seconds before an endpoint stops.")
-    mergeAdapters: bool
+    mergeAdapters: bool = Field(
+        description="Whether the adapter being served is merged into the base weights."
+    )
     parsers: dict[str, Parsers] = Field(description="Architecture → its parsers.")
 
 
@@ -80,7 +82,7 @@ class OpenAIModel(_Open):
     id: str = Field(description="The served name.")
     object: str = Field(description="model.")
     created: int = Field(description="Unix seconds.")
-    owned_by: str
+    owned_by: str = Field(description="akka-optimize.")
     root: str | None = Field(None, description="The base model's served name.")
     parent: str | None = Field(None, description="The base model for an adapter, else null.")
 
@@ -89,7 +91,7 @@ class OpenAIModelList(_Open):
     """The models an endpoint serves, the base model first."""
 
     object: str = Field(description="list.")
-    data: list[OpenAIModel]
+    data: list[OpenAIModel] = Field(description="The served models.")
 
 
 class ChatMessageOut(_Open):
@@ -106,26 +108,26 @@ class ChatMessageOut(_Open):
 class ChatChoice(_Open):
     """One generated answer."""
 
-    index: int
-    message: ChatMessageOut
+    index: int = Field(description="The choice's index (0 to n - 1).")
+    message: ChatMessageOut = Field(description="The generated message.")
     finish_reason: str | None = Field(description="stop, length or tool_calls.")
-    logprobs: Any = None
+    logprobs: Any = Field(None, description="Always null.")
 
 
 class Usage(_Open):
     """Tokens read and generated."""
 
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
+    prompt_tokens: int = Field(description="Tokens of the rendered prompt.")
+    completion_tokens: int = Field(description="Tokens generated.")
+    total_tokens: int = Field(description="prompt_tokens + completion_tokens.")
 
 
 class ChatCompletion(_Open):
     """A chat completion (OpenAI ``chat.completion``; not streamed)."""
 
-    id: str
+    id: str = Field(description="The completion's ID.")
     object: str = Field(description="chat.completion.")
     created: int = Field(description="Unix seconds.")
     model: str = Field(description="The served name that answered.")
-    choices: list[ChatChoice]
-    usage: Usage | None = None
+    choices: list[ChatChoice] = Field(description="The answers, n of them.")
+    usage: Usage | None = Field(None, description="Tokens read and generated.")

@@ -38,7 +38,7 @@ class RecordFields(ProjectFields):
     queueReason: str | None = Field(description="Why a QUEUED one waits; null otherwise.")
     claims: Any = Field(description="The devices it claims, by pool.")
     limit: int | None = Field(description="At most this many examples, or null for all.")
-    progress: Progress
+    progress: Progress = Field(description="How far it is.")
     failureReason: str | None = Field(description="Why it failed: one sentence.")
     createdAt: str | None = iso_time("When it was accepted")
     startedAt: str | None = iso_time("When it started")
@@ -67,7 +67,7 @@ class EvaluationView(RecordFields):
 class EvaluationList(View):
     """Newest evaluations first."""
 
-    evaluations: list[EvaluationView]
+    evaluations: list[EvaluationView] = Field(description="The evaluations, newest first.")
 
 
 class PairedStats(View):
@@ -75,7 +75,7 @@ class PairedStats(View):
 
     wins: int | None = Field(description="Examples the candidate scored higher on.")
     losses: int | None = Field(description="Examples it scored lower on.")
-    ties: int | None
+    ties: int | None = Field(description="Examples both scored alike.")
     pairs: int | None = Field(description="Examples both sides scored.")
     errors: int | None = Field(description="Examples a side failed.")
     meanDifference: float | None = Field(description="Mean of candidate - baseline.")
@@ -132,7 +132,7 @@ class ComparisonView(EvaluationView):
 class ComparisonList(View):
     """Newest comparisons first."""
 
-    comparisons: list[ComparisonView]
+    comparisons: list[ComparisonView] = Field(description="The comparisons, newest first.")
 
 
 class CurationResults(View):
@@ -142,8 +142,8 @@ class CurationResults(View):
     scored: int | None = Field(description="Rows scored.")
     errors: int | None = Field(description="Rows the judge failed on.")
     kept: int | None = Field(description="Rows kept.")
-    mean: float | None
-    stderr: float | None
+    mean: float | None = Field(description="Mean judge score.")
+    stderr: float | None = Field(description="Standard error of the mean.")
 
 
 class CurationOutputs(View):
@@ -161,15 +161,17 @@ class CurationView(RecordFields):
     judgeDataset: str | None = Field(description="The name the judged rows register under.")
     judge: str | None = Field(description="The pinned judge model.")
     judgeModel: str | None = Field(description="The judge's served name.")
-    judgeInstructions: str | None
-    instructionsSource: str | None
+    judgeInstructions: str | None = Field(description="The instructions given to the judge.")
+    instructionsSource: str | None = Field(description="Where the instructions came from.")
     judgeEndpoint: str | None = Field(description="The judge's endpoint ID.")
     keep: Any = Field(description="Which rows are kept (a score threshold).")
-    results: CurationResults | None
-    outputs: CurationOutputs | None
+    results: CurationResults | None = Field(description="What it kept, once finished.")
+    outputs: CurationOutputs | None = Field(
+        description="The datasets it registered, once finished."
+    )
 
 
 class CurationList(View):
     """Newest curations first."""
 
-    curations: list[CurationView]
+    curations: list[CurationView] = Field(description="The curations, newest first.")

@@ -14,7 +14,7 @@ class StageView(View):
     """One stage of a pipeline."""
 
     index: int = Field(description="Its place (0-based).")
-    name: str
+    name: str = Field(description="The stage's name.")
     kind: str = Field(description="train, evaluate or curate.")
     state: str = Field(description="PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED…")
     job: str | None = Field(description="The job (run, evaluation…) running it.")
@@ -35,11 +35,11 @@ class PipelineView(ProjectFields):
     """A pipeline: its state, configuration and stages."""
 
     id: str = Field(description="The pipeline's ID (32 hex digits).")
-    state: str
+    state: str = Field(description="PENDING, RUNNING, SUCCEEDED, FAILED or CANCELLED.")
     submissionId: str | None = Field(description="The client's idempotency key.")
     configHash: str = Field(description="sha256 of the project and every stage's settings.")
-    stages: list[StageView]
-    failureReason: str | None
+    stages: list[StageView] = Field(description="Its stages, in order.")
+    failureReason: str | None = Field(description="Why it failed: one sentence.")
     createdAt: str | None = iso_time("When it was accepted")
     finishedAt: str | None = iso_time("When it ended")
 
@@ -47,16 +47,16 @@ class PipelineView(ProjectFields):
 class PipelineList(View):
     """Newest pipelines first (stages without settings)."""
 
-    pipelines: list[PipelineView]
+    pipelines: list[PipelineView] = Field(description="The pipelines, newest first.")
 
 
 class DryRunStage(View):
     """One stage as a start would resolve it."""
 
-    index: int
-    name: str
-    kind: str
-    configHash: str
+    index: int = Field(description="Its place (0-based).")
+    name: str = Field(description="The stage's name.")
+    kind: str = Field(description="train, evaluate or curate.")
+    configHash: str = Field(description="sha256 of its resolved settings.")
     settings: dict[str, Any] = Field(description="Its resolved settings.")
 
 
@@ -64,7 +64,7 @@ class PipelineDryRun(View):
     """Every stage's resolved settings (``dryRun=true``); nothing is created."""
 
     accepted: bool = Field(description="Always true (a refusal is an error).")
-    project: str
-    submissionId: str | None
-    configHash: str
-    stages: list[DryRunStage]
+    project: str = Field(description="The project it would belong to.")
+    submissionId: str | None = Field(description="The client's idempotency key, or null.")
+    configHash: str = Field(description="sha256 of the project and every stage's settings.")
+    stages: list[DryRunStage] = Field(description="Every stage, in order.")

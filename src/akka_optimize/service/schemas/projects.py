@@ -45,7 +45,7 @@ class ProjectView(View):
 class ProjectList(View):
     """Every project the caller sees, by name."""
 
-    projects: list[ProjectView]
+    projects: list[ProjectView] = Field(description="The projects, by name.")
 
 
 class ModelScore(View):
@@ -67,17 +67,17 @@ class ScoreRow(View):
 
     baseModel: str = Field(description="The pinned base-model version.")
     repository: str | None = Field(description="Its hub repository.")
-    models: list[ModelScore]
+    models: list[ModelScore] = Field(description="Its models, best mean first.")
 
 
 class ScoresTable(View):
     """A project's scores table."""
 
-    project: str
+    project: str = Field(description="The project's name.")
     dataset: str | None = Field(description="The pinned dataset scored on.")
     grader: str | None = Field(description="The grader.")
     sampling: dict[str, Any] | None = Field(description="How answers were sampled.")
-    rows: list[ScoreRow]
+    rows: list[ScoreRow] = Field(description="One row per base-model version.")
 
 
 class BaseModelView(View):
@@ -86,11 +86,13 @@ class BaseModelView(View):
     id: str | None = Field(description="The selection's ID; null when not selected.")
     repository: str = Field(description="The hub repository.")
     model: str = Field(description="The registered version, or repository@commit.")
-    selected: bool
+    selected: bool = Field(
+        description="Whether it is selected (its weights fetched or being fetched)."
+    )
     state: str | None = Field(description="PENDING, DOWNLOADING, READY or FAILED.")
     cached: bool = Field(description="Whether its weights are in the cache.")
     default: bool = Field(description="Whether it is the catalog's default.")
-    family: str | None
+    family: str | None = Field(description="The model family (gemma3, qwen3, llama…).")
     modelType: str | None = Field(description="The transformers model type.")
     source: str = Field(description="Where weights come from (hub, gguf, tiny…).")
     commit: str | None = Field(description="The pinned commit.")
@@ -108,38 +110,38 @@ class BaseModelView(View):
 class BaseModelList(View):
     """Selected base models (or every catalog entry with all=true)."""
 
-    baseModels: list[BaseModelView]
+    baseModels: list[BaseModelView] = Field(description="The base models, in catalog order.")
     catalog: str | None = Field(description="Where the catalog was read from.")
 
 
 class Candidate(View):
     """A hub repository and whether the catalog could allow it."""
 
-    repository: str | None
-    modelType: str | None
+    repository: str | None = Field(description="The hub repository.")
+    modelType: str | None = Field(description="Its transformers model type.")
     parameters: int | None = Field(description="Parameter count, when the hub says.")
-    commit: str | None
+    commit: str | None = Field(description="Its newest commit.")
     verdict: str = Field(description="supported, or why not.")
-    reason: str | None
+    reason: str | None = Field(description="Why it is not supported, or null.")
 
 
 class CandidateList(View):
     """Hub repositories matching a search, with catalog entries for the supported ones."""
 
-    author: str | None
-    match: str | None
-    candidates: list[Candidate]
+    author: str | None = Field(description="The hub author searched.")
+    match: str | None = Field(description="The name filter, or null.")
+    candidates: list[Candidate] = Field(description="One row per matching repository.")
     catalogYaml: str = Field(description="YAML catalog entries for supported ones, or ''.")
 
 
 class PoolView(View):
     """A device pool's declared and observed devices and their use."""
 
-    name: str
-    deviceProfile: str
+    name: str = Field(description="The pool's name.")
+    deviceProfile: str = Field(description="The device profile of its devices.")
     kind: str = Field(description="cpu or cuda.")
-    nodes: int
-    devicesPerNode: int
+    nodes: int = Field(description="Nodes in the pool.")
+    devicesPerNode: int = Field(description="Devices on each node.")
     declared: int = Field(description="nodes × devicesPerNode.")
     observed: int = Field(description="Devices of its kind this machine sees.")
     inUse: int = Field(description="Devices held now.")
@@ -150,11 +152,11 @@ class CapacityItem(View):
     """A run, evaluation or endpoint holding or waiting for devices."""
 
     kind: str = Field(description="run or endpoint.")
-    id: str
-    method: str | None
-    state: str
-    projectId: str | None
-    projectName: str
+    id: str = Field(description="The run's or endpoint's ID.")
+    method: str | None = Field(description="A run's method (sft, rl, eval…); null for an endpoint.")
+    state: str = Field(description="Its state.")
+    projectId: str | None = Field(description="Its project's ID; null when the project is gone.")
+    projectName: str = Field(description="Its project's name.")
     devices: dict[str, int] = Field(description="Pool → devices claimed.")
     judged: bool = Field(description="Whether part of the claim is a judge endpoint.")
     since: str = Field(description="When it began holding or waiting (ISO 8601).")
@@ -167,27 +169,31 @@ class CapacityItem(View):
 class ProjectCapacity(View):
     """One project's use against its quota."""
 
-    projectId: str | None
-    projectName: str
+    projectId: str | None = Field(description="The project's ID; null when it is gone.")
+    projectName: str = Field(description="The project's name.")
     usage: dict[str, int] = Field(description="Pool → devices held.")
     quota: dict[str, int] = Field(description="Pool → its quota (pools with one).")
-    holding: list[CapacityItem]
-    waiting: list[CapacityItem]
+    holding: list[CapacityItem] = Field(description="What holds devices now.")
+    waiting: list[CapacityItem] = Field(
+        description="What waits for devices, with its place and reason."
+    )
 
 
 class EndpointClaim(View):
     """What one endpoint claims."""
 
-    pool: str
-    devices: int
+    pool: str = Field(description="The pool endpoints run on.")
+    devices: int = Field(description="Devices each endpoint claims from it.")
 
 
 class CapacityReport(View):
     """Pools, quotas, and what holds or waits for devices."""
 
-    pools: list[PoolView]
-    endpointClaim: EndpointClaim
-    projects: list[ProjectCapacity]
+    pools: list[PoolView] = Field(description="Every device pool.")
+    endpointClaim: EndpointClaim = Field(description="The pool and devices of each endpoint.")
+    projects: list[ProjectCapacity] = Field(
+        description="Each project's use (only the caller's, for a project token)."
+    )
 
 
 class Health(View):
@@ -212,9 +218,9 @@ class BlobStore(View):
 class TrainingInfo(View):
     """Build version, state store, blob store and whether start-up completed."""
 
-    version: str
-    stateStore: StateStore
-    blobStore: BlobStore
+    version: str = Field(description="The service's build version.")
+    stateStore: StateStore = Field(description="Where runs, versions and tokens are kept.")
+    blobStore: BlobStore = Field(description="Where files (datasets, adapters, saves) are kept.")
     home: str = Field(description="The service's home folder.")
-    startedCompletely: bool
+    startedCompletely: bool = Field(description="Whether start-up has completed.")
     startupError: str | None = Field(description="Why start-up failed, or null.")

@@ -61,13 +61,13 @@ class NameSummary(View):
 class NameList(View):
     """Named artifacts of one kind, by name (those the caller sees)."""
 
-    items: list[NameSummary]
+    items: list[NameSummary] = Field(description="The names, sorted.")
 
 
 class VersionPage(View):
     """Versions of one name, oldest first, one page at a time."""
 
-    items: list[VersionView]
+    items: list[VersionView] = Field(description="At most limit versions numbered above after.")
     nextAfter: int | None = Field(description="The after of the next page; null on the last.")
 
 

@@ -65,8 +65,8 @@ class RunView(ProjectFields):
     branchFrom: Any = Field(description="The run and snapshot it branched from, or null.")
     warmStartModelId: str | None = Field(description="The model it warm-started from.")
     claims: Any = Field(description="The devices it claims, by pool.")
-    results: RunResults
-    cost: RunCost
+    results: RunResults = Field(description="What the run has produced so far.")
+    cost: RunCost = Field(description="What the run has cost.")
     reward: str | None = Field(None, description="(rl) The reward's specification.")
     rewardBundle: str | None = Field(None, description="(rl) The pinned scoring bundle.")
     judge: str | None = Field(None, description="(rl) The pinned judge model, for model:.")
@@ -81,7 +81,7 @@ class RunView(ProjectFields):
 class RunList(View):
     """Newest runs first (at most ``limit``), of the projects the caller sees."""
 
-    runs: list[RunView]
+    runs: list[RunView] = Field(description="The runs, newest first.")
 
 
 class Measurement(View):
@@ -132,7 +132,7 @@ class SnapshotView(View):
     recoverable: bool = Field(description="Whether a resume can start from it.")
     hasAdapter: bool = Field(description="Whether its adapter is still stored.")
     model: str | None = Field(description="The model version registered from it, or null.")
-    bytes: SnapshotBytes
+    bytes: SnapshotBytes = Field(description="Its stored bytes.")
     createdAt: str | None = iso_time("When it was saved")
 
 
@@ -140,7 +140,7 @@ class SnapshotList(View):
     """A run's saves, oldest first."""
 
     run: str = Field(description="The run's ID.")
-    snapshots: list[SnapshotView]
+    snapshots: list[SnapshotView] = Field(description="The saves, oldest first.")
 
 
 class SnapshotRegistration(View):
@@ -185,7 +185,9 @@ class RunAncestry(View):
 
     run: str = Field(description="The run's ID.")
     root: str = Field(description="The lineage's first run.")
-    ancestry: list[AncestryStep]
+    ancestry: list[AncestryStep] = Field(
+        description="The run first, then each run it branched from."
+    )
 
 
 class LossWindow(View):
@@ -221,16 +223,16 @@ class LossComparison(View):
     spikeFactor: float = Field(description="The spike threshold, a multiple of the median.")
     comparedSteps: int = Field(description="Updates both runs logged.")
     fullWindows: int = Field(description="Windows judged.")
-    windows: list[LossWindow]
+    windows: list[LossWindow] = Field(description="Every window both runs trained, in order.")
     firstWindowPastMargin: LossWindow | None = Field(description="The first full window past it.")
-    spikes: list[Spike]
+    spikes: list[Spike] = Field(description="Gradient-norm spikes of either run.")
 
 
 class SweepPoint(View):
     """One grid point and the branch run started for it."""
 
     point: dict[str, Any] = Field(description="The settings of this grid point.")
-    run: RunView
+    run: RunView = Field(description="The branch run, as accepted.")
 
 
 class SweepAnswer(View):
@@ -239,7 +241,7 @@ class SweepAnswer(View):
     source: str = Field(description="The source run's ID.")
     snapshot: str = Field(description="The save the branches start from (step-N).")
     steps: int = Field(description="Updates each branch trains.")
-    points: list[SweepPoint]
+    points: list[SweepPoint] = Field(description="One branch per grid point.")
     comparison: ComparisonView | None = Field(
         None, description="The sweep comparison, queued until every branch has ended (compare)."
     )
@@ -248,18 +250,18 @@ class SweepAnswer(View):
 class SettingValue(View):
     """One resolved setting of a dry run's line."""
 
-    key: str
+    key: str = Field(description="The setting's name.")
     path: str = Field(description="Its dotted path in the plan.")
-    value: Any
+    value: Any = Field(description="Its resolved value.")
     stated: bool = Field(description="Whether the plan stated it (else a default).")
 
 
 class SettingsLine(View):
     """One group of resolved settings, as the dry run prints it."""
 
-    group: str
+    group: str = Field(description="The group (lora, optimizer, data, execution…).")
     text: str = Field(description="The line as text, stated values marked with *.")
-    values: list[SettingValue]
+    values: list[SettingValue] = Field(description="Each setting of the group.")
 
 
 class DryRunReport(View):
@@ -268,14 +270,14 @@ class DryRunReport(View):
     dryRun: bool = Field(description="Always true.")
     accepted: bool = Field(description="False when a start would refuse the plan.")
     configHash: str = Field(description="sha256 of the resolved configuration.")
-    project: str
+    project: str = Field(description="The project the run would belong to.")
     baseModel: str = Field(description="The pinned base model.")
-    modelName: str
+    modelName: str = Field(description="The name the trained model would register under.")
     method: str = Field(description="sft or rl.")
-    deviceProfile: str
+    deviceProfile: str = Field(description="The device profile it would run on.")
     pinned: dict[str, Any] = Field(description="Every reference, pinned to its version.")
     stated: list[str] = Field(description="The paths the plan stated.")
-    settings: list[SettingsLine]
+    settings: list[SettingsLine] = Field(description="The resolved settings, one line per group.")
     refusals: list[Refusal] = Field(description="Why a start would refuse it (accepted false).")
     findings: dict[str, Any] | None = Field(description="Dataset findings for the pinned data.")
     resolved: dict[str, Any] = Field(description="The resolved plan.")
