@@ -30,8 +30,7 @@ from ..auth import Principal
 from ..connected import while_connected
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
-from ..schemas import answers
-from ..schemas.data import Preview
+from ..schemas import Preview, answers
 
 router = APIRouter()
 MAX_PREVIEW_ROWS = 100

@@ -3,6 +3,7 @@ per resource view, for the OpenAPI document and for clients (the CLI and the ui 
 import this package, DESIGN.md "Layout"). Routes name them with :func:`.common.answers`."""
 
 from .common import BINARY, Progress, ProjectFields, Refusal, View, answers, binary
+from .data import Preview
 from .endpoints import (
     ChatCompletion,
     EndpointList,
@@ -80,6 +81,7 @@ __all__ = [
     "PipelineDryRun",
     "PipelineList",
     "PipelineView",
+    "Preview",
     "Progress",
     "ProjectFields",
     "ProjectList",
