@@ -86,10 +86,16 @@ class ServingLimits(_Strict):
 class RegistryLimits(_Strict):
     """Upload limits (seeds/001 "Other changes")."""
 
-    uploadBytes: int = 256 * 1024**2
-    bundleCompressedBytes: int = 256 * 1024**2
-    bundleExpandedBytes: int = 2 * 1024**3
-    bundleFiles: int = 10_000
+    uploadBytes: int = Field(
+        256 * 1024**2, description="Largest dataset upload or pushed image, in bytes."
+    )
+    bundleCompressedBytes: int = Field(
+        256 * 1024**2, description="Largest bundle or model archive as sent, in bytes."
+    )
+    bundleExpandedBytes: int = Field(
+        2 * 1024**3, description="Largest bundle or model archive once unpacked, in bytes."
+    )
+    bundleFiles: int = Field(10_000, description="Most files in one bundle or model archive.")
     annotationBytes: int = Field(
         64 * 1024,
         ge=1,

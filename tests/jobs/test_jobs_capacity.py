@@ -18,6 +18,8 @@ from akka_optimize.db.models.serving import Endpoint, EndpointModel
 from akka_optimize.deployment import DEFAULT_FILE, Deployment, load_deployment
 from akka_optimize.errors import InvalidRequest
 from akka_optimize.jobs import capacity
+from akka_optimize.service.schemas import CapacityReport
+from answers_check import assert_matches
 
 T0 = dt.datetime(2026, 12, 2, 1, 0, tzinfo=dt.UTC)
 
@@ -222,6 +224,8 @@ def test_the_report_groups_claims_under_projects(db, tmp_path) -> None:
         whole = capacity.report(s, dep)
         assert [p["projectName"] for p in whole["projects"]] == ["a", "b", "c"]
         a = capacity.report(s, dep, "a")
+    for report in (whole, a):  # what GET /v1/training/capacity documents (issue 14 item 9)
+        assert_matches(CapacityReport, report)
     assert a["pools"] == [
         {
             "name": "cpu",

@@ -14,9 +14,9 @@ parameter, and no bodies for routes that read the raw request (uploads, plans).
   body, run plans the :class:`akka_optimize.plan.schema.RunPlan` schema, pipeline
   descriptors :class:`akka_optimize.plan.pipeline.PipelinePlan`, and the other raw JSON
   routes an object body;
-- lists the success statuses of routes that choose theirs at run time (:data:`ANSWERS`:
-  201 for a new object, 200 for a dry run or content already stored);
-- gives every answer a schema: a JSON object, or bytes for downloads.
+- keeps the success answers the routes declare: a response model per JSON answer
+  (:mod:`.schemas`, by :func:`.schemas.answers`; both statuses of a route that picks 200 or
+  201 at run time), and bytes with their media type for downloads (:func:`.schemas.binary`).
 """
 
 from __future__ import annotations
@@ -89,37 +89,6 @@ RAW_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/training/endpoints/{endpoint_id}/openai/v1/chat/completions"): _JSON_OBJECT,
 }
 
-_STORED = {
-    "200": "The content was already stored: its existing version (`created: false`).",
-    "201": "A new version (`created: true`).",
-}
-#: Success statuses of routes that answer a ``JSONResponse`` with a status chosen at run
-#: time, by (method, path): FastAPI documents only its default 200 for them.
-ANSWERS: dict[tuple[str, str], dict[str, str]] = {
-    ("post", "/v1/training/runs"): {
-        "200": "What the run would be (`dryRun=true`); nothing is created.",
-        "201": "The run, accepted.",
-    },
-    ("post", "/v1/training/pipelines"): {
-        "200": "Every stage's resolved settings (`dryRun=true`); nothing is created.",
-        "201": "The pipeline, accepted.",
-    },
-    ("post", "/v1/registry/datasets/{namespace}/{name}"): _STORED,
-    ("post", "/v1/registry/bundles/{namespace}/{name}"): _STORED,
-    ("post", "/v1/registry/models/{namespace}/{name}"): _STORED,
-    ("post", "/v1/registry/images"): {"201": "The stored image's digest, filename and size."},
-    ("post", "/v1/training/base-models"): {
-        "200": "The entry was already selected: its state.",
-        "201": "The entry, newly selected: its download has started.",
-    },
-}
-
-#: Routes that answer bytes rather than JSON.
-DOWNLOADS = {
-    ("get", "/v1/registry/images/{digest}"),
-    ("get", "/v1/registry/datasets/{namespace}/{name}/object"),
-}
-
 
 def _model_bodies(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """Request bodies of the raw JSON routes that take a descriptor, by (method, path); the
@@ -156,20 +125,6 @@ def _fix_operation(
         op["requestBody"] = bodies[(method, path)]
     responses = op.setdefault("responses", {})
     responses.pop("422", None)
-    if (method, path) in ANSWERS:
-        for status in [s for s in responses if s.startswith("2")]:
-            del responses[status]
-        for status, text in ANSWERS[(method, path)].items():
-            responses[status] = {"description": text}
-    for status, answer in responses.items():
-        if not status.startswith("2"):
-            continue
-        if (method, path) in DOWNLOADS:
-            answer["content"] = {"application/octet-stream": {"schema": _BYTES}}
-        else:
-            content = answer.setdefault("content", {}).setdefault("application/json", {})
-            if not content.get("schema"):
-                content["schema"] = _OBJECT
     if path == "/healthz":
         return
     op["security"] = [{"bearer": []}]

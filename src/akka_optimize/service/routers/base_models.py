@@ -33,6 +33,7 @@ from ...catalog.selection import (
 from ...deployment import load_deployment
 from ..context import ServiceContext
 from ..deps import CtxDep
+from ..schemas import BaseModelList, BaseModelView, CandidateList, answers
 
 router = APIRouter(prefix="/v1/training/base-models", tags=["base-models"])
 
@@ -67,7 +68,7 @@ def on_shutdown(ctx: ServiceContext) -> None:
         m.stop()
 
 
-@router.get("")
+@router.get("", **answers(BaseModelList))
 def list_models(ctx: CtxDep, all_: bool = Query(False, alias="all")) -> dict[str, Any]:
     """Selected base models; with ``all=true`` every entry of the catalog."""
     catalog = settings_catalog(ctx.settings)
@@ -78,7 +79,15 @@ def list_models(ctx: CtxDep, all_: bool = Query(False, alias="all")) -> dict[str
         }
 
 
-@router.post("")
+@router.post(
+    "",
+    **answers(
+        BaseModelView,
+        200,
+        "The entry was already selected: its state.",
+        also={201: (BaseModelView, "The entry, newly selected: its download has started.")},
+    ),
+)
 def select_model(body: SelectRequest, ctx: CtxDep) -> JSONResponse:
     """Select a catalog entry: 201 when newly selected, 200 when it already was."""
     catalog = settings_catalog(ctx.settings)
@@ -93,7 +102,7 @@ def select_model(body: SelectRequest, ctx: CtxDep) -> JSONResponse:
     return JSONResponse(view, status_code=200 if existed else 201)
 
 
-@router.get("/candidates")
+@router.get("/candidates", **answers(CandidateList))
 def list_candidates(
     ctx: CtxDep,
     author: str = Query(min_length=1),
@@ -106,7 +115,7 @@ def list_candidates(
     return candidates(models, author, match, catalog, dep.deviceProfiles)
 
 
-@router.get("/{ref:path}")
+@router.get("/{ref:path}", **answers(BaseModelView))
 def get_model(ref: str, ctx: CtxDep) -> dict[str, Any]:
     """One base model by repository, registry reference or selection-ID prefix."""
     catalog = settings_catalog(ctx.settings)

@@ -11,11 +11,12 @@ from ...deployment import load_deployment
 from ...jobs import capacity
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..schemas import CapacityReport, answers
 
 router = APIRouter(prefix="/v1/training")
 
 
-@router.get("/capacity")
+@router.get("/capacity", **answers(CapacityReport))
 def get_capacity(
     s: SessionDep, ctx: CtxDep, principal: PrincipalDep, project: str | None = None
 ) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from ...evals import kind as evals
 from ...jobs import control
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..schemas import ComparisonList, ComparisonView, answers
 from .evaluations import EvaluationCreate, prepare
 
 router = APIRouter(prefix="/v1/training/comparisons")
@@ -36,7 +37,7 @@ class ComparisonCreate(EvaluationCreate):
     )
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, **answers(ComparisonView, 201))
 def create_comparison(
     body: ComparisonCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> JSONResponse:
@@ -47,7 +48,7 @@ def create_comparison(
     return JSONResponse(evals.start_evaluation(ctx, s, req, resolve), status_code=201)
 
 
-@router.get("")
+@router.get("", **answers(ComparisonList))
 def list_comparisons(
     s: SessionDep,
     principal: PrincipalDep,
@@ -60,7 +61,7 @@ def list_comparisons(
     return {"comparisons": found}
 
 
-@router.get("/{comparison_id}")
+@router.get("/{comparison_id}", **answers(ComparisonView))
 def get_comparison(
     comparison_id: str,
     s: SessionDep,
@@ -74,7 +75,7 @@ def get_comparison(
     return evals.comparison_view(s, run, examples=rows)
 
 
-@router.post("/{comparison_id}/cancel")
+@router.post("/{comparison_id}/cancel", **answers(ComparisonView))
 def cancel_comparison(
     comparison_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:

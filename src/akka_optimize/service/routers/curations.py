@@ -20,6 +20,7 @@ from ...jobs import control
 from ...plan.pipeline import CurationRequest
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..schemas import CurationList, CurationView, answers
 
 router = APIRouter(prefix="/v1/training/curations")
 
@@ -53,7 +54,7 @@ def check_request(
     return curation.check_curation(ctx, s, body, project.name, resolve)
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, **answers(CurationView, 201))
 def start_curation(
     body: CurationCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> JSONResponse:
@@ -64,7 +65,7 @@ def start_curation(
     return JSONResponse(view, status_code=201)
 
 
-@router.get("")
+@router.get("", **answers(CurationList))
 def list_curations(
     s: SessionDep,
     principal: PrincipalDep,
@@ -85,14 +86,14 @@ def list_curations(
     return {"curations": [curation.curation_view(s, r) for r in s.scalars(q.limit(limit))]}
 
 
-@router.get("/{curation_id}")
+@router.get("/{curation_id}", **answers(CurationView))
 def get_curation(curation_id: str, s: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """One curation (ID or unambiguous prefix)."""
     run = evals.find_evaluation(s, curation_id, access.scope(principal), curation.METHOD)
     return curation.curation_view(s, run)
 
 
-@router.post("/{curation_id}/cancel")
+@router.post("/{curation_id}/cancel", **answers(CurationView))
 def cancel_curation(
     curation_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:

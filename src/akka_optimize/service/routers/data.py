@@ -30,6 +30,7 @@ from ..auth import Principal
 from ..connected import while_connected
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
+from ..schemas import Preview, answers
 
 router = APIRouter()
 MAX_PREVIEW_ROWS = 100
@@ -118,7 +119,7 @@ def preview_request(
     }
 
 
-@router.post("/v1/training/data/preview")
+@router.post("/v1/training/data/preview", **answers(Preview))
 async def preview_route(request: Request, ctx: CtxDep, principal: PrincipalDep) -> dict[str, Any]:
     """Rows rendered by the base model's chat template, supervised spans marked."""
     raw = await request.body()

@@ -38,6 +38,14 @@ from .. import access
 from ..auth import Principal
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..schemas import (
+    ChatCompletion,
+    EndpointList,
+    EndpointsInfo,
+    EndpointView,
+    OpenAIModelList,
+    answers,
+)
 from .endpoint_forwarding import _oai_error, _ready_worker, _visible_id
 from .endpoint_judges import ensure_judge_endpoint as ensure_judge_endpoint
 from .endpoint_judges import judge_chat as judge_chat
@@ -122,7 +130,7 @@ def _resolve_model(
     return row, base_key, project
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, **answers(EndpointView, 201))
 def create_endpoint(
     body: EndpointCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> JSONResponse:
@@ -145,7 +153,7 @@ def create_endpoint(
     return JSONResponse(view(s, ep, ctx), status_code=201)
 
 
-@router.get("")
+@router.get("", **answers(EndpointList))
 def list_endpoints(
     s: SessionDep, ctx: CtxDep, principal: PrincipalDep, project: str | None = None
 ) -> dict[str, Any]:
@@ -159,7 +167,7 @@ def list_endpoints(
     return {"endpoints": [view(s, e, ctx) for e in s.scalars(q)]}
 
 
-@router.get("/info")
+@router.get("/info", **answers(EndpointsInfo))
 def endpoints_info(ctx: CtxDep) -> dict[str, Any]:
     """What an endpoint can serve (seeds/001 "What an endpoint can serve")."""
     lim = _limits(ctx)
@@ -178,7 +186,7 @@ def endpoints_info(ctx: CtxDep) -> dict[str, Any]:
     }
 
 
-@router.get("/{endpoint_id}")
+@router.get("/{endpoint_id}", **answers(EndpointView))
 def get_endpoint(
     endpoint_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -186,7 +194,9 @@ def get_endpoint(
     return view(s, find_endpoint(s, endpoint_id, principal), ctx)
 
 
-@router.delete("/{endpoint_id}")
+@router.delete(
+    "/{endpoint_id}", **answers(EndpointView, 200, "The endpoint as it was (state DELETED).")
+)
 def delete_endpoint(
     endpoint_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -212,7 +222,7 @@ def delete_endpoint(
     return out
 
 
-@router.delete("/{endpoint_id}/models/{ref:path}")
+@router.delete("/{endpoint_id}/models/{ref:path}", **answers(EndpointView))
 def detach_model(
     endpoint_id: str, ref: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -234,7 +244,7 @@ def detach_model(
 
 
 # OpenAI forwarding ------------------------------------------------------------------
-@router.get("/{endpoint_id}/openai/v1/models")
+@router.get("/{endpoint_id}/openai/v1/models", **answers(OpenAIModelList))
 async def openai_models(endpoint_id: str, ctx: CtxDep, principal: PrincipalDep) -> Any:
     """The models this endpoint serves (OpenAI ``/v1/models``)."""
     endpoint_id = _visible_id(ctx, endpoint_id, principal)
@@ -247,7 +257,18 @@ async def openai_models(endpoint_id: str, ctx: CtxDep, principal: PrincipalDep) 
     return data
 
 
-@router.post("/{endpoint_id}/openai/v1/chat/completions")
+@router.post(
+    "/{endpoint_id}/openai/v1/chat/completions",
+    response_model=None,
+    responses={
+        200: {
+            "model": ChatCompletion,
+            "description": "The chat completion; with stream true, its chunks as "
+            "server-sent events (`data: {chat.completion.chunk}`, then `data: [DONE]`).",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    },
+)
 async def openai_chat(
     endpoint_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep
 ) -> Any:

@@ -20,6 +20,7 @@ from ...jobs import control
 from ...plan.pipeline import EvaluationRequest
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..schemas import EvaluationList, EvaluationView, answers
 
 router = APIRouter(prefix="/v1/training/evaluations")
 
@@ -109,7 +110,7 @@ def prepare(
     return req, resolve
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, **answers(EvaluationView, 201))
 def start_evaluation(
     body: EvaluationCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> JSONResponse:
@@ -118,7 +119,7 @@ def start_evaluation(
     return JSONResponse(evals.start_evaluation(ctx, s, req, resolve), status_code=201)
 
 
-@router.get("")
+@router.get("", **answers(EvaluationList))
 def list_evaluations(
     s: SessionDep,
     principal: PrincipalDep,
@@ -130,7 +131,7 @@ def list_evaluations(
     return {"evaluations": evals.list_evaluations(s, project, limit) if visible else []}
 
 
-@router.get("/{evaluation_id}")
+@router.get("/{evaluation_id}", **answers(EvaluationView))
 def get_evaluation(
     evaluation_id: str,
     s: SessionDep,
@@ -144,7 +145,7 @@ def get_evaluation(
     return evals.evaluation_view(s, run, examples=rows)
 
 
-@router.post("/{evaluation_id}/cancel")
+@router.post("/{evaluation_id}/cancel", **answers(EvaluationView))
 def cancel_evaluation(
     evaluation_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:

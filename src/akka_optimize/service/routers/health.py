@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from ... import __version__
 from ..deps import RawCtxDep
+from ..schemas import Health, TrainingInfo
 
 public_router = APIRouter()
 router = APIRouter()
@@ -20,14 +21,14 @@ def _redact(url: str) -> str:
     return url
 
 
-@public_router.get("/healthz")
+@public_router.get("/healthz", response_model=Health)
 async def healthz() -> dict[str, str]:
     """Liveness: answers as soon as the process serves HTTP (on the event loop, so it
     never waits for a request thread)."""
     return {"status": "ok"}
 
 
-@router.get("/v1/training/info")
+@router.get("/v1/training/info", response_model=TrainingInfo)
 def training_info(ctx: RawCtxDep) -> dict[str, Any]:
     """Build version, state store, blob store and whether start-up completed."""
     db_url = ctx.settings.database_url or ""

@@ -20,6 +20,7 @@ from .. import access
 from .. import pipelines as P
 from ..connected import while_connected
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..schemas import PipelineDryRun, PipelineList, PipelineView, answers
 from .runs import read_json_body
 
 router = APIRouter(prefix="/v1/training/pipelines")
@@ -30,7 +31,15 @@ def on_startup(ctx: Any) -> None:
     on_tick("pipelines", P.advance_all)
 
 
-@router.post("")
+@router.post(
+    "",
+    **answers(
+        PipelineDryRun,
+        200,
+        "Every stage's resolved settings (dryRun=true); nothing is created.",
+        also={201: (PipelineView, "The pipeline, accepted.")},
+    ),
+)
 async def start_pipeline(
     request: Request, ctx: CtxDep, principal: PrincipalDep, dryRun: bool = False
 ) -> JSONResponse:
@@ -49,7 +58,7 @@ async def start_pipeline(
     return JSONResponse(await run_in_threadpool(work), status_code=201)
 
 
-@router.get("")
+@router.get("", **answers(PipelineList))
 def list_pipelines(
     s: SessionDep,
     principal: PrincipalDep,
@@ -61,13 +70,13 @@ def list_pipelines(
     return {"pipelines": P.list_pipelines(s, project, limit) if visible else []}
 
 
-@router.get("/{pipeline_id}")
+@router.get("/{pipeline_id}", **answers(PipelineView))
 def get_pipeline(pipeline_id: str, s: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """One pipeline (ID or unambiguous prefix) with every stage."""
     return P.pipeline_view(s, P.find_pipeline(s, pipeline_id, access.scope(principal)))
 
 
-@router.post("/{pipeline_id}/cancel")
+@router.post("/{pipeline_id}/cancel", **answers(PipelineView))
 def cancel_pipeline(
     pipeline_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -78,7 +87,7 @@ def cancel_pipeline(
     return P.pipeline_view(s, p)
 
 
-@router.post("/{pipeline_id}/resume")
+@router.post("/{pipeline_id}/resume", **answers(PipelineView))
 def resume_pipeline(
     pipeline_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from .. import access
 from ..access import find_project
 from ..auth import Principal
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..schemas import ProjectList, ProjectView, ScoresTable, answers
 from .sampling import Sampling
 
 router = APIRouter(prefix="/v1/training/projects", tags=["projects"])
@@ -93,7 +94,7 @@ def _settings(ctx: Any, s: Session, principal: Principal, p: Project, body: Eval
     )
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, **answers(ProjectView, 201))
 def create_project(
     body: ProjectCreate, session: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> JSONResponse:
@@ -121,7 +122,7 @@ def create_project(
     return JSONResponse(project_view(p), status_code=201)
 
 
-@router.get("")
+@router.get("", **answers(ProjectList))
 def list_projects(session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """Every training project the caller sees, by name."""
     rows = session.scalars(select(Project).order_by(Project.name)).all()
@@ -130,13 +131,13 @@ def list_projects(session: SessionDep, principal: PrincipalDep) -> dict[str, Any
     }
 
 
-@router.get("/{project}")
+@router.get("/{project}", **answers(ProjectView))
 def get_project(project: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """One training project by name or ID (404 for one the caller does not see)."""
     return project_view(find_project(session, project, principal))
 
 
-@router.put("/{project}/evaluation")
+@router.put("/{project}/evaluation", **answers(ProjectView))
 def set_evaluation(
     project: str,
     body: EvaluationSettings,
@@ -154,7 +155,7 @@ def set_evaluation(
     return project_view(p)
 
 
-@router.get("/{project}/scores")
+@router.get("/{project}/scores", **answers(ScoresTable))
 def get_scores(project: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """The project's scores table (``training projects scores``): one row per base-model
     version, its models' newest scores on the project's evaluation settings, best first.

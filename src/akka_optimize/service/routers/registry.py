@@ -40,6 +40,16 @@ from ...store import content_key
 from .. import access
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
+from ..schemas import (
+    ImagePush,
+    NameList,
+    RegistryInfo,
+    StoredVersion,
+    VersionPage,
+    VersionView,
+    answers,
+    binary,
+)
 from .registry_transfer import (
     _extract_tar,
     _limits,
@@ -54,6 +64,13 @@ from .registry_transfer import check_upload as check_upload
 
 router = APIRouter(prefix="/v1/registry", tags=["registry"])
 PLURAL = {"datasets": "dataset", "bundles": "bundle", "models": "model"}
+#: A registration's answers: 201 for a new version, 200 for content already stored.
+_STORED = answers(
+    StoredVersion,
+    200,
+    "The content was already stored: its existing version (created false).",
+    also={201: (StoredVersion, "A new version (created true).")},
+)
 
 
 def on_startup(ctx: ServiceContext) -> None:
@@ -72,7 +89,7 @@ def _answer(rv: Any, created: bool) -> JSONResponse:
     return JSONResponse({**rv.to_dict(), "created": created}, status_code=201 if created else 200)
 
 
-@router.get("/info")
+@router.get("/info", response_model=RegistryInfo)
 def registry_info(ctx: CtxDep) -> dict[str, Any]:
     """The registry's build version, artifact kinds and upload limits (seeds/001 "registry
     info shows the registry's build version")."""
@@ -83,7 +100,7 @@ def registry_info(ctx: CtxDep) -> dict[str, Any]:
     }
 
 
-@router.post("/datasets/{namespace}/{name}")
+@router.post("/datasets/{namespace}/{name}", **_STORED)
 async def register_dataset_route(
     namespace: str,
     name: str,
@@ -115,7 +132,7 @@ async def register_dataset_route(
     return _answer(*await _with_upload(path, work))
 
 
-@router.post("/bundles/{namespace}/{name}")
+@router.post("/bundles/{namespace}/{name}", **_STORED)
 async def register_bundle_route(
     namespace: str,
     name: str,
@@ -142,7 +159,7 @@ async def register_bundle_route(
     return _answer(*await _with_upload(path, work))
 
 
-@router.post("/models/{namespace}/{name}")
+@router.post("/models/{namespace}/{name}", **_STORED)
 async def register_model_route(
     namespace: str,
     name: str,
@@ -188,7 +205,7 @@ async def register_model_route(
     return _answer(*await _with_upload(path, work))
 
 
-@router.post("/images")
+@router.post("/images", status_code=201, **answers(ImagePush, 201, "The stored image."))
 async def push_image_route(
     request: Request, ctx: CtxDep, principal: PrincipalDep, filename: str
 ) -> JSONResponse:
@@ -206,7 +223,7 @@ async def push_image_route(
     return JSONResponse(await _with_upload(path, work), status_code=201)
 
 
-@router.get("/images/{digest}")
+@router.get("/images/{digest}", **binary("The image's bytes.", "application/octet-stream"))
 def get_image(digest: str, ctx: CtxDep, principal: PrincipalDep) -> StreamingResponse:
     """The bytes of a registered image (pushed, or part of a dataset): only an image, never
     another blob, and for a project token only an image of its project."""
@@ -219,7 +236,7 @@ def get_image(digest: str, ctx: CtxDep, principal: PrincipalDep) -> StreamingRes
     return _stream(ctx.store.open(key), "application/octet-stream")
 
 
-@router.get("/{kinds}")
+@router.get("/{kinds}", **answers(NameList))
 def list_route(
     kinds: str, ctx: CtxDep, principal: PrincipalDep, namespace: str | None = None
 ) -> dict[str, Any]:
@@ -230,7 +247,7 @@ def list_route(
         return {"items": access.filter_names(principal, s, kind, list_names(s, kind, namespace))}
 
 
-@router.get("/{kinds}/{namespace}/{name}")
+@router.get("/{kinds}/{namespace}/{name}", **answers(VersionView))
 def get_route(
     kinds: str,
     namespace: str,
@@ -247,7 +264,7 @@ def get_route(
 MAX_PAGE = 1000
 
 
-@router.get("/{kinds}/{namespace}/{name}/versions")
+@router.get("/{kinds}/{namespace}/{name}/versions", **answers(VersionPage))
 def versions_route(
     kinds: str,
     namespace: str,
@@ -273,7 +290,14 @@ def versions_route(
     }
 
 
-@router.get("/datasets/{namespace}/{name}/object")
+@router.get(
+    "/datasets/{namespace}/{name}/object",
+    **binary(
+        "The registered bytes: JSONL, or a ZIP (rows with images, or prepared token rows).",
+        "application/x-ndjson",
+        "application/zip",
+    ),
+)
 def dataset_object(
     namespace: str, name: str, ctx: CtxDep, principal: PrincipalDep
 ) -> StreamingResponse:
@@ -287,7 +311,9 @@ def dataset_object(
     return resp
 
 
-@router.get("/models/{namespace}/{name}/object")
+@router.get(
+    "/models/{namespace}/{name}/object", **binary("The adapter, a tar.", "application/x-tar")
+)
 def model_object(
     namespace: str, name: str, ctx: CtxDep, principal: PrincipalDep
 ) -> StreamingResponse:
@@ -309,7 +335,10 @@ def model_object(
     return resp
 
 
-@router.get("/models/{namespace}/{name}/merged")
+@router.get(
+    "/models/{namespace}/{name}/merged",
+    **binary("A tar of the merged transformers folder.", "application/x-tar"),
+)
 def model_merged(
     namespace: str, name: str, ctx: CtxDep, principal: PrincipalDep
 ) -> StreamingResponse:
@@ -346,7 +375,7 @@ class AliasBody(BaseModel):
     version: str = Field(description="The version the alias points at, such as v3.")
 
 
-@router.put("/{kinds}/{namespace}/{name}/aliases/{alias}")
+@router.put("/{kinds}/{namespace}/{name}/aliases/{alias}", **answers(VersionView))
 def alias_route(
     kinds: str,
     namespace: str,
@@ -370,7 +399,7 @@ class AnnotationsBody(BaseModel):
     annotations: dict[str, Any]
 
 
-@router.put("/{kinds}/{namespace}/{name}/annotations")
+@router.put("/{kinds}/{namespace}/{name}/annotations", **answers(VersionView))
 def annotate_route(
     kinds: str,
     namespace: str,

@@ -28,6 +28,24 @@ from ...jsonvalues import MAX_INT
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..inputs import check_worker_event, whole_number
+from ..schemas import (
+    ChatCompletion,
+    EndpointView,
+    LossComparison,
+    RunAncestry,
+    RunFailure,
+    RunList,
+    RunMetrics,
+    RunSamples,
+    RunView,
+    SnapshotList,
+    SnapshotRegistration,
+    SnapshotView,
+    SweepAnswer,
+    TreeNode,
+    WorkerEventAnswer,
+    answers,
+)
 from .sweep_body import SWEEP_FIELDS as SWEEP_FIELDS
 from .sweep_body import _sweep_scoring
 
@@ -58,7 +76,7 @@ def on_shutdown(ctx: Any) -> None:
         sched.stop()
 
 
-@router.get("/runs")
+@router.get("/runs", **answers(RunList))
 def list_runs(
     session: SessionDep,
     principal: PrincipalDep,
@@ -70,7 +88,7 @@ def list_runs(
     return {"runs": views.list_runs(session, project, limit) if visible else []}
 
 
-@router.get("/runs/{run_id}")
+@router.get("/runs/{run_id}", **answers(RunView))
 def get_run(
     run_id: str, session: SessionDep, principal: PrincipalDep, settings: bool = False
 ) -> dict[str, Any]:
@@ -78,7 +96,7 @@ def get_run(
     return views.run_view(session, access.find_run(principal, session, run_id), settings=settings)
 
 
-@router.get("/runs/{run_id}/samples")
+@router.get("/runs/{run_id}/samples", **answers(RunSamples))
 def run_samples(
     run_id: str,
     session: SessionDep,
@@ -89,20 +107,20 @@ def run_samples(
     return views.samples(session, access.find_run(principal, session, run_id), step)
 
 
-@router.get("/runs/{run_id}/metrics")
+@router.get("/runs/{run_id}/metrics", **answers(RunMetrics))
 def run_metrics(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """Per-update metrics and validation measurements."""
     return views.metrics(session, access.find_run(principal, session, run_id))
 
 
-@router.get("/runs/{run_id}/snapshots")
+@router.get("/runs/{run_id}/snapshots", **answers(SnapshotList))
 def run_snapshots(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """The run's saves with their sizes."""
     run = access.find_run(principal, session, run_id)
     return {"run": run.id, "snapshots": views.snapshots(session, run)}
 
 
-@router.get("/runs/{run_id}/compare")
+@router.get("/runs/{run_id}/compare", **answers(LossComparison))
 def compare_runs(
     run_id: str,
     session: SessionDep,
@@ -130,7 +148,7 @@ def compare_runs(
     )
 
 
-@router.post("/runs/{run_id}/sweep", status_code=201)
+@router.post("/runs/{run_id}/sweep", status_code=201, **answers(SweepAnswer, 201))
 def sweep_run(
     run_id: str,
     ctx: CtxDep,
@@ -190,20 +208,20 @@ def sweep_run(
     return out
 
 
-@router.get("/runs/{run_id}/tree")
+@router.get("/runs/{run_id}/tree", **answers(TreeNode))
 def run_tree(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """Every generation of branches below the run."""
     return branches.tree(session, access.find_run(principal, session, run_id))
 
 
-@router.get("/runs/{run_id}/ancestry")
+@router.get("/runs/{run_id}/ancestry", **answers(RunAncestry))
 def run_ancestry(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """The run, then each run it branched from, back to the lineage's root."""
     lineage = branches.ancestry(session, access.find_run(principal, session, run_id))
     return {"run": lineage[0]["run"], "root": lineage[-1]["run"], "ancestry": lineage}
 
 
-@router.get("/runs/{run_id}/snapshots/{name}")
+@router.get("/runs/{run_id}/snapshots/{name}", **answers(SnapshotView))
 def get_snapshot(
     run_id: str, name: str, session: SessionDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -220,7 +238,11 @@ def get_snapshot(
     )
 
 
-@router.post("/runs/{run_id}/snapshots/{name}/register", status_code=201)
+@router.post(
+    "/runs/{run_id}/snapshots/{name}/register",
+    status_code=201,
+    response_model=SnapshotRegistration,
+)
 def register_snapshot(
     run_id: str,
     name: str,
@@ -285,7 +307,7 @@ def register_snapshot(
     }
 
 
-@router.get("/runs/{run_id}/failure")
+@router.get("/runs/{run_id}/failure", response_model=RunFailure)
 def run_failure(run_id: str, session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """Why a run failed: one sentence; the worker's output stays with operators."""
     run = access.find_run(principal, session, run_id)
@@ -297,7 +319,7 @@ def run_failure(run_id: str, session: SessionDep, principal: PrincipalDep) -> di
     }
 
 
-@router.post("/runs/{run_id}/cancel")
+@router.post("/runs/{run_id}/cancel", **answers(RunView))
 def cancel_run(
     run_id: str, ctx: CtxDep, session: SessionDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -306,7 +328,7 @@ def cancel_run(
     )
 
 
-@router.post("/runs/{run_id}/pause")
+@router.post("/runs/{run_id}/pause", **answers(RunView))
 def pause_run(
     run_id: str, ctx: CtxDep, session: SessionDep, principal: PrincipalDep
 ) -> dict[str, Any]:
@@ -315,7 +337,7 @@ def pause_run(
     )
 
 
-@router.post("/runs/{run_id}/resume")
+@router.post("/runs/{run_id}/resume", **answers(RunView))
 def resume_run(
     run_id: str,
     ctx: CtxDep,
@@ -329,7 +351,7 @@ def resume_run(
     return control.resume(ctx, session, access.find_run(principal, session, run_id), checked)
 
 
-@router.post("/runs/{run_id}/attempts/{number}/events")
+@router.post("/runs/{run_id}/attempts/{number}/events", response_model=WorkerEventAnswer)
 def worker_event(
     run_id: str,
     number: Annotated[int, Path(ge=1, le=MAX_INT, description="The attempt number.")],
@@ -357,7 +379,7 @@ def _running_attempt(ctx: Any, run_id: str, number: int, authorization: str | No
             raise Conflict(f"Run {run_id}'s attempt {number} has ended.", field="attempt")
 
 
-@router.post("/runs/{run_id}/attempts/{number}/judge")
+@router.post("/runs/{run_id}/attempts/{number}/judge", **answers(EndpointView))
 def judge_endpoint(
     run_id: str,
     number: Annotated[int, Path(ge=1, le=MAX_INT, description="The attempt number.")],
@@ -372,7 +394,10 @@ def judge_endpoint(
     return ensure_judge_endpoint(ctx, run_id)
 
 
-@router.post("/runs/{run_id}/attempts/{number}/judge/chat/completions")
+@router.post(
+    "/runs/{run_id}/attempts/{number}/judge/chat/completions",
+    **answers(ChatCompletion, 200, "The judge's chat completion (OpenAI's shape)."),
+)
 async def judge_chat_completions(
     run_id: str,
     number: Annotated[int, Path(ge=1, le=MAX_INT, description="The attempt number.")],

@@ -22,6 +22,7 @@ from ...jsonvalues import loads
 from ..connected import while_connected
 from ..deps import CtxDep, PrincipalDep
 from ..plans import dry_run, resolve_run_plan
+from ..schemas import DryRunReport, RunView, answers
 
 router = APIRouter()
 
@@ -39,7 +40,15 @@ async def read_json_body(request: Request) -> Any:
     return loads(body)
 
 
-@router.post("/v1/training/runs")
+@router.post(
+    "/v1/training/runs",
+    **answers(
+        DryRunReport,
+        200,
+        "What the run would be (dryRun=true); nothing is created.",
+        also={201: (RunView, "The run, accepted.")},
+    ),
+)
 async def start_run_route(
     request: Request, ctx: CtxDep, principal: PrincipalDep, dryRun: bool = False
 ) -> JSONResponse:
