@@ -117,6 +117,19 @@ class EngineConfig:
     """``execution.saveEachEpoch``: save (and keep the adapter) at each epoch end."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto picks CUDA when available."""
+    ranks: int = 1
+    """``execution.gpus``: ranks training together under ``torch.distributed.run`` (one per
+    device; on CPU, gloo ranks). An update holds ``micro_batch × gradient_accumulation ×
+    ranks`` conversations (:mod:`akka_optimize.engine.distributed`)."""
+    sharding: Literal["full", "none"] = "full"
+    """``execution.memory.sharding`` with several ranks: ``full`` shards the model, its
+    gradients and optimizer state with FSDP2; ``none`` keeps a full replica per rank."""
+    sync_once_per_update: bool = True
+    """``engine.use_no_sync_for_gradient_accumulation``: combine gradients across ranks once
+    per update, after its last pass; false combines them after every pass."""
+    compare_replicas: bool = True
+    """``checkpoint.compare_replicas``: with sharding ``none``, check before the first save
+    that every rank holds the same optimizer state."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form settings carried into saved state for the caller (ignored by the engine)."""
 
@@ -188,6 +201,12 @@ class EngineConfig:
                 "config.hyperparams.training.maxSteps",
                 "must be at least 1",
             ),
+            (1 <= self.ranks <= 64, "execution.gpus", "must be in [1, 64]"),
+            (
+                self.sharding in ("full", "none"),
+                "execution.memory.sharding",
+                "must be full or none",
+            ),
             (
                 self.micro_batch >= 1,
                 "config.hyperparams.training.microBatchPerGpu",
@@ -232,7 +251,8 @@ class EngineConfig:
 
     @property
     def conversations_per_update(self) -> int:
-        return self.micro_batch * self.gradient_accumulation
+        """Conversations in one update over every rank (the epoch's last may hold fewer)."""
+        return self.micro_batch * self.gradient_accumulation * self.ranks
 
     def updates_per_epoch(self, rows: int) -> int:
         """Updates in one epoch of ``rows`` conversations (the last one may be smaller)."""

@@ -17,12 +17,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..data.types import Example
 from .config import EngineConfig
+from .distributed import any_rank
 from .errors import EngineError
 from .phases import end_phase as end_phase
 from .phases import training_phase as training_phase
@@ -39,6 +40,8 @@ from .snapshots import save_snapshot as save_snapshot
 from .snapshots import state_path as state_path
 
 Emit = Callable[[dict[str, Any]], None]
+_DEFAULTS = {f.name: f.default for f in fields(EngineConfig)}
+"""Defaults of the settings, for states saved before a setting existed (``ranks``)."""
 
 
 @dataclass
@@ -133,6 +136,8 @@ def run_sft(
 
         done = until is not None and until(session, update, total)
         stopping = not done and _stop_due(update, total, stop_after_step, should_stop)
+        if session.world > 1:  # rank 0 hears the service; every rank stops together
+            stopping = any_rank(stopping)
         if _save_due(cfg, update, total, epoch_end, done or stopping):
             adapter = save_snapshot(
                 session, cfg, model_dir, state_dir, epoch, epoch_end, len(train), log, emit
@@ -247,8 +252,8 @@ def _train_update(
     """Train update ``update`` (1-based) on its passes, emit its ``metrics`` (and, on a
     fresh run's first update, the first-loss ``warning`` of rule 10) and add its loss to
     ``log``. Returns ``(epoch, epoch_end)``."""
-    epoch, epoch_end, passes = update_passes(train, cfg, update)
-    session.forward_backward(passes)
+    epoch, epoch_end, passes = update_passes(train, cfg, update, session.rank, session.world)
+    session.train_update_passes(passes)
     metrics = session.optim_step()
     emit({"type": "metrics", "epoch": epoch, **metrics})
     if update == 1 and resume_step is None:  # a fresh run's first update (rule 10)
@@ -294,7 +299,7 @@ def _resume(
     meta = session.load_state(state_path(state_dir, step) / "state")
     saved = meta["config"]
     fixed = BRANCH_SETTINGS if branch else ORDER_SETTINGS
-    changed = [k for k in fixed if saved.get(k) != getattr(cfg, k)]
+    changed = [k for k in fixed if saved.get(k, _DEFAULTS.get(k)) != getattr(cfg, k)]
     if changed or meta["cursor"].get("rows") != rows:
         what = ", ".join(f"{k} {saved.get(k)} → {getattr(cfg, k)}" for k in changed)
         what = what or f"{meta['cursor'].get('rows')} → {rows} rows"

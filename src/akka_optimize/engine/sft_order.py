@@ -14,6 +14,7 @@ import random
 from ..data.packing import pack
 from ..data.types import Example, Pass, pack_examples
 from .config import EngineConfig
+from .distributed import rank_share
 
 
 def epoch_order(rows: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
@@ -25,13 +26,17 @@ def epoch_order(rows: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
 
 
 def update_passes(
-    train: list[Example], cfg: EngineConfig, update: int
+    train: list[Example], cfg: EngineConfig, update: int, rank: int = 0, size: int = 1
 ) -> tuple[int, bool, list[Pass]]:
-    """(epoch, whether it ends the epoch, packed passes) of 1-based ``update``."""
+    """(epoch, whether it ends the epoch, packed passes) of 1-based ``update``; on several
+    ranks, the passes of ``rank``'s share of the update's conversations
+    (:func:`akka_optimize.engine.distributed.rank_share`: a contiguous share, so an update
+    smaller than the ranks, the epoch's remainder, still trains every conversation)."""
     per_epoch = cfg.updates_per_epoch(len(train))
     epoch, k = divmod(update - 1, per_epoch)
     n = cfg.conversations_per_update
     rows = epoch_order(len(train), cfg.seed, epoch + 1, cfg.shuffle)[k * n : (k + 1) * n]
+    rows = rank_share(rows, rank, size)
     return epoch + 1, k == per_epoch - 1, passes_of([train[i] for i in rows], cfg)
 
 

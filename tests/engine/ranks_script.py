@@ -1,0 +1,49 @@
+"""Run supervised scenarios on every rank of ``torch.distributed.run`` (not a test module).
+
+``python -m torch.distributed.run --standalone --nproc-per-node N ranks_script.py MODEL PLAN``
+reads PLAN (JSON: a list of scenarios ``{name, rows, rows_seed, config, state_dir,
+stop_after_step, resume_step}``), runs :func:`run_sft` for each on every rank, and rank 0
+writes ``<name>.json`` next to PLAN with its events and the final adapter tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from engine_testkit import fp32_config, random_rows
+from safetensors.torch import load_file
+
+from akka_optimize.engine.distributed import finish_ranks, world
+from akka_optimize.engine.sft import run_sft, state_path
+
+
+def main(model_dir: str, plan_path: str) -> None:
+    plan = Path(plan_path)
+    for sc in json.loads(plan.read_text()):
+        events: list[dict] = []
+        result = run_sft(
+            fp32_config(**sc["config"]),
+            Path(model_dir),
+            random_rows(sc["rows"], seed=sc["rows_seed"]),
+            None,
+            Path(sc["state_dir"]),
+            events.append,
+            stop_after_step=sc.get("stop_after_step"),
+            resume_step=sc.get("resume_step"),
+        )
+        if world()[0] == 0:
+            folder = state_path(Path(sc["state_dir"]), result.step)
+            adapter = load_file(folder / "state" / "adapter_state.safetensors")
+            out = {
+                "events": events,
+                "step": result.step,
+                "adapter": {k: v.flatten().tolist() for k, v in adapter.items()},
+            }
+            (plan.parent / f"{sc['name']}.json").write_text(json.dumps(out))
+    finish_ranks()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
