@@ -34,6 +34,7 @@ def job_fields(resolved: Any) -> dict[str, Any]:
     model_name = str(plan.get("modelName") or base.split("/")[-1].lower()).split("/")[-1]
     profile = r.get("deviceProfile") or _get(plan, "execution.deviceProfile") or "cpu"
     kind = "cpu" if str(profile).lower() == "cpu" else "cuda"
+    gpus = int(_get(plan, "execution.gpus", 1) or 1)
     return {
         "project": plan["project"],
         "submission_id": plan.get("submissionId"),
@@ -50,7 +51,8 @@ def job_fields(resolved: Any) -> dict[str, Any]:
         "validation_dataset": _get(cfg, "data.validationDataset"),
         "model_name": model_name,
         "device_kind": kind,
-        "gpus": int(_get(plan, "execution.gpus", 1) or 1) if kind == "cuda" else 0,
+        # CPU counts as no GPU, except a run on several gloo ranks (jobs/multi_device.py)
+        "gpus": gpus if kind == "cuda" or gpus > 1 else 0,
     }
 
 
@@ -106,6 +108,11 @@ def engine_settings(
         "save_every_steps": int(_get(plan, "execution.saveEverySteps", 0) or 0),
         "keep_recoverable": int(_get(plan, "execution.keepRecoverable", 1)),
         "save_each_epoch": bool(_get(plan, "execution.saveEachEpoch", False)),
+        # several devices (engine/distributed.py): ranks, sharding, gradient sync, replicas
+        "ranks": 1 if rl else int(_get(plan, "execution.gpus", 1) or 1),
+        "sharding": _get(plan, "execution.memory.sharding", None) or "full",
+        "sync_once_per_update": bool(es.get("engine.use_no_sync_for_gradient_accumulation", True)),
+        "compare_replicas": bool(es.get("checkpoint.compare_replicas", True)),
     }
     if target_modules:  # a regular expression stays one string (engine/targets.py)
         out["target_modules"] = (

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..deployment import ExecutorSettings
+from .spec import worker_command
 
 CALL_TIMEOUT_S = 20.0
 """How long one answer from the bridge may take before the cluster counts as not answering."""
@@ -184,7 +185,7 @@ class RayExecutor:
         else:
             env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray sets the reserved GPUs
         handle = random.randrange(1 << 20, 1 << 31)
-        cmd = [sys.executable, "-m", "akka_optimize.jobs.worker", str(spec_path)]
+        cmd = worker_command(spec_path)
         self._call("launch", handle=handle, cmd=cmd, env=env, log=str(log_path), device=device)
         self._seen.add(handle)
         return handle

@@ -1,0 +1,87 @@
+"""A supervised run on two gloo ranks through the service (issue 23 item 1): a deployment
+whose cpu profile holds two devices lets a plan state ``execution.gpus: 2``; the worker
+runs under ``torch.distributed.run`` with two ranks, rank 0 reports, the run succeeds and
+its adapter is registered. Settings such a run cannot honour are refused at the dry run and
+the start alike, naming the setting."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+from jobs_helpers import TINY, run_json, write_plan
+
+from helpers import LiveService, free_port, gsm8k_rows
+
+
+@pytest.fixture
+def two_cpu(tmp_path: Path):
+    """A service whose cpu device profile has two devices (two gloo ranks), with the
+    sharding memory setting and the checks switch allowed; project demo, 5 rows."""
+    home = tmp_path / "home"
+    home.mkdir()
+    raw = yaml.safe_load(resources.files("akka_optimize").joinpath("deployment.yaml").read_text())
+    for profile in raw["deviceProfiles"]:
+        if profile["name"] == "cpu":
+            profile["devicesPerNode"] = 2
+    raw["memorySettings"] = {"allowed": {"execution.memory.sharding": ["full", "none"]}}
+    raw["engineSettings"] = {"allowed": ["checks.start", "compile.*"]}
+    (home / "deployment.yaml").write_text(yaml.safe_dump(raw))
+    svc = LiveService(home=home, config_dir=tmp_path / "config", port=free_port()).start()
+    try:
+        svc.cli("training", "projects", "create", "demo", check=True)
+        svc.cli("training", "base-models", "select", TINY, "--wait", check=True)
+        data = gsm8k_rows(tmp_path / "train.jsonl", 5, system="Answer with #### N.")
+        svc.cli("registry", "datasets", "register", "demo/train", "-f", str(data), check=True)
+        yield svc
+    finally:
+        svc.stop()
+
+
+def _two_rank_plan(tmp_path: Path, sharding: str, **engine: object) -> dict:
+    path = write_plan(
+        tmp_path / f"plan-{sharding}.json",
+        epochs=1,
+        microBatchPerGpu=1,
+        execution={"gpus": 2, "deviceProfile": "cpu", "memory": {"sharding": sharding}},
+    )
+    plan = json.loads(path.read_text())
+    plan["config"]["engineSettings"] = {"checks.start": False, **engine}
+    return plan
+
+
+def test_two_gloo_ranks_train_and_register(two_cpu: LiveService, tmp_path: Path) -> None:
+    plan = _two_rank_plan(tmp_path, "none")
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(plan))
+    run = run_json(two_cpu, "training", "runs", "start", "-f", str(path), "--wait")
+    assert run["state"] == "SUCCEEDED", run
+    # 5 rows, one per pass on each of two ranks: updates of 2, 2 and 1 rows (the remainder)
+    assert run["results"]["totalSteps"] == 3 and run["results"]["step"] == 3, run["results"]
+    assert run["claims"][0]["devices"] == 2, run["claims"]
+    model = run["results"]["model"]
+    got = run_json(two_cpu, "registry", "models", "get", model)
+    assert got["runId"] == run["id"] and "adapter_model.safetensors" in got["files"], got
+
+
+def test_settings_two_ranks_cannot_honour_are_refused_alike(
+    two_cpu: LiveService, tmp_path: Path
+) -> None:
+    smoke = dict(_two_rank_plan(tmp_path, "full"), smoke=True)
+    del smoke["config"]["hyperparams"]["training"]["epochs"]  # a smoke run sets its own
+    for plan, field in (
+        (_two_rank_plan(tmp_path, "full", **{"compile.fail_on_recompile_limit": True}), "compile"),
+        (smoke, "smoke"),
+    ):
+        dry = two_cpu.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=plan)
+        assert dry.status_code == 200 and dry.json()["accepted"] is False, dry.text
+        refusal = dry.json()["refusals"][0]
+        start = two_cpu.api("POST", "/v1/training/runs", json=plan)
+        assert start.status_code == 400, start.text
+        err = start.json()["error"]
+        assert (err["field"], err["message"]) == (refusal["field"], refusal["message"])
+        assert field in err["field"], err
+    assert two_cpu.api("GET", "/v1/training/runs").json()["runs"] == []
