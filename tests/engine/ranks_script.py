@@ -2,7 +2,7 @@
 
 ``python -m torch.distributed.run --standalone --nproc-per-node N ranks_script.py MODEL PLAN``
 reads PLAN (JSON: a list of scenarios ``{name, rows, rows_seed, config, state_dir,
-stop_after_step, resume_step}``), runs :func:`run_sft` for each on every rank, and rank 0
+stop_after_step, resume_step, validation_rows}``), runs :func:`run_sft` for each on every rank, and rank 0
 writes ``<name>.json`` next to PLAN with its events and the final adapter tensors.
 """
 
@@ -27,7 +27,7 @@ def main(model_dir: str, plan_path: str) -> None:
             fp32_config(**sc["config"]),
             Path(model_dir),
             random_rows(sc["rows"], seed=sc["rows_seed"]),
-            None,
+            random_rows(sc["validation_rows"], seed=99) if sc.get("validation_rows") else None,
             Path(sc["state_dir"]),
             events.append,
             stop_after_step=sc.get("stop_after_step"),

@@ -27,6 +27,9 @@ ROWS, ROWS_SEED = 9, 5  # 2 ranks × 2 conversations per update: updates of 4, 4
 # A small rate: Adam turns a rounding difference in a near-zero gradient into a step of up
 # to the rate, so the comparison at 1e-5 needs steps well below it.
 CFG = dict(micro_batch=1, epochs=2, seed=3, learning_rate=1e-4, shuffle=True)
+# Engine settings that change how the ranks work, not what they compute (issue 23 item 4).
+SETTINGS = dict(pad_bucket=64, prefetch_weights=False, validation_batch=2, buffer_dtype="fp32")
+VALIDATION_ROWS = 5
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,15 @@ def two_ranks(tiny_model_dir, tmp_path_factory) -> dict[str, dict]:
         dict(base, name="none", config=dict(two, sharding="none"), state_dir=str(root / "none")),
         dict(base, name="paused", config=two, state_dir=str(root / "r"), stop_after_step=3),
         dict(base, name="resumed", config=two, state_dir=str(root / "r"), resume_step=3),
+        dict(base, name="settings", config=dict(two, **SETTINGS), state_dir=str(root / "s")),
+        dict(
+            base,
+            name="bf16-reduce",
+            config=dict(two, reduce_dtype="bf16"),
+            state_dir=str(root / "b"),
+        ),
     ]
+    plan[-2]["validation_rows"] = VALIDATION_ROWS
     (root / "plan.json").write_text(json.dumps(plan))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -56,7 +67,8 @@ def one_device(tiny_model_dir, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("one")
     events: list[dict] = []
     cfg = fp32_config(**CFG, gradient_accumulation=4)
-    result = run_sft(cfg, tiny_model_dir, random_rows(ROWS, ROWS_SEED), None, root, events.append)
+    rows, validation = random_rows(ROWS, ROWS_SEED), random_rows(VALIDATION_ROWS, seed=99)
+    result = run_sft(cfg, tiny_model_dir, rows, validation, root, events.append)
     adapter = load_file(state_path(root, result.step) / "state" / "adapter_state.safetensors")
     return {"events": events, "adapter": adapter}
 
@@ -91,3 +103,20 @@ def test_two_ranks_resume_after_update_3_is_bitwise(two_ranks):
     assert paused["step"] == 3 and resumed["step"] == 6
     assert [m["loss"] for m in _metrics(resumed)] == [m["loss"] for m in _metrics(whole)][3:]
     assert resumed["adapter"] == whole["adapter"]
+
+
+def test_engine_settings_take_effect_without_changing_the_loss(two_ranks, one_device):
+    """Padding to 64-token buckets, no prefetching and validation calls of 2 conversations
+    train and validate the same; a bf16 gradient reduction rounds the gradients."""
+    settings, one = two_ranks["settings"], one_device
+    for a, b in zip(_metrics(settings), _metrics(one), strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-5)
+        assert a["totalTokens"] % 64 == 0 and a["totalTokens"] > b["totalTokens"]
+    (val,) = [e for e in settings["events"] if e["type"] == "validation"]
+    (ref,) = [e for e in one["events"] if e["type"] == "validation"]
+    assert val["supervisedTokens"] == ref["supervisedTokens"]
+    assert val["loss"] == pytest.approx(ref["loss"], rel=1e-5, abs=1e-5)
+    bf16, fp32 = _metrics(two_ranks["bf16-reduce"]), _metrics(two_ranks["full"])
+    assert bf16[0]["loss"] == fp32[0]["loss"]  # the first forward is before any reduction
+    assert bf16[0]["gradNorm"] != fp32[0]["gradNorm"]
+    assert bf16[0]["gradNorm"] == pytest.approx(fp32[0]["gradNorm"], rel=1e-2)

@@ -130,6 +130,23 @@ class EngineConfig:
     compare_replicas: bool = True
     """``checkpoint.compare_replicas``: with sharding ``none``, check before the first save
     that every rank holds the same optimizer state."""
+    reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    """``dtypes.reduce``: dtype gradients are summed across ranks in (FSDP2's
+    ``MixedPrecisionPolicy.reduce_dtype``; the replicas' all-reduce)."""
+    buffer_dtype: Literal["fp32", "bf16"] | None = None
+    """``dtypes.buffer``: dtype of the model's floating buffers (rotary tables); None keeps
+    the dtype the model loads them in."""
+    prefetch_weights: bool = True
+    """``engine.prefetch_weights``: with FSDP2 shards, gather the next layer's weights during
+    the current layer's forward and backward (explicit prefetch); false gathers each layer
+    when it runs."""
+    pad_bucket: int | None = None
+    """``engine.pad_to_length`` with ``engine.pad_to_length_bucket``: pad each training pass
+    with a separate all-padding sequence (weight 0) to a multiple of this many tokens; None
+    does not pad."""
+    validation_batch: int | None = None
+    """``validationBatchSize``: validation conversations per call; None is the number of
+    conversations in one update. The validation loss is the same (a token-weighted sum)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form settings carried into saved state for the caller (ignored by the engine)."""
 

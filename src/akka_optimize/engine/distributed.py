@@ -121,24 +121,35 @@ def _comm_device() -> torch.device:
     return torch.device("cpu")
 
 
-def shard_model(body: Any, sharding: str) -> None:
+def shard_model(
+    body: Any, sharding: str, reduce_dtype: torch.dtype = torch.float32, prefetch: bool = True
+) -> None:
     """Shard ``body`` (the transformer body the engine calls) with FSDP2: each decoder layer
     and then the body itself, so parameters, gradients and optimizer state are split across
-    the ranks. Gradients are summed, not averaged (the engine divides by the update's
-    supervised tokens). ``sharding == "none"`` leaves a full replica on every rank.
+    the ranks. Gradients are summed in ``reduce_dtype`` (``dtypes.reduce``), not averaged
+    (the engine divides by the update's supervised tokens). ``prefetch``
+    (``engine.prefetch_weights``) gathers the next layer's weights while the current one
+    runs, forward and backward; false gathers each layer when it runs (no implicit backward
+    prefetch either). ``sharding == "none"`` leaves a full replica on every rank.
 
     The tied output head shares the body's embedding, which the body (the root) keeps
     gathered after its forward, so the head reads the full matrix."""
     if sharding == "none":
         return
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    for layer in body.layers:
-        fully_shard(layer)
-    fully_shard(body)
-    for module in [*body.layers, body]:  # each FSDP module has its own reduction
+    policy = MixedPrecisionPolicy(reduce_dtype=reduce_dtype)
+    layers = list(body.layers)
+    for layer in layers:
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(body, mp_policy=policy)
+    for module in [*layers, body]:  # each FSDP module has its own reduction
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+    for i, layer in enumerate(layers):
+        nxt, prev = layers[i + 1 : i + 2], layers[i - 1 : i] if i else []
+        layer.set_modules_to_forward_prefetch(nxt if prefetch else [])
+        layer.set_modules_to_backward_prefetch(prev if prefetch else [])
 
 
 def set_gradient_sync(body: Any, sync: bool) -> None:
@@ -147,9 +158,10 @@ def set_gradient_sync(body: Any, sync: bool) -> None:
         body.set_requires_gradient_sync(sync)
 
 
-def reduce_replica_grads(params: list[Tensor]) -> None:
-    """Sum the gradients of full replicas over the ranks in one all-reduce (sharding
-    ``none``: gradients are combined once per update). A missing gradient counts as 0."""
+def reduce_replica_grads(params: list[Tensor], dtype: torch.dtype = torch.float32) -> None:
+    """Sum the gradients of full replicas over the ranks in one all-reduce in ``dtype``
+    (``dtypes.reduce``; sharding ``none``: gradients are combined once per update). A
+    missing gradient counts as 0."""
     import torch.distributed as dist
 
     if world()[1] == 1:
@@ -157,12 +169,12 @@ def reduce_replica_grads(params: list[Tensor]) -> None:
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    flat = torch.cat([p.grad.reshape(-1).to(dtype) for p in params])
     dist.all_reduce(flat)
     offset = 0
     for p in params:
         n = p.grad.numel()
-        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))  # back to the grad's dtype
         offset += n
 
 
@@ -228,3 +240,8 @@ def finish_ranks() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """``fp32`` → ``torch.float32``, ``bf16`` → ``torch.bfloat16``."""
+    return torch.bfloat16 if name == "bf16" else torch.float32

@@ -45,11 +45,18 @@ class RanksMixin:
     def _join_ranks(self) -> None:
         """Join the run's process group (``cfg.ranks`` > 1) and shard the body; called
         before the optimizer is built, so it holds the shards."""
-        D.init_ranks(self.cfg.ranks, self.device.type)
+        c = self.cfg
+        D.init_ranks(c.ranks, self.device.type)
         self.rank, self.world = D.world()
-        self.sharded = self.world > 1 and self.cfg.sharding == "full"
+        self.sharded = self.world > 1 and c.sharding == "full"
+        if c.buffer_dtype:  # dtypes.buffer: the floating buffers (rotary tables)
+            for module in self.model.modules():
+                for name, buf in list(module._buffers.items()):
+                    if buf is not None and buf.is_floating_point():
+                        module._buffers[name] = buf.to(D.torch_dtype(c.buffer_dtype))
         if self.world > 1:
-            D.shard_model(self._body, self.cfg.sharding)
+            reduce = D.torch_dtype(c.reduce_dtype)
+            D.shard_model(self._body, c.sharding, reduce, c.prefetch_weights)
 
     @property
     def is_main(self) -> bool:
@@ -94,7 +101,7 @@ class RanksMixin:
         pend.loss_sum, pend.supervised, pend.tokens = loss, int(sup), int(tokens)
         pend.largest_pass = int(largest)
         if not self.sharded:
-            D.reduce_replica_grads(list(self.params.values()))
+            D.reduce_replica_grads(list(self.params.values()), D.torch_dtype(self.cfg.reduce_dtype))
 
     def _clip_sharded(self, params: list[Tensor], max_norm: float) -> float:
         """``clip_grad_norm_`` over shards: the global norm from every rank's shards, then

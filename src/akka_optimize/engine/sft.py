@@ -317,17 +317,24 @@ def _resume(
 def _validate(
     session: TrainingSession, rows: list[Example], cfg: EngineConfig, step: int, emit: Emit
 ) -> float:
-    """Token-weighted loss over the whole validation set (seeds/001 "Validate …")."""
+    """Token-weighted loss over the whole validation set (seeds/001 "Validate …"), in calls
+    of ``validationBatchSize`` conversations (every rank scores every call)."""
     emit({"type": "phase", "phase": "validating", "step": step})
-    res = session.forward(passes_of(rows, cfg))
-    loss = res.loss_sum / res.supervised_tokens
+    per_call = cfg.validation_batch or (  # validationBatchSize; one call on one device
+        cfg.conversations_per_update if cfg.ranks > 1 else len(rows)
+    )
+    loss_sum, supervised = 0.0, 0
+    for start in range(0, len(rows), per_call):
+        res = session.forward(passes_of(rows[start : start + per_call], cfg))
+        loss_sum, supervised = loss_sum + res.loss_sum, supervised + res.supervised_tokens
+    loss = loss_sum / supervised
     emit(
         {
             "type": "validation",
             "step": step,
             "loss": loss,
             "perplexity": math.exp(min(loss, 700.0)),
-            "supervisedTokens": res.supervised_tokens,
+            "supervisedTokens": supervised,
         }
     )
     return loss

@@ -37,7 +37,26 @@ def update_passes(
     n = cfg.conversations_per_update
     rows = epoch_order(len(train), cfg.seed, epoch + 1, cfg.shuffle)[k * n : (k + 1) * n]
     rows = rank_share(rows, rank, size)
-    return epoch + 1, k == per_epoch - 1, passes_of([train[i] for i in rows], cfg)
+    passes = passes_of([train[i] for i in rows], cfg)
+    if cfg.pad_bucket:
+        passes = [pad_pass(p, cfg.pad_bucket) for p in passes]
+    return epoch + 1, k == per_epoch - 1, passes
+
+
+def pad_pass(p: Pass, bucket: int) -> Pass:
+    """``p`` padded to a multiple of ``bucket`` tokens (``engine.pad_to_length``) with one
+    more sequence of token 0, weight 0 and its own positions, so it changes no loss: packed
+    sequences attend only within themselves (the engine's packed attention)."""
+    extra = -len(p.input_ids) % bucket
+    if not extra:
+        return p
+    return Pass(
+        p.input_ids + [0] * extra,
+        p.weights + [0.0] * extra,
+        p.position_ids + list(range(extra)),
+        p.cu_seqlens + [p.cu_seqlens[-1] + extra],
+        list(p.rows),
+    )
 
 
 def passes_of(rows: list[Example], cfg: EngineConfig) -> list[Pass]:

@@ -114,12 +114,34 @@ def engine_settings(
         "sync_once_per_update": bool(es.get("engine.use_no_sync_for_gradient_accumulation", True)),
         "compare_replicas": bool(es.get("checkpoint.compare_replicas", True)),
     }
+    if out["ranks"] > 1:  # the settings only a run on several devices takes
+        out.update(_multi_device_settings(hp, es))
     if target_modules:  # a regular expression stays one string (engine/targets.py)
         out["target_modules"] = (
             target_modules if isinstance(target_modules, str) else list(target_modules)
         )
     if auto_class:
         out["auto_class"] = auto_class
+    return out
+
+
+def _multi_device_settings(hp: dict[str, Any], es: dict[str, Any]) -> dict[str, Any]:
+    """EngineConfig keyword arguments of the engine settings, ``tokensPerGpu`` and
+    ``validationBatchSize`` of a supervised run on several devices (jobs/multi_device.py
+    refuses the ones this engine cannot honour)."""
+    out: dict[str, Any] = {
+        "reduce_dtype": es.get("dtypes.reduce") or "fp32",
+        "buffer_dtype": es.get("dtypes.buffer"),
+        "prefetch_weights": bool(es.get("engine.prefetch_weights", True)),
+        "pad_bucket": int(es.get("engine.pad_to_length_bucket") or 1024)
+        if es.get("engine.pad_to_length", False)
+        else None,
+        "validation_batch": _get(hp, "training.validationBatchSize"),
+    }
+    if es.get("dtypes.compute"):
+        out["precision"] = es["dtypes.compute"]
+    if _get(hp, "training.tokensPerGpu"):
+        out["token_budget"] = int(_get(hp, "training.tokensPerGpu"))
     return out
 
 
