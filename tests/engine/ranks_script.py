@@ -39,6 +39,7 @@ def main(model_dir: str, plan_path: str) -> None:
             out = {
                 "events": events,
                 "step": result.step,
+                "checks": result.checks,
                 "adapter": {k: v.flatten().tolist() for k, v in adapter.items()},
             }
             (plan.parent / f"{sc['name']}.json").write_text(json.dumps(out))

@@ -28,7 +28,15 @@ ROWS, ROWS_SEED = 9, 5  # 2 ranks × 2 conversations per update: updates of 4, 4
 # to the rate, so the comparison at 1e-5 needs steps well below it.
 CFG = dict(micro_batch=1, epochs=2, seed=3, learning_rate=1e-4, shuffle=True)
 # Engine settings that change how the ranks work, not what they compute (issue 23 item 4).
-SETTINGS = dict(pad_bucket=64, prefetch_weights=False, validation_batch=2, buffer_dtype="fp32")
+# The checks before the first update run there too (every rank checks the same rows).
+CHECKS = {"head": 1e-3, "isolation": 1e-3, "packing": None, "reference": 5e-2}
+SETTINGS = dict(
+    pad_bucket=64,
+    prefetch_weights=False,
+    validation_batch=2,
+    buffer_dtype="fp32",
+    start_checks=CHECKS,
+)
 VALIDATION_ROWS = 5
 
 
@@ -106,12 +114,15 @@ def test_two_ranks_resume_after_update_3_is_bitwise(two_ranks):
 
 
 def test_engine_settings_take_effect_without_changing_the_loss(two_ranks, one_device):
-    """Padding to 64-token buckets, no prefetching and validation calls of 2 conversations
-    train and validate the same; a bf16 gradient reduction rounds the gradients."""
+    """Padding to 64-token buckets, no prefetching, validation calls of 2 conversations and
+    the checks before the first update train and validate the same; a bf16 gradient
+    reduction rounds the gradients."""
     settings, one = two_ranks["settings"], one_device
     for a, b in zip(_metrics(settings), _metrics(one), strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-5)
         assert a["totalTokens"] % 64 == 0 and a["totalTokens"] > b["totalTokens"]
+    assert [c["name"] for c in settings["checks"]] == ["head", "isolation", "packing", "reference"]
+    assert all(c["passed"] for c in settings["checks"]), settings["checks"]
     (val,) = [e for e in settings["events"] if e["type"] == "validation"]
     (ref,) = [e for e in one["events"] if e["type"] == "validation"]
     assert val["supervisedTokens"] == ref["supervisedTokens"]

@@ -28,7 +28,7 @@ def two_cpu(tmp_path: Path):
         if profile["name"] == "cpu":
             profile["devicesPerNode"] = 2
     raw["memorySettings"] = {"allowed": {"execution.memory.sharding": ["full", "none"]}}
-    raw["engineSettings"] = {"allowed": ["checks.start", "compile.*"]}
+    raw["engineSettings"] = {"allowed": ["checks.*", "compile.*", "head.*"]}
     (home / "deployment.yaml").write_text(yaml.safe_dump(raw))
     svc = LiveService(home=home, config_dir=tmp_path / "config", port=free_port()).start()
     try:
@@ -49,7 +49,7 @@ def _two_rank_plan(tmp_path: Path, sharding: str, **engine: object) -> dict:
         execution={"gpus": 2, "deviceProfile": "cpu", "memory": {"sharding": sharding}},
     )
     plan = json.loads(path.read_text())
-    plan["config"]["engineSettings"] = {"checks.start": False, **engine}
+    plan["config"]["engineSettings"] = engine
     return plan
 
 
@@ -62,6 +62,10 @@ def test_two_gloo_ranks_train_and_register(two_cpu: LiveService, tmp_path: Path)
     # 5 rows, one per pass on each of two ranks: updates of 2, 2 and 1 rows (the remainder)
     assert run["results"]["totalSteps"] == 3 and run["results"]["step"] == 3, run["results"]
     assert run["claims"][0]["devices"] == 2, run["claims"]
+    # the checks before the first update ran (on by default) and passed
+    assert run["results"]["checksPassed"] is True, run["results"]
+    names = [c["name"] for c in run["results"]["checks"]]
+    assert names == ["head", "isolation", "packing", "reference"]
     model = run["results"]["model"]
     got = run_json(two_cpu, "registry", "models", "get", model)
     assert got["runId"] == run["id"] and "adapter_model.safetensors" in got["files"], got
@@ -85,3 +89,19 @@ def test_settings_two_ranks_cannot_honour_are_refused_alike(
         assert (err["field"], err["message"]) == (refusal["field"], refusal["message"])
         assert field in err["field"], err
     assert two_cpu.api("GET", "/v1/training/runs").json()["runs"] == []
+
+
+def test_a_check_past_its_bound_fails_the_run_before_it_trains(
+    two_cpu: LiveService, tmp_path: Path
+) -> None:
+    plan = _two_rank_plan(tmp_path, "full", **{"checks.reference.max_logprob_error": 0.0})
+    plan["config"]["engineSettings"]["head.chunk_tokens"] = 3  # a positive rounding
+    path = tmp_path / "bound.json"
+    path.write_text(json.dumps(plan))
+    done = two_cpu.cli("training", "runs", "start", "-f", str(path), "--wait", "-o", "json")
+    run = json.loads(done.stdout)
+    assert done.returncode == 1 and run["state"] == "FAILED", run
+    out = two_cpu.cli("training", "runs", "failure", run["id"], check=True).stdout
+    assert "The reference check before the first update measured" in out, out
+    assert "past its bound 0" in out and "checks.reference.max_logprob_error" in out, out
+    assert not run["results"].get("step"), run["results"]

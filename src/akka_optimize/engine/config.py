@@ -28,6 +28,16 @@ PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 
 
+CHECK_SETTINGS = {
+    "head": "checks.head.max_logprob_error",
+    "isolation": "checks.isolation.max_logprob_error",
+    "packing": "checks.packing.max_mean_loss_difference",
+    "reference": "checks.reference.max_logprob_error",
+}
+"""The engine setting of each check's bound before the first update
+(:mod:`akka_optimize.engine.start_checks`; ``EngineConfig.start_checks`` keys)."""
+
+
 @dataclass
 class EngineConfig:
     """Everything one supervised LoRA run needs besides its model and data.
@@ -144,6 +154,10 @@ class EngineConfig:
     """``engine.pad_to_length`` with ``engine.pad_to_length_bucket``: pad each training pass
     with a separate all-padding sequence (weight 0) to a multiple of this many tokens; None
     does not pad."""
+    start_checks: dict[str, float | None] | None = None
+    """``checks.start``: the bounds of the checks before the first update (``head``,
+    ``isolation``, ``packing``, ``reference``; :mod:`akka_optimize.engine.start_checks`);
+    None skips them."""
     validation_batch: int | None = None
     """``validationBatchSize``: validation conversations per call; None is the number of
     conversations in one update. The validation loss is the same (a token-weighted sum)."""

@@ -33,6 +33,7 @@ from .sft_order import epoch_order as epoch_order
 from .sft_order import passes_of as passes_of
 from .sft_order import total_updates as total_updates
 from .sft_order import update_passes as update_passes
+from .sft_order import update_rows as update_rows
 from .snapshots import BRANCH_SETTINGS as BRANCH_SETTINGS
 from .snapshots import ORDER_SETTINGS as ORDER_SETTINGS
 from .snapshots import recoverable_steps as recoverable_steps
@@ -57,6 +58,8 @@ class SftResult:
         epoch_adapters: ``{"epoch", "step", "adapterDir"}`` per epoch end with saveEachEpoch.
         final_validation_loss: the last validation loss measured, if any.
         adapted_modules: module names that received a LoRA pair.
+        checks: the checks before the first update, each value against its bound (None:
+            none ran; :mod:`akka_optimize.engine.start_checks`).
     """
 
     step: int
@@ -69,6 +72,7 @@ class SftResult:
     adapted_modules: list[str]
     final_validation_loss: float | None = None
     epoch_adapters: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[dict[str, Any]] | None = None
 
 
 def run_sft(
@@ -124,11 +128,14 @@ def run_sft(
     session, log = _start_session(
         cfg, model_dir, state_dir, len(train), total, emit, resume_step, branch, init_adapter
     )
+    result = SftResult(0, total, False, None, None, None, None, session.adapted_modules)
+    if cfg.start_checks is not None and session.step == 0:  # F096: before the first update
+        fresh = resume_step is None and init_adapter is None
+        result.checks = _start_checks(session, cfg, train, fresh, emit)
     if validation and cfg.validate_each_epoch and session.step == 0:
         log["validation"] = _validate(session, validation, cfg, 0, emit)
 
     # ---- loop
-    result = SftResult(0, total, False, None, None, None, None, session.adapted_modules)
     for update in range(session.step + 1, total + 1):
         epoch, epoch_end = _train_update(session, cfg, train, update, log, emit, resume_step)
         if validation and _validation_due(cfg, update, total, epoch_end):
@@ -151,6 +158,22 @@ def run_sft(
 
     # ---- result
     return _finish(result, session, log, emit)
+
+
+CHECKING = "checks before the first update"
+"""The phase detail a run shows while it checks itself (:mod:`akka_optimize.engine.start_checks`)."""
+
+
+def _start_checks(
+    session: TrainingSession, cfg: EngineConfig, train: list[Example], fresh: bool, emit: Emit
+) -> list[dict[str, Any]]:
+    """The checks before the first update on the first update's first conversations (at
+    least two, at most one pass's worth); emits a ``phase`` event first."""
+    from .start_checks import start_checks
+
+    emit({"type": "phase", "phase": "checking", "step": 0, "detail": CHECKING})
+    rows = update_rows(train, cfg, 1)[: max(2, cfg.micro_batch)]
+    return start_checks(session, rows, cfg.start_checks or {}, fresh)
 
 
 def _stop_due(

@@ -25,6 +25,14 @@ def epoch_order(rows: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
     return order
 
 
+def update_rows(train: list[Example], cfg: EngineConfig, update: int) -> list[Example]:
+    """The conversations of 1-based ``update`` over every rank, in order."""
+    epoch, k = divmod(update - 1, cfg.updates_per_epoch(len(train)))
+    n = cfg.conversations_per_update
+    order = epoch_order(len(train), cfg.seed, epoch + 1, cfg.shuffle)[k * n : (k + 1) * n]
+    return [train[i] for i in order]
+
+
 def update_passes(
     train: list[Example], cfg: EngineConfig, update: int, rank: int = 0, size: int = 1
 ) -> tuple[int, bool, list[Pass]]:
@@ -33,14 +41,11 @@ def update_passes(
     (:func:`akka_optimize.engine.distributed.rank_share`: a contiguous share, so an update
     smaller than the ranks, the epoch's remainder, still trains every conversation)."""
     per_epoch = cfg.updates_per_epoch(len(train))
-    epoch, k = divmod(update - 1, per_epoch)
-    n = cfg.conversations_per_update
-    rows = epoch_order(len(train), cfg.seed, epoch + 1, cfg.shuffle)[k * n : (k + 1) * n]
-    rows = rank_share(rows, rank, size)
-    passes = passes_of([train[i] for i in rows], cfg)
+    k = (update - 1) % per_epoch
+    passes = passes_of(rank_share(update_rows(train, cfg, update), rank, size), cfg)
     if cfg.pad_bucket:
         passes = [pad_pass(p, cfg.pad_bucket) for p in passes]
-    return epoch + 1, k == per_epoch - 1, passes
+    return (update - 1) // per_epoch + 1, k == per_epoch - 1, passes
 
 
 def pad_pass(p: Pass, bucket: int) -> Pass:
@@ -70,8 +75,8 @@ def passes_of(rows: list[Example], cfg: EngineConfig) -> list[Pass]:
     """
     if not cfg.dynamic_batches:
         return [pack_examples([ex]) for ex in rows]
-    if cfg.token_budget is not None:
-        return pack(rows, cfg.token_budget)
+    if cfg.token_budget is not None:  # a conversation longer than the budget: its own pass
+        return pack(rows, max([cfg.token_budget, *(len(ex.input_ids) for ex in rows)]))
     mb = cfg.micro_batch
     return [pack_examples(rows[j : j + mb]) for j in range(0, len(rows), mb)]
 

@@ -126,6 +126,10 @@ def engine_settings(
 
 
 def _multi_device_settings(hp: dict[str, Any], es: dict[str, Any]) -> dict[str, Any]:
+    from ..plan.engine_settings import SETTINGS
+
+    # check name → its bound's setting (checks.head.max_logprob_error → head)
+    bounds = {s.key.split(".")[1]: s.key for s in SETTINGS if s.check_bound is not None}
     """EngineConfig keyword arguments of the engine settings, ``tokensPerGpu`` and
     ``validationBatchSize`` of a supervised run on several devices (jobs/multi_device.py
     refuses the ones this engine cannot honour)."""
@@ -137,6 +141,9 @@ def _multi_device_settings(hp: dict[str, Any], es: dict[str, Any]) -> dict[str, 
         if es.get("engine.pad_to_length", False)
         else None,
         "validation_batch": _get(hp, "training.validationBatchSize"),
+        "start_checks": {name: es.get(setting) for name, setting in bounds.items()}
+        if es.get("checks.start", True)
+        else None,
     }
     if es.get("dtypes.compute"):
         out["precision"] = es["dtypes.compute"]

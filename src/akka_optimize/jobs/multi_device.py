@@ -91,11 +91,6 @@ def _engine_setting_refusal(
         )
     if key == "engine.prefetch_weights" and not value and replicas:
         return "with execution.memory.sharding none no weights are gathered; remove it."
-    if key == "checks.start" and value:
-        return (
-            "the checks before the first update are not available on several devices in "
-            "this release; set it to false."
-        )
     return None
 
 

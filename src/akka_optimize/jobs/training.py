@@ -345,6 +345,9 @@ def _train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str
         else None,
         "instructions": first_system_message(rows),
     }
+    if result.checks is not None:  # the checks before the first update (runs get --checks)
+        out["checks"] = result.checks
+        out["checksPassed"] = all(c["passed"] for c in result.checks)
     if meter is not None:
         out["smoke"] = meter.reading()
     return {"type": "completed", "result": out}
