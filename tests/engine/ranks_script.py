@@ -2,7 +2,7 @@
 
 ``python -m torch.distributed.run --standalone --nproc-per-node N ranks_script.py MODEL PLAN``
 reads PLAN (JSON: a list of scenarios ``{name, rows, rows_seed, config, state_dir,
-stop_after_step, resume_step, validation_rows}``), runs :func:`run_sft` for each on every rank, and rank 0
+stop_after_step, resume_step, validation_rows, init_adapter}``), runs :func:`run_sft` for each on every rank, and rank 0
 writes ``<name>.json`` next to PLAN with its events and the final adapter tensors.
 """
 
@@ -32,6 +32,7 @@ def main(model_dir: str, plan_path: str) -> None:
             events.append,
             stop_after_step=sc.get("stop_after_step"),
             resume_step=sc.get("resume_step"),
+            init_adapter=Path(sc["init_adapter"]) if sc.get("init_adapter") else None,
         )
         if world()[0] == 0:
             folder = state_path(Path(sc["state_dir"]), result.step)

@@ -21,6 +21,7 @@ from engine_testkit import fp32_config, random_rows
 from safetensors.torch import load_file
 
 from akka_optimize.engine.sft import run_sft, state_path
+from helpers import make_random_adapter
 
 HERE = Path(__file__).parent
 ROWS, ROWS_SEED = 9, 5  # 2 ranks × 2 conversations per update: updates of 4, 4 and 1 rows
@@ -38,6 +39,7 @@ SETTINGS = dict(
     start_checks=CHECKS,
 )
 VALIDATION_ROWS = 5
+WARM_TARGETS = ["q_proj", "v_proj", "o_proj"]  # the modules helpers.make_random_adapter adapts
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +62,11 @@ def two_ranks(tiny_model_dir, tmp_path_factory) -> dict[str, dict]:
         ),
     ]
     plan[-2]["validation_rows"] = VALIDATION_ROWS
+    warm = make_random_adapter(tiny_model_dir, root / "warm-adapter", seed=1, rank=4)
+    warm_cfg = dict(two, target_modules=WARM_TARGETS)
+    plan.append(
+        dict(base, name="warm", config=warm_cfg, state_dir=str(root / "w"), init_adapter=str(warm))
+    )
     (root / "plan.json").write_text(json.dumps(plan))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -131,3 +138,17 @@ def test_engine_settings_take_effect_without_changing_the_loss(two_ranks, one_de
     assert bf16[0]["loss"] == fp32[0]["loss"]  # the first forward is before any reduction
     assert bf16[0]["gradNorm"] != fp32[0]["gradNorm"]
     assert bf16[0]["gradNorm"] == pytest.approx(fp32[0]["gradNorm"], rel=1e-2)
+
+
+def test_a_warm_start_loads_into_the_shards(two_ranks, tiny_model_dir, tmp_path):
+    """A warm-started two-rank run (FSDP2 shards) starts from the adapter's weights: its
+    first loss is the one-device warm-started run's."""
+    warm = make_random_adapter(tiny_model_dir, tmp_path / "warm-adapter", seed=1, rank=4)
+    events: list[dict] = []
+    cfg = fp32_config(**CFG, gradient_accumulation=4, max_steps=1, target_modules=WARM_TARGETS)
+    rows = random_rows(ROWS, ROWS_SEED)
+    run_sft(cfg, tiny_model_dir, rows, None, tmp_path / "s", events.append, init_adapter=warm)
+    (one,) = _metrics({"events": events})
+    first = _metrics(two_ranks["warm"])[0]
+    assert first["loss"] == pytest.approx(one["loss"], rel=1e-5)
+    assert first["loss"] != _metrics(two_ranks["full"])[0]["loss"]  # not a fresh adapter

@@ -87,20 +87,34 @@ class StateMixin:
                     field=f"config.hyperparams.lora.{path}",
                 )
         weights = load_file(directory / "adapter_model.safetensors")
+        if self.sharded:  # FSDP2 shards: each tensor into this rank's shard
+            self._load_sharded_adapter(weights)
+            self._reset()
+            return
         try:
             res = set_peft_model_state_dict(self.model, weights)
         except RuntimeError as exc:  # shapes that do not fit
             raise EngineError(f"the warm-start adapter does not fit this model: {exc}") from exc
         missing = [k for k in res.missing_keys if "lora_" in k]
-        if missing or res.unexpected_keys:
-            raise EngineError(
-                f"the warm-start adapter holds {len(weights)} tensors: "
-                f"{len(missing)} of this adapter's {len(self.params)} are missing and "
-                f"{len(res.unexpected_keys)} are not this model's "
-                f"(e.g. {(missing or res.unexpected_keys)[0]}).",
-                field="warmStartModelId",
-            )
+        _refuse_mismatch(len(weights), len(self.params), missing, res.unexpected_keys)
         self._reset()
+
+    def _load_sharded_adapter(self, weights: dict[str, torch.Tensor]) -> None:
+        """A PEFT adapter's tensors (saved without the adapter name ``default``) into the
+        sharded adapter. Raises EngineError as :meth:`load_adapter_weights` does."""
+        by_key = {n.replace(".default.", "."): n for n in self.params}
+        missing = [k for k in by_key if k not in weights]
+        _refuse_mismatch(
+            len(weights), len(self.params), missing, sorted(set(weights) - set(by_key))
+        )
+        for key, name in by_key.items():
+            if tuple(weights[key].shape) != tuple(self.params[name].shape):
+                raise EngineError(
+                    f"the warm-start adapter does not fit this model: {key} has shape "
+                    f"{tuple(weights[key].shape)}, this adapter {tuple(self.params[name].shape)}.",
+                    field="warmStartModelId",
+                )
+            self._set_param(self.params[name], weights[key])
 
     def save_state(self, directory: Path, cursor: dict[str, Any] | None = None) -> Path:
         """Write everything needed to continue exactly: adapter tensors (exact dtype),
@@ -163,6 +177,20 @@ class StateMixin:
         self.schedule_start = int(meta.get("schedule_start") or 0)
         self._reset()
         return meta
+
+
+def _refuse_mismatch(held: int, mine: int, missing: list[str], unexpected: list[str]) -> None:
+    """Refuse a warm-start adapter whose tensors are not this adapter's.
+
+    Raises:
+        EngineError: counts of missing and unexpected tensors, with one example."""
+    if missing or unexpected:
+        raise EngineError(
+            f"the warm-start adapter holds {held} tensors: {len(missing)} of this adapter's "
+            f"{mine} are missing and {len(unexpected)} are not this model's "
+            f"(e.g. {(missing or unexpected)[0]}).",
+            field="warmStartModelId",
+        )
 
 
 class _atomic_dir:
