@@ -9,15 +9,11 @@ worker of a run with ``execution.gpus: 2`` does.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from engine_testkit import fp32_config, random_rows
+from engine_testkit import fp32_config, random_rows, run_on_ranks
 from safetensors.torch import load_file
 
 from akka_optimize.engine.sft import run_sft, state_path
@@ -67,13 +63,7 @@ def two_ranks(tiny_model_dir, tmp_path_factory) -> dict[str, dict]:
     plan.append(
         dict(base, name="warm", config=warm_cfg, state_dir=str(root / "w"), init_adapter=str(warm))
     )
-    (root / "plan.json").write_text(json.dumps(plan))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    cmd += [str(HERE / "ranks_script.py"), str(tiny_model_dir), str(root / "plan.json")]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return {sc["name"]: json.loads((root / f"{sc['name']}.json").read_text()) for sc in plan}
+    return run_on_ranks(tiny_model_dir, root, plan)
 
 
 @pytest.fixture(scope="module")

@@ -129,9 +129,8 @@ def run_sft(
         cfg, model_dir, state_dir, len(train), total, emit, resume_step, branch, init_adapter
     )
     result = SftResult(0, total, False, None, None, None, None, session.adapted_modules)
-    if cfg.start_checks is not None and session.step == 0:  # F096: before the first update
-        fresh = resume_step is None and init_adapter is None
-        result.checks = _start_checks(session, cfg, train, fresh, emit)
+    fresh = resume_step is None and init_adapter is None
+    result.checks = _start_checks(session, cfg, train, fresh, emit)  # F096
     if validation and cfg.validate_each_epoch and session.step == 0:
         log["validation"] = _validate(session, validation, cfg, 0, emit)
 
@@ -142,9 +141,7 @@ def run_sft(
             log["validation"] = _validate(session, validation, cfg, update, emit)
 
         done = until is not None and until(session, update, total)
-        stopping = not done and _stop_due(update, total, stop_after_step, should_stop)
-        if session.world > 1:  # rank 0 hears the service; every rank stops together
-            stopping = any_rank(stopping)
+        stopping = not done and _stop_due(update, total, stop_after_step, should_stop, session)
         if _save_due(cfg, update, total, epoch_end, done or stopping):
             adapter = save_snapshot(
                 session, cfg, model_dir, state_dir, epoch, epoch_end, len(train), log, emit
@@ -166,11 +163,14 @@ CHECKING = "checks before the first update"
 
 def _start_checks(
     session: TrainingSession, cfg: EngineConfig, train: list[Example], fresh: bool, emit: Emit
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]] | None:
     """The checks before the first update on the first update's first conversations (at
-    least two, at most one pass's worth); emits a ``phase`` event first."""
+    least two, at most one pass's worth); emits a ``phase`` event first. None when the
+    settings have none (``checks.start`` false, one device) or the run has trained."""
     from .start_checks import start_checks
 
+    if cfg.start_checks is None or session.step != 0:
+        return None
     emit({"type": "phase", "phase": "checking", "step": 0, "detail": CHECKING})
     rows = update_rows(train, cfg, 1)[: max(2, cfg.micro_batch)]
     return start_checks(session, rows, cfg.start_checks or {}, fresh)
@@ -181,11 +181,13 @@ def _stop_due(
     total: int,
     stop_after_step: int | None,
     should_stop: Callable[[], bool] | None,
+    session: TrainingSession,
 ) -> bool:
     """Whether the run saves and stops after ``update`` (a pause or cancel): never after
     its last update; at ``stop_after_step``, or when ``should_stop`` (polled only then)
-    says so."""
-    return update < total and (update == stop_after_step or bool(should_stop and should_stop()))
+    says so. On several ranks rank 0 hears the service, and every rank stops together."""
+    due = update < total and (update == stop_after_step or bool(should_stop and should_stop()))
+    return any_rank(due) if session.world > 1 else due
 
 
 def _save_due(cfg: EngineConfig, update: int, total: int, epoch_end: bool, ending: bool) -> bool:
