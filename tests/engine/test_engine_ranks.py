@@ -23,7 +23,8 @@ HERE = Path(__file__).parent
 ROWS, ROWS_SEED = 9, 5  # 2 ranks × 2 conversations per update: updates of 4, 4 and 1 rows
 # A small rate: Adam turns a rounding difference in a near-zero gradient into a step of up
 # to the rate, so the comparison at 1e-5 needs steps well below it.
-CFG = dict(micro_batch=1, epochs=2, seed=3, learning_rate=1e-4, shuffle=True)
+# Saves every 2 updates: a save mid-run must leave the sharded optimizer state as it was.
+CFG = dict(micro_batch=1, epochs=2, seed=3, learning_rate=1e-4, shuffle=True, save_every_steps=2)
 # Engine settings that change how the ranks work, not what they compute (issue 23 item 4).
 # The checks before the first update run there too (every rank checks the same rows).
 CHECKS = {"head": 1e-3, "isolation": 1e-3, "packing": None, "reference": 5e-2}

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from jobs_helpers import TINY, run_json, write_plan
+from jobs_helpers import TINY, run_json, wait_state, write_plan
 
-from helpers import LiveService, free_port, gsm8k_rows
+from helpers import LiveService, free_port, gsm8k_rows, hold_at, release, wait_held
 
 
 @pytest.fixture
@@ -105,3 +105,36 @@ def test_a_check_past_its_bound_fails_the_run_before_it_trains(
     assert "The reference check before the first update measured" in out, out
     assert "past its bound 0" in out and "checks.reference.max_logprob_error" in out, out
     assert not run["results"].get("step"), run["results"]
+
+
+def test_two_ranks_pause_and_resume_from_a_kept_step_bitwise(
+    two_cpu: LiveService, tmp_path: Path
+) -> None:
+    """Rank 0 hears the pause and both ranks stop after update 3 with its save; resumed from
+    the kept save at step 2, updates 3-6 are the uninterrupted run's, bit for bit (seeds/001
+    "Resume from one of several saves"; issue 23 item 6)."""
+    plan = _two_rank_plan(tmp_path, "full")
+    plan["config"]["hyperparams"]["training"]["epochs"] = 2  # 3 updates an epoch
+    plan["execution"].update(saveEverySteps=1, keepRecoverable=2)
+    path = tmp_path / "pause.json"
+    path.write_text(json.dumps(plan))
+    whole = run_json(two_cpu, "training", "runs", "start", "-f", str(path), "--wait")
+    expected = run_json(two_cpu, "training", "runs", "metrics", whole["id"])["metrics"]
+    assert [m["step"] for m in expected] == list(range(1, 7))
+
+    hold_at(two_cpu, "step-3")
+    run = run_json(two_cpu, "training", "runs", "start", "-f", str(path))
+    wait_held(two_cpu)
+    two_cpu.cli("training", "runs", "pause", run["id"], check=True)
+    release(two_cpu)
+    paused = wait_state(two_cpu, run["id"], ("PAUSED",), timeout=120)
+    assert paused["results"]["lastSavedStep"] == paused["results"]["step"] == 3
+    snaps = run_json(two_cpu, "training", "runs", "snapshots", run["id"])["snapshots"]
+    assert [s["step"] for s in snaps if s["recoverable"]] == [2, 3]  # keepRecoverable 2
+    two_cpu.cli("training", "runs", "resume", run["id"], "--step", "step-2", "--wait", check=True)
+    got = run_json(two_cpu, "training", "runs", "metrics", run["id"])["metrics"]
+    assert [m["step"] for m in got] == list(range(1, 7))
+    for a, b in zip(expected, got, strict=True):
+        assert b["attempt"] == (2 if a["step"] > 2 else 1), b
+        for k in ("loss", "gradNorm", "adapterNorm", "supervisedTokens"):
+            assert a[k] == b[k], (a["step"], k, a[k], b[k])

@@ -124,11 +124,11 @@ class RanksMixin:
 
     def _full_optimizer(self) -> dict[str, Any]:
         """The optimizer's state dict with whole tensors (a collective when sharded)."""
-        sd = self.optimizer.state_dict()
-        for state in sd["state"].values():
-            for key, value in list(state.items()):
-                if isinstance(value, Tensor):
-                    state[key] = D.full_tensor(value)
+        sd = self.optimizer.state_dict()  # its per-parameter dicts are the live state: copy
+        sd["state"] = {
+            pid: {k: D.full_tensor(v) if isinstance(v, Tensor) else v for k, v in state.items()}
+            for pid, state in sd["state"].items()
+        }
         return sd
 
     def _check_replicas(self, sd: dict[str, Any]) -> None:
