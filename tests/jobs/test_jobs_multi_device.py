@@ -66,6 +66,8 @@ def test_two_gloo_ranks_train_and_register(two_cpu: LiveService, tmp_path: Path)
     assert run["results"]["checksPassed"] is True, run["results"]
     names = [c["name"] for c in run["results"]["checks"]]
     assert names == ["head", "isolation", "packing", "reference"]
+    shown = two_cpu.cli("training", "runs", "get", run["id"], "--checks", check=True).stdout
+    assert "Checks" in shown and "passed" in shown and "isolation" in shown, shown
     model = run["results"]["model"]
     got = run_json(two_cpu, "registry", "models", "get", model)
     assert got["runId"] == run["id"] and "adapter_model.safetensors" in got["files"], got
