@@ -59,6 +59,8 @@ def two_ranks(tiny_model_dir, tmp_path_factory) -> dict[str, dict]:
         ),
     ]
     plan[-2]["validation_rows"] = VALIDATION_ROWS
+    drifted = dict(two, sharding="none", extra={"perturb_replica": True})
+    plan.append(dict(base, name="drifted", config=drifted, state_dir=str(root / "d")))
     warm = make_random_adapter(tiny_model_dir, root / "warm-adapter", seed=1, rank=4)
     warm_cfg = dict(two, target_modules=WARM_TARGETS)
     plan.append(
@@ -143,3 +145,14 @@ def test_a_warm_start_loads_into_the_shards(two_ranks, tiny_model_dir, tmp_path)
     first = _metrics(two_ranks["warm"])[0]
     assert first["loss"] == pytest.approx(one["loss"], rel=1e-5)
     assert first["loss"] != _metrics(two_ranks["full"])[0]["loss"]  # not a fresh adapter
+
+
+def test_replicas_that_drift_apart_fail_before_the_save(two_ranks):
+    """``checkpoint.compare_replicas`` with sharding none: a rank whose optimizer state
+    differs from rank 0's (injected) fails the run at the first save, naming the setting."""
+    drifted = two_ranks["drifted"]
+    assert drifted["field"] == "config.engineSettings.checkpoint.compare_replicas"
+    assert (
+        "the ranks hold different optimizer state before the save at step 2" in drifted["failure"]
+    )
+    assert "largest difference 0.001" in drifted["failure"]
