@@ -34,6 +34,7 @@ SETTINGS = dict(
     validation_batch=2,
     buffer_dtype="fp32",
     start_checks=CHECKS,
+    sync_once_per_update=False,  # gradients reduced after every pass
 )
 VALIDATION_ROWS = 5
 WARM_TARGETS = ["q_proj", "v_proj", "o_proj"]  # the modules helpers.make_random_adapter adapts
@@ -114,9 +115,9 @@ def test_two_ranks_resume_after_update_3_is_bitwise(two_ranks):
 
 
 def test_engine_settings_take_effect_without_changing_the_loss(two_ranks, one_device):
-    """Padding to 64-token buckets, no prefetching, validation calls of 2 conversations and
-    the checks before the first update train and validate the same; a bf16 gradient
-    reduction rounds the gradients."""
+    """Padding to 64-token buckets, no prefetching, gradients reduced after every pass,
+    validation calls of 2 conversations and the checks before the first update train and
+    validate the same; a bf16 gradient reduction rounds the gradients."""
     settings, one = two_ranks["settings"], one_device
     for a, b in zip(_metrics(settings), _metrics(one), strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-5)
