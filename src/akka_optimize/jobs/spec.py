@@ -96,5 +96,10 @@ def worker_command(spec_path: Path, python: str | None = None) -> list[str]:
 
 def spec_ranks(spec_path: Path) -> int:
     """The ranks the attempt of the spec at ``spec_path`` trains on (``engine.ranks``, 1
-    when unset: one device)."""
-    return int((json.loads(Path(spec_path).read_text()).get("engine") or {}).get("ranks", 1))
+    when unset: one device; 1 too for a spec that cannot be read, whose worker then fails
+    with its own sentence)."""
+    try:
+        spec = json.loads(Path(spec_path).read_text())
+    except (OSError, ValueError):
+        return 1
+    return int((spec.get("engine") or {}).get("ranks", 1))
