@@ -35,6 +35,7 @@ SETTINGS = dict(
     buffer_dtype="fp32",
     start_checks=CHECKS,
     sync_once_per_update=False,  # gradients reduced after every pass
+    offload_activations=True,  # saved activations through torch.autograd.graph.save_on_cpu
 )
 VALIDATION_ROWS = 5
 WARM_TARGETS = ["q_proj", "v_proj", "o_proj"]  # the modules helpers.make_random_adapter adapts
@@ -116,6 +117,7 @@ def test_two_ranks_resume_after_update_3_is_bitwise(two_ranks):
 
 def test_engine_settings_take_effect_without_changing_the_loss(two_ranks, one_device):
     """Padding to 64-token buckets, no prefetching, gradients reduced after every pass,
+    activations offloaded to host memory,
     validation calls of 2 conversations and the checks before the first update train and
     validate the same; a bf16 gradient reduction rounds the gradients."""
     settings, one = two_ranks["settings"], one_device

@@ -60,12 +60,14 @@ def test_engine_settings_of_a_run_on_several_devices_reach_the_engine() -> None:
         "checks.start": True,
         "checks.reference.max_logprob_error": 0.25,
     }
-    kw = engine_settings(_plan(2, engine, memory={"sharding": "none"}), ["q_proj"])
+    memory = {"sharding": "none", "offload": {"activations": True}}
+    kw = engine_settings(_plan(2, engine, memory=memory), ["q_proj"])
     cfg = EngineConfig(**kw)
     assert (cfg.ranks, cfg.sharding, cfg.precision) == (2, "none", "fp32")
     assert (cfg.reduce_dtype, cfg.buffer_dtype, cfg.prefetch_weights) == ("bf16", "fp32", False)
     assert (cfg.pad_bucket, cfg.token_budget, cfg.conversations_per_update) == (128, 300, 4)
     assert cfg.sync_once_per_update is False and cfg.compare_replicas is False
+    assert cfg.offload_activations is True
     assert cfg.start_checks == {"head": None, "isolation": None, "packing": None, "reference": 0.25}
     one = EngineConfig(**engine_settings(_plan(1), ["q_proj"]))
     assert (one.ranks, one.pad_bucket, one.start_checks, one.token_budget) == (1, None, None, 768)
@@ -132,3 +134,4 @@ def test_flex_attention_is_refused_and_one_device_is_left_alone() -> None:
     assert _refusal(_plan(1, {"kernels.liger.geglu": True}), method="rl") is None
     defaults = {"compile.recompile_limit": 8, "engine.prefetch_weights": True}
     assert _refusal(_plan(2, defaults, memory={"sharding": "full"})) is None
+    assert _refusal(_plan(2, memory={"offload": {"activations": True}})) is None

@@ -140,6 +140,9 @@ class EngineConfig:
     compare_replicas: bool = True
     """``checkpoint.compare_replicas``: with sharding ``none``, check before the first save
     that every rank holds the same optimizer state."""
+    offload_activations: bool = False
+    """``execution.memory.offload.activations``: keep the activations saved for the
+    backward pass in host memory (``torch.autograd.graph.save_on_cpu``, pinned on CUDA)."""
     reduce_dtype: Literal["fp32", "bf16"] = "fp32"
     """``dtypes.reduce``: dtype gradients are summed across ranks in (FSDP2's
     ``MixedPrecisionPolicy.reduce_dtype``; the replicas' all-reduce)."""

@@ -12,6 +12,7 @@ adapter and optimizer state, written by rank 0 in the one-device format.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -65,9 +66,19 @@ class RanksMixin:
 
     def train_update_passes(self, passes: list[Pass]) -> None:
         """Forward and backward over this rank's ``passes`` of one update (see the module)."""
-        if self.world == 1:
-            self.forward_backward(passes)  # type: ignore[attr-defined]
-            return
+        with self._activation_offload():
+            if self.world == 1:
+                self.forward_backward(passes)  # type: ignore[attr-defined]
+            else:
+                self._rank_passes(passes)
+
+    def _activation_offload(self) -> contextlib.AbstractContextManager:
+        """``offload.activations``: saved activations kept in host memory until backward."""
+        if not self.cfg.offload_activations:
+            return contextlib.nullcontext()
+        return torch.autograd.graph.save_on_cpu(pin_memory=self.device.type == "cuda")
+
+    def _rank_passes(self, passes: list[Pass]) -> None:
         count = D.max_over_ranks(len(passes))
         for i in range(count):
             if self.sharded:

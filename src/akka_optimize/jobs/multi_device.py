@@ -34,7 +34,7 @@ def _refuse(field: str, why: str) -> InvalidRequest:
 def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
     """The first setting a run on several devices cannot honour, or None (also None for a
     run on one device). Checked: the method (supervised only), the executor (local only),
-    the smoke check, flex_attention, host-memory offload (not available), and each engine
+    the smoke check, flex_attention, weight and optimizer offload (not available), and each engine
     setting that would not take effect (:func:`_engine_setting_refusal`)."""
     r = f["resolved"]
     ranks = run_ranks(r)
@@ -66,10 +66,11 @@ def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
         )
     memory = (r.get("execution") or {}).get("memory") or {}
     for what, on in sorted((memory.get("offload") or {}).items()):
-        if on:
+        if on and what != "activations":  # activations: torch.autograd.graph.save_on_cpu
             return _refuse(
                 f"execution.memory.offload.{what}",
-                "host-memory offload is not available on several devices in this release; "
+                "offloading weights or optimizer state to host memory is not available on "
+                "several devices in this release (offload.activations is); "
                 "set it to false.",
             )
     settings = ((r.get("config") or {}).get("engineSettings")) or {}
