@@ -44,7 +44,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
 } 2>&1 | tee "$OUT/versions.txt"
 set +e
 timeout 180 $PY -m pytest -q -p no:cacheprovider -o addopts= \
-  tests/engine/test_engine_cuda.py tests/engine/test_attention.py 2>&1 | tee "$OUT/tests.txt"
+  tests/engine/test_engine_cuda.py tests/engine/test_engine_ranks_cuda.py \
+  tests/engine/test_attention.py 2>&1 | tee "$OUT/tests.txt"
 timeout 300 $PY -m benchmarks.run --quick --only engine 2>&1 | tee "$OUT/bench.txt"
 cp bench-results/latest.json "$OUT/bench.json" 2>/dev/null
 exit 0

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
@@ -37,3 +42,23 @@ def fp32_config(**kw) -> EngineConfig:
 
 def adapter_grads(session) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().clone() for n, p in session.params.items() if p.grad is not None}
+
+
+def run_on_ranks(model_dir: Path, root: Path, plan: list[dict], ranks: int = 2) -> dict[str, dict]:
+    """Run supervised scenarios on ``ranks`` ranks under ``torch.distributed.run`` (one
+    launch, tests/engine/ranks_script.py); returns name → rank 0's record (events, step,
+    checks, final adapter tensors as lists)."""
+    here = Path(__file__).parent
+    (root / "plan.json").write_text(json.dumps(plan))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here), *sys.path]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += [f"--nproc-per-node={ranks}", str(here / "ranks_script.py")]
+    proc = subprocess.run(
+        [*cmd, str(model_dir), str(root / "plan.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return {sc["name"]: json.loads((root / f"{sc['name']}.json").read_text()) for sc in plan}

@@ -34,10 +34,10 @@ def _plan(**changes: Any) -> dict[str, Any]:
 # (name, plan, code, field, words the message must hold)
 REFUSALS = [
     (
-        "two-gpus",
-        _plan(execution={"gpus": 2, "deviceProfile": "H100"}),
+        "two-gpus-smoke",  # issue 23: a smoke check trains on one device
+        _plan(smoke=True, execution={"gpus": 2, "deviceProfile": "H100"}),
         "not_available",
-        "execution.gpus",
+        "smoke",
         "set execution.gpus to 1",
     ),
     (
@@ -102,15 +102,17 @@ def test_every_start_refusal_is_the_dry_runs(demo: LiveService, tmp_path) -> Non
     assert "Configuration hash:" in out.stdout and "a start would be refused" in out.stdout
     assert "The start would be refused (1 reason):" in out.stderr
     assert "set execution.gpus to 1" in out.stderr
-    # Every refusal at once in the dry run: two devices under a taken name.
-    both = _plan(project="akka-optimize", execution={"gpus": 2, "deviceProfile": "H100"})
+    # Every refusal at once in the dry run: a smoke run on two devices under a taken name.
+    both = _plan(
+        project="akka-optimize", smoke=True, execution={"gpus": 2, "deviceProfile": "H100"}
+    )
     fields = [
         r["field"]
         for r in demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=both).json()[
             "refusals"
         ]
     ]
-    assert fields == ["execution.gpus", "modelName"]
+    assert fields == ["smoke", "modelName"]
     # A plan the start accepts is accepted by the dry run, with no refusals.
     ok = demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=BASE).json()
     assert ok["accepted"] is True and ok["refusals"] == []

@@ -242,7 +242,8 @@ def test_plan_fields_this_release_cannot_train_are_refused_at_start(
     }
     for extra, field in (
         ({"smoke": True, "modelName": "m"}, "modelName"),  # a smoke run registers none
-        ({"execution": {"gpus": 2, "deviceProfile": "H100"}}, "execution.gpus"),
+        # issue 23: a smoke check trains on one device
+        ({"smoke": True, "execution": {"gpus": 2, "deviceProfile": "H100"}}, "smoke"),
     ):
         r = service.api("POST", "/v1/training/runs", json={**base, **extra})
         assert r.status_code == 400, r.text

@@ -149,6 +149,11 @@ def _result_pairs(run: dict[str, Any]) -> list[tuple[str, Any]]:
             else []
         ),
         *([("Smoke check", _smoke(r["smoke"]))] if r.get("smoke") else []),
+        *(  # the checks before the first update (runs get --checks lists each)
+            [("Checks", "passed" if r["checksPassed"] else "failed")]
+            if r.get("checksPassed") is not None
+            else []
+        ),
         ("Final loss", fmt(r.get("finalLoss"))),
         ("Mean loss", fmt(r.get("meanLoss"))),
         ("Validation loss", fmt(r.get("validationLoss"))),

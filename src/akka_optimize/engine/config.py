@@ -28,6 +28,16 @@ PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 
 
+CHECK_SETTINGS = {
+    "head": "checks.head.max_logprob_error",
+    "isolation": "checks.isolation.max_logprob_error",
+    "packing": "checks.packing.max_mean_loss_difference",
+    "reference": "checks.reference.max_logprob_error",
+}
+"""The engine setting of each check's bound before the first update
+(:mod:`akka_optimize.engine.start_checks`; ``EngineConfig.start_checks`` keys)."""
+
+
 @dataclass
 class EngineConfig:
     """Everything one supervised LoRA run needs besides its model and data.
@@ -117,6 +127,43 @@ class EngineConfig:
     """``execution.saveEachEpoch``: save (and keep the adapter) at each epoch end."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto picks CUDA when available."""
+    ranks: int = 1
+    """``execution.gpus``: ranks training together under ``torch.distributed.run`` (one per
+    device; on CPU, gloo ranks). An update holds ``micro_batch × gradient_accumulation ×
+    ranks`` conversations (:mod:`akka_optimize.engine.distributed`)."""
+    sharding: Literal["full", "none"] = "full"
+    """``execution.memory.sharding`` with several ranks: ``full`` shards the model, its
+    gradients and optimizer state with FSDP2; ``none`` keeps a full replica per rank."""
+    sync_once_per_update: bool = True
+    """``engine.use_no_sync_for_gradient_accumulation``: combine gradients across ranks once
+    per update, after its last pass; false combines them after every pass."""
+    compare_replicas: bool = True
+    """``checkpoint.compare_replicas``: with sharding ``none``, check before the first save
+    that every rank holds the same optimizer state."""
+    offload_activations: bool = False
+    """``execution.memory.offload.activations``: keep the activations saved for the
+    backward pass in host memory (``torch.autograd.graph.save_on_cpu``, pinned on CUDA)."""
+    reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    """``dtypes.reduce``: dtype gradients are summed across ranks in (FSDP2's
+    ``MixedPrecisionPolicy.reduce_dtype``; the replicas' all-reduce)."""
+    buffer_dtype: Literal["fp32", "bf16"] | None = None
+    """``dtypes.buffer``: dtype of the model's floating buffers (rotary tables); None keeps
+    the dtype the model loads them in."""
+    prefetch_weights: bool = True
+    """``engine.prefetch_weights``: with FSDP2 shards, gather the next layer's weights during
+    the current layer's forward and backward (explicit prefetch); false gathers each layer
+    when it runs."""
+    pad_bucket: int | None = None
+    """``engine.pad_to_length`` with ``engine.pad_to_length_bucket``: pad each training pass
+    with a separate all-padding sequence (weight 0) to a multiple of this many tokens; None
+    does not pad."""
+    start_checks: dict[str, float | None] | None = None
+    """``checks.start``: the bounds of the checks before the first update (``head``,
+    ``isolation``, ``packing``, ``reference``; :mod:`akka_optimize.engine.start_checks`);
+    None skips them."""
+    validation_batch: int | None = None
+    """``validationBatchSize``: validation conversations per call; None is the number of
+    conversations in one update. The validation loss is the same (a token-weighted sum)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form settings carried into saved state for the caller (ignored by the engine)."""
 
@@ -188,6 +235,12 @@ class EngineConfig:
                 "config.hyperparams.training.maxSteps",
                 "must be at least 1",
             ),
+            (1 <= self.ranks <= 64, "execution.gpus", "must be in [1, 64]"),
+            (
+                self.sharding in ("full", "none"),
+                "execution.memory.sharding",
+                "must be full or none",
+            ),
             (
                 self.micro_batch >= 1,
                 "config.hyperparams.training.microBatchPerGpu",
@@ -232,7 +285,8 @@ class EngineConfig:
 
     @property
     def conversations_per_update(self) -> int:
-        return self.micro_batch * self.gradient_accumulation
+        """Conversations in one update over every rank (the epoch's last may hold fewer)."""
+        return self.micro_batch * self.gradient_accumulation * self.ranks
 
     def updates_per_epoch(self, rows: int) -> int:
         """Updates in one epoch of ``rows`` conversations (the last one may be smaller)."""

@@ -38,11 +38,12 @@ from .sampling import generate
 from .schedule import lr_factor
 from .session_passes import ForwardBackwardResult as ForwardBackwardResult
 from .session_passes import PassesMixin, _Pending
+from .session_ranks import RanksMixin
 from .session_state import StateMixin
 from .targets import auto_class, check_targets, peft_targets
 
 
-class TrainingSession(PassesMixin, StateMixin):
+class TrainingSession(PassesMixin, StateMixin, RanksMixin):
     """A base model with a trainable LoRA adapter, AdamW and a learning-rate schedule.
 
     Args:
@@ -122,9 +123,13 @@ class TrainingSession(PassesMixin, StateMixin):
             if hasattr(m, "lora_A") and len(m.lora_A)
         )
         self.adapted_module_count = len(self.adapted_modules)
+        for p in self.model.parameters():  # PEFT upcasts a bf16 base's adapter to fp32
+            if p.requires_grad:
+                p.data = p.data.to(self.adapter_dtype)
+        self._causal_lm = self.model.get_base_model()
+        self._body, self._head, self._cap = body_and_head(self._causal_lm)
+        self._join_ranks()  # several devices: the process group, FSDP2 shards (session_ranks.py)
         self.params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
-        for p in self.params.values():  # PEFT upcasts a bf16 base's adapter to fp32
-            p.data = p.data.to(self.adapter_dtype)
         self.optimizer = torch.optim.AdamW(
             list(self.params.values()),
             lr=cfg.learning_rate,
@@ -132,8 +137,6 @@ class TrainingSession(PassesMixin, StateMixin):
             eps=cfg.adam_epsilon,
             weight_decay=cfg.weight_decay,
         )
-        self._causal_lm = self.model.get_base_model()
-        self._body, self._head, self._cap = body_and_head(self._causal_lm)
         self.vocab_size = int(self._head.weight.shape[0])
         """Rows of the output head (the vocabulary the loss is over)."""
         self._pending = _Pending()
@@ -174,6 +177,7 @@ class TrainingSession(PassesMixin, StateMixin):
         """
         pend, c = self._pending, self.cfg
         update = self.step + 1
+        self._combine_update()  # several ranks: the whole update's sums (session_ranks.py)
         if pend.supervised == 0:
             self._reset()
             raise EngineError(f"update {update} has no supervised token; refusing a silent 0 loss.")
@@ -183,7 +187,10 @@ class TrainingSession(PassesMixin, StateMixin):
             if p.grad is not None:
                 p.grad.div_(pend.supervised)
         max_norm = c.max_grad_norm if c.max_grad_norm > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if self.sharded:
+            grad_norm = self._clip_sharded(params, max_norm)
+        else:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             self._reset()
             raise EngineError(
@@ -191,12 +198,13 @@ class TrainingSession(PassesMixin, StateMixin):
                 "lower config.hyperparams.optimizer.learningRate or use config.model.precision fp32."
             )
         before = [p.detach().clone() for p in params]
-        adapter_norm = float(_global_norm(before))
+        norm = self._norm if self.world > 1 else _global_norm
+        adapter_norm = float(norm(before))
         lr = self.learning_rate(update)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
-        delta = float(_global_norm([p.detach() - b for p, b in zip(params, before, strict=True)]))
+        delta = float(norm([p.detach() - b for p, b in zip(params, before, strict=True)]))
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - (pend.started or time.perf_counter())

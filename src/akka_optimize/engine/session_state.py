@@ -33,15 +33,30 @@ class StateMixin:
     step: int
     total_updates: int | None
     schedule_start: int
+    world: int
+    sharded: bool
+    is_main: bool
     _reset: Callable[[], None]
+    _full_adapter: Callable[[], dict[str, torch.Tensor]]
+    _full_optimizer: Callable[[], dict[str, Any]]
+    _check_replicas: Callable[[dict[str, Any]], None]
+    _set_param: Callable[[torch.Tensor, torch.Tensor], None]
+    _place_optimizer: Callable[[dict[str, Any]], dict[str, Any]]
 
     def save_adapter(self, directory: Path) -> Path:
-        """Write the adapter in PEFT format (adapter_config.json + adapter_model.safetensors)."""
+        """Write the adapter in PEFT format (adapter_config.json + adapter_model.safetensors).
+
+        On several ranks every rank gathers the whole adapter and rank 0 writes it."""
         directory = Path(directory)
+        extra = {"state_dict": self._full_adapter()} if self.world > 1 else {}
+        if not self.is_main:
+            return directory
         with _atomic_dir(directory) as tmp:
             # The base embedding is frozen: never copy it into the adapter (PEFT does for
             # a targeted lm_head tied to it unless told not to).
-            self.model.save_pretrained(tmp, safe_serialization=True, save_embedding_layers=False)
+            self.model.save_pretrained(
+                tmp, safe_serialization=True, save_embedding_layers=False, **extra
+            )
         return directory
 
     def load_adapter_weights(self, directory: Path) -> None:
@@ -72,20 +87,34 @@ class StateMixin:
                     field=f"config.hyperparams.lora.{path}",
                 )
         weights = load_file(directory / "adapter_model.safetensors")
+        if self.sharded:  # FSDP2 shards: each tensor into this rank's shard
+            self._load_sharded_adapter(weights)
+            self._reset()
+            return
         try:
             res = set_peft_model_state_dict(self.model, weights)
         except RuntimeError as exc:  # shapes that do not fit
             raise EngineError(f"the warm-start adapter does not fit this model: {exc}") from exc
         missing = [k for k in res.missing_keys if "lora_" in k]
-        if missing or res.unexpected_keys:
-            raise EngineError(
-                f"the warm-start adapter holds {len(weights)} tensors: "
-                f"{len(missing)} of this adapter's {len(self.params)} are missing and "
-                f"{len(res.unexpected_keys)} are not this model's "
-                f"(e.g. {(missing or res.unexpected_keys)[0]}).",
-                field="warmStartModelId",
-            )
+        _refuse_mismatch(len(weights), len(self.params), missing, res.unexpected_keys)
         self._reset()
+
+    def _load_sharded_adapter(self, weights: dict[str, torch.Tensor]) -> None:
+        """A PEFT adapter's tensors (saved without the adapter name ``default``) into the
+        sharded adapter. Raises EngineError as :meth:`load_adapter_weights` does."""
+        by_key = {n.replace(".default.", "."): n for n in self.params}
+        missing = [k for k in by_key if k not in weights]
+        _refuse_mismatch(
+            len(weights), len(self.params), missing, sorted(set(weights) - set(by_key))
+        )
+        for key, name in by_key.items():
+            if tuple(weights[key].shape) != tuple(self.params[name].shape):
+                raise EngineError(
+                    f"the warm-start adapter does not fit this model: {key} has shape "
+                    f"{tuple(weights[key].shape)}, this adapter {tuple(self.params[name].shape)}.",
+                    field="warmStartModelId",
+                )
+            self._set_param(self.params[name], weights[key])
 
     def save_state(self, directory: Path, cursor: dict[str, Any] | None = None) -> Path:
         """Write everything needed to continue exactly: adapter tensors (exact dtype),
@@ -93,12 +122,13 @@ class StateMixin:
         ``cursor`` and the step. The folder appears atomically.
         """
         directory = Path(directory)
+        adapter, optimizer = self._full_adapter(), self._full_optimizer()
+        self._check_replicas(optimizer)
+        if not self.is_main:  # rank 0 writes the whole state, in the one-device format
+            return directory
         with _atomic_dir(directory) as tmp:
-            save_file(
-                {n: p.detach().cpu().contiguous() for n, p in self.params.items()},
-                tmp / "adapter_state.safetensors",
-            )
-            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+            save_file(adapter, tmp / "adapter_state.safetensors")
+            torch.save(optimizer, tmp / "optimizer.pt")
             rng = {"python": random.getstate(), "torch": torch.get_rng_state()}
             if torch.cuda.is_available():
                 rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -129,10 +159,10 @@ class StateMixin:
                 f"training state at {directory} holds {len(tensors)} adapter tensors but this "
                 f"adapter has {len(self.params)}; resume with the run's own settings."
             )
-        with torch.no_grad():
-            for n, p in self.params.items():
-                p.copy_(tensors[n])
-        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=False))
+        for n, p in self.params.items():
+            self._set_param(p, tensors[n])
+        saved = torch.load(directory / "optimizer.pt", weights_only=False)
+        self.optimizer.load_state_dict(self._place_optimizer(saved))
         for group in self.optimizer.param_groups:  # this run's settings, not the saved ones
             group["weight_decay"] = self.cfg.weight_decay
             group["betas"] = (self.cfg.adam_beta1, self.cfg.adam_beta2)
@@ -147,6 +177,20 @@ class StateMixin:
         self.schedule_start = int(meta.get("schedule_start") or 0)
         self._reset()
         return meta
+
+
+def _refuse_mismatch(held: int, mine: int, missing: list[str], unexpected: list[str]) -> None:
+    """Refuse a warm-start adapter whose tensors are not this adapter's.
+
+    Raises:
+        EngineError: counts of missing and unexpected tensors, with one example."""
+    if missing or unexpected:
+        raise EngineError(
+            f"the warm-start adapter holds {held} tensors: {len(missing)} of this adapter's "
+            f"{mine} are missing and {len(unexpected)} are not this model's "
+            f"(e.g. {(missing or unexpected)[0]}).",
+            field="warmStartModelId",
+        )
 
 
 class _atomic_dir:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..data.types import Example
 from .config import EngineConfig
+from .distributed import any_rank
 from .errors import EngineError
 from .phases import end_phase as end_phase
 from .phases import training_phase as training_phase
@@ -32,6 +33,7 @@ from .sft_order import epoch_order as epoch_order
 from .sft_order import passes_of as passes_of
 from .sft_order import total_updates as total_updates
 from .sft_order import update_passes as update_passes
+from .sft_order import update_rows as update_rows
 from .snapshots import BRANCH_SETTINGS as BRANCH_SETTINGS
 from .snapshots import ORDER_SETTINGS as ORDER_SETTINGS
 from .snapshots import recoverable_steps as recoverable_steps
@@ -39,6 +41,8 @@ from .snapshots import save_snapshot as save_snapshot
 from .snapshots import state_path as state_path
 
 Emit = Callable[[dict[str, Any]], None]
+_DEFAULTS = {f.name: f.default for f in fields(EngineConfig)}
+"""Defaults of the settings, for states saved before a setting existed (``ranks``)."""
 
 
 @dataclass
@@ -54,6 +58,8 @@ class SftResult:
         epoch_adapters: ``{"epoch", "step", "adapterDir"}`` per epoch end with saveEachEpoch.
         final_validation_loss: the last validation loss measured, if any.
         adapted_modules: module names that received a LoRA pair.
+        checks: the checks before the first update, each value against its bound (None:
+            none ran; :mod:`akka_optimize.engine.start_checks`).
     """
 
     step: int
@@ -66,6 +72,7 @@ class SftResult:
     adapted_modules: list[str]
     final_validation_loss: float | None = None
     epoch_adapters: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[dict[str, Any]] | None = None
 
 
 def run_sft(
@@ -121,18 +128,20 @@ def run_sft(
     session, log = _start_session(
         cfg, model_dir, state_dir, len(train), total, emit, resume_step, branch, init_adapter
     )
+    result = SftResult(0, total, False, None, None, None, None, session.adapted_modules)
+    fresh = resume_step is None and init_adapter is None
+    result.checks = _start_checks(session, cfg, train, fresh, emit)  # F096
     if validation and cfg.validate_each_epoch and session.step == 0:
         log["validation"] = _validate(session, validation, cfg, 0, emit)
 
     # ---- loop
-    result = SftResult(0, total, False, None, None, None, None, session.adapted_modules)
     for update in range(session.step + 1, total + 1):
         epoch, epoch_end = _train_update(session, cfg, train, update, log, emit, resume_step)
         if validation and _validation_due(cfg, update, total, epoch_end):
             log["validation"] = _validate(session, validation, cfg, update, emit)
 
         done = until is not None and until(session, update, total)
-        stopping = not done and _stop_due(update, total, stop_after_step, should_stop)
+        stopping = not done and _stop_due(update, total, stop_after_step, should_stop, session)
         if _save_due(cfg, update, total, epoch_end, done or stopping):
             adapter = save_snapshot(
                 session, cfg, model_dir, state_dir, epoch, epoch_end, len(train), log, emit
@@ -148,16 +157,37 @@ def run_sft(
     return _finish(result, session, log, emit)
 
 
+CHECKING = "checks before the first update"
+"""The phase detail a run shows while it checks itself (:mod:`akka_optimize.engine.start_checks`)."""
+
+
+def _start_checks(
+    session: TrainingSession, cfg: EngineConfig, train: list[Example], fresh: bool, emit: Emit
+) -> list[dict[str, Any]] | None:
+    """The checks before the first update on the first update's first conversations (at
+    least two, at most one pass's worth); emits a ``phase`` event first. None when the
+    settings have none (``checks.start`` false, one device) or the run has trained."""
+    from .start_checks import start_checks
+
+    if cfg.start_checks is None or session.step != 0:
+        return None
+    emit({"type": "phase", "phase": "checking", "step": 0, "detail": CHECKING})
+    rows = update_rows(train, cfg, 1)[: max(2, cfg.micro_batch)]
+    return start_checks(session, rows, cfg.start_checks or {}, fresh)
+
+
 def _stop_due(
     update: int,
     total: int,
     stop_after_step: int | None,
     should_stop: Callable[[], bool] | None,
+    session: TrainingSession,
 ) -> bool:
     """Whether the run saves and stops after ``update`` (a pause or cancel): never after
     its last update; at ``stop_after_step``, or when ``should_stop`` (polled only then)
-    says so."""
-    return update < total and (update == stop_after_step or bool(should_stop and should_stop()))
+    says so. On several ranks rank 0 hears the service, and every rank stops together."""
+    due = update < total and (update == stop_after_step or bool(should_stop and should_stop()))
+    return any_rank(due) if session.world > 1 else due
 
 
 def _save_due(cfg: EngineConfig, update: int, total: int, epoch_end: bool, ending: bool) -> bool:
@@ -247,8 +277,8 @@ def _train_update(
     """Train update ``update`` (1-based) on its passes, emit its ``metrics`` (and, on a
     fresh run's first update, the first-loss ``warning`` of rule 10) and add its loss to
     ``log``. Returns ``(epoch, epoch_end)``."""
-    epoch, epoch_end, passes = update_passes(train, cfg, update)
-    session.forward_backward(passes)
+    epoch, epoch_end, passes = update_passes(train, cfg, update, session.rank, session.world)
+    session.train_update_passes(passes)
     metrics = session.optim_step()
     emit({"type": "metrics", "epoch": epoch, **metrics})
     if update == 1 and resume_step is None:  # a fresh run's first update (rule 10)
@@ -294,7 +324,7 @@ def _resume(
     meta = session.load_state(state_path(state_dir, step) / "state")
     saved = meta["config"]
     fixed = BRANCH_SETTINGS if branch else ORDER_SETTINGS
-    changed = [k for k in fixed if saved.get(k) != getattr(cfg, k)]
+    changed = [k for k in fixed if saved.get(k, _DEFAULTS.get(k)) != getattr(cfg, k)]
     if changed or meta["cursor"].get("rows") != rows:
         what = ", ".join(f"{k} {saved.get(k)} → {getattr(cfg, k)}" for k in changed)
         what = what or f"{meta['cursor'].get('rows')} → {rows} rows"
@@ -312,17 +342,24 @@ def _resume(
 def _validate(
     session: TrainingSession, rows: list[Example], cfg: EngineConfig, step: int, emit: Emit
 ) -> float:
-    """Token-weighted loss over the whole validation set (seeds/001 "Validate …")."""
+    """Token-weighted loss over the whole validation set (seeds/001 "Validate …"), in calls
+    of ``validationBatchSize`` conversations (every rank scores every call)."""
     emit({"type": "phase", "phase": "validating", "step": step})
-    res = session.forward(passes_of(rows, cfg))
-    loss = res.loss_sum / res.supervised_tokens
+    per_call = cfg.validation_batch or (  # validationBatchSize; one call on one device
+        cfg.conversations_per_update if cfg.ranks > 1 else len(rows)
+    )
+    loss_sum, supervised = 0.0, 0
+    for start in range(0, len(rows), per_call):
+        res = session.forward(passes_of(rows[start : start + per_call], cfg))
+        loss_sum, supervised = loss_sum + res.loss_sum, supervised + res.supervised_tokens
+    loss = loss_sum / supervised
     emit(
         {
             "type": "validation",
             "step": step,
             "loss": loss,
             "perplexity": math.exp(min(loss, 700.0)),
-            "supervisedTokens": res.supervised_tokens,
+            "supervisedTokens": supervised,
         }
     )
     return loss

@@ -14,6 +14,7 @@ import random
 from ..data.packing import pack
 from ..data.types import Example, Pass, pack_examples
 from .config import EngineConfig
+from .distributed import rank_share
 
 
 def epoch_order(rows: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
@@ -24,15 +25,43 @@ def epoch_order(rows: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
     return order
 
 
-def update_passes(
-    train: list[Example], cfg: EngineConfig, update: int
-) -> tuple[int, bool, list[Pass]]:
-    """(epoch, whether it ends the epoch, packed passes) of 1-based ``update``."""
-    per_epoch = cfg.updates_per_epoch(len(train))
-    epoch, k = divmod(update - 1, per_epoch)
+def update_rows(train: list[Example], cfg: EngineConfig, update: int) -> list[Example]:
+    """The conversations of 1-based ``update`` over every rank, in order."""
+    epoch, k = divmod(update - 1, cfg.updates_per_epoch(len(train)))
     n = cfg.conversations_per_update
-    rows = epoch_order(len(train), cfg.seed, epoch + 1, cfg.shuffle)[k * n : (k + 1) * n]
-    return epoch + 1, k == per_epoch - 1, passes_of([train[i] for i in rows], cfg)
+    order = epoch_order(len(train), cfg.seed, epoch + 1, cfg.shuffle)[k * n : (k + 1) * n]
+    return [train[i] for i in order]
+
+
+def update_passes(
+    train: list[Example], cfg: EngineConfig, update: int, rank: int = 0, size: int = 1
+) -> tuple[int, bool, list[Pass]]:
+    """(epoch, whether it ends the epoch, packed passes) of 1-based ``update``; on several
+    ranks, the passes of ``rank``'s share of the update's conversations
+    (:func:`akka_optimize.engine.distributed.rank_share`: a contiguous share, so an update
+    smaller than the ranks, the epoch's remainder, still trains every conversation)."""
+    per_epoch = cfg.updates_per_epoch(len(train))
+    k = (update - 1) % per_epoch
+    passes = passes_of(rank_share(update_rows(train, cfg, update), rank, size), cfg)
+    if cfg.pad_bucket:
+        passes = [pad_pass(p, cfg.pad_bucket) for p in passes]
+    return (update - 1) // per_epoch + 1, k == per_epoch - 1, passes
+
+
+def pad_pass(p: Pass, bucket: int) -> Pass:
+    """``p`` padded to a multiple of ``bucket`` tokens (``engine.pad_to_length``) with one
+    more sequence of token 0, weight 0 and its own positions, so it changes no loss: packed
+    sequences attend only within themselves (the engine's packed attention)."""
+    extra = -len(p.input_ids) % bucket
+    if not extra:
+        return p
+    return Pass(
+        p.input_ids + [0] * extra,
+        p.weights + [0.0] * extra,
+        p.position_ids + list(range(extra)),
+        p.cu_seqlens + [p.cu_seqlens[-1] + extra],
+        list(p.rows),
+    )
 
 
 def passes_of(rows: list[Example], cfg: EngineConfig) -> list[Pass]:
@@ -46,8 +75,8 @@ def passes_of(rows: list[Example], cfg: EngineConfig) -> list[Pass]:
     """
     if not cfg.dynamic_batches:
         return [pack_examples([ex]) for ex in rows]
-    if cfg.token_budget is not None:
-        return pack(rows, cfg.token_budget)
+    if cfg.token_budget is not None:  # a conversation longer than the budget: its own pass
+        return pack(rows, max([cfg.token_budget, *(len(ex.input_ids) for ex in rows)]))
     mb = cfg.micro_batch
     return [pack_examples(rows[j : j + mb]) for j in range(0, len(rows), mb)]
 

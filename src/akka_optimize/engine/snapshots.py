@@ -18,9 +18,17 @@ from .session import TrainingSession
 
 Emit = Callable[[dict[str, Any]], None]
 # Settings that decide which rows an update holds; a resume must not change them.
-ORDER_SETTINGS = ("seed", "shuffle", "micro_batch", "gradient_accumulation", "epochs", "max_steps")
+ORDER_SETTINGS = (
+    "seed",
+    "shuffle",
+    "micro_batch",
+    "gradient_accumulation",
+    "ranks",
+    "epochs",
+    "max_steps",
+)
 # A branch may train longer (epochs, max_steps) but keeps which rows each update holds.
-BRANCH_SETTINGS = ("seed", "shuffle", "micro_batch", "gradient_accumulation")
+BRANCH_SETTINGS = ("seed", "shuffle", "micro_batch", "gradient_accumulation", "ranks")
 
 
 def state_path(state_dir: Path, step: int) -> Path:
@@ -56,6 +64,8 @@ def save_snapshot(
     cursor = {"epoch": epoch, "epochEnd": epoch_end, "rows": rows, "log": log}
     session.save_state(folder / "state", cursor)
     adapter = session.save_adapter(folder / "adapter")
+    if not session.is_main:  # rank 0 writes, verifies, reports and prunes the save
+        return adapter
     event = {
         "type": "save",
         "step": step,

@@ -1,7 +1,8 @@
 """Admission: whether a resolved plan may start, decided once for the dry run and the start.
 
 A plan that resolves (:func:`akka_optimize.service.plans.resolve_run_plan`) can still be
-one this release cannot start: a method or device count not available yet,
+one this release cannot start: a method not available yet, a setting a run on several
+devices cannot honour (:mod:`akka_optimize.jobs.multi_device`),
 a base model nobody selected, a ``modelName`` the registry would refuse at the end of
 training (F049), a branch of a run in another project, a dataset or bundle the jobs cannot
 read (:mod:`akka_optimize.jobs.readable`), prepared token rows the base model or plan
@@ -62,15 +63,12 @@ def accepted(ctx: Any, session: Session, f: dict[str, Any]) -> dict[str, Any]:
     return kind.accept(ctx, session, f) if kind.accept is not None else {}
 
 
-def _gpus(f: dict[str, Any]) -> AkkaError | None:
-    if not (f["device_kind"] == "cuda" and f["gpus"] > 1):
-        return None
-    return InvalidRequest(
-        f"execution.gpus {f['gpus']}: the local executor trains on one device; "
-        "set execution.gpus to 1.",
-        field="execution.gpus",
-        code="not_available",
-    )
+def _gpus(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
+    """A run on several devices with a setting it cannot honour
+    (:mod:`akka_optimize.jobs.multi_device`)."""
+    from .multi_device import multi_device_refusal
+
+    return multi_device_refusal(ctx, f)
 
 
 def _base_model(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
@@ -231,7 +229,7 @@ def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaEr
         _method(f),
         _prepared(ctx, session, f),
         _kind(ctx, session, f),
-        _gpus(f),
+        _gpus(ctx, f),
         _base_model(ctx, session, f),
         _model_name(session, f),
         _readable(ctx, session, f),

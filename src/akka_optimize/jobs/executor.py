@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Protocol
+
+from .spec import spec_ranks, worker_command
 
 
 class Executor(Protocol):
@@ -43,7 +44,9 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """One subprocess per attempt, in its own process group; CUDA device 0 when on a GPU."""
+    """One subprocess per attempt, in its own process group (a run on N devices: the
+    ``torch.distributed.run`` launcher and its N ranks, :func:`worker_command`); CUDA
+    devices 0..N-1 when on a GPU, unless ``CUDA_VISIBLE_DEVICES`` names them."""
 
     name = "local"
 
@@ -55,11 +58,12 @@ class LocalExecutor:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        cmd = worker_command(spec_path)  # several devices: under torch.distributed.run
         if device == "cuda":
-            env.setdefault("CUDA_VISIBLE_DEVICES", "0")
+            ranks = range(spec_ranks(spec_path))
+            env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in ranks))
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
-        cmd = [sys.executable, "-m", "akka_optimize.jobs.worker", str(spec_path)]
         return self.start(cmd, env, log_path, device)
 
     def start(self, cmd: list[str], env: dict[str, str], log_path: Path, device: str) -> int:

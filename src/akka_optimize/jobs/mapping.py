@@ -34,6 +34,7 @@ def job_fields(resolved: Any) -> dict[str, Any]:
     model_name = str(plan.get("modelName") or base.split("/")[-1].lower()).split("/")[-1]
     profile = r.get("deviceProfile") or _get(plan, "execution.deviceProfile") or "cpu"
     kind = "cpu" if str(profile).lower() == "cpu" else "cuda"
+    gpus = int(_get(plan, "execution.gpus", 1) or 1)
     return {
         "project": plan["project"],
         "submission_id": plan.get("submissionId"),
@@ -50,7 +51,8 @@ def job_fields(resolved: Any) -> dict[str, Any]:
         "validation_dataset": _get(cfg, "data.validationDataset"),
         "model_name": model_name,
         "device_kind": kind,
-        "gpus": int(_get(plan, "execution.gpus", 1) or 1) if kind == "cuda" else 0,
+        # CPU counts as no GPU, except a run on several gloo ranks (jobs/multi_device.py)
+        "gpus": gpus if kind == "cuda" or gpus > 1 else 0,
     }
 
 
@@ -106,13 +108,48 @@ def engine_settings(
         "save_every_steps": int(_get(plan, "execution.saveEverySteps", 0) or 0),
         "keep_recoverable": int(_get(plan, "execution.keepRecoverable", 1)),
         "save_each_epoch": bool(_get(plan, "execution.saveEachEpoch", False)),
+        # several devices (engine/distributed.py): ranks, sharding, gradient sync, replicas
+        "ranks": 1 if rl else int(_get(plan, "execution.gpus", 1) or 1),
+        "offload_activations": bool(_get(plan, "execution.memory.offload.activations", False)),
+        "sharding": _get(plan, "execution.memory.sharding", None) or "full",
+        "sync_once_per_update": bool(es.get("engine.use_no_sync_for_gradient_accumulation", True)),
+        "compare_replicas": bool(es.get("checkpoint.compare_replicas", True)),
     }
+    if out["ranks"] > 1:  # the settings only a run on several devices takes
+        out.update(_multi_device_settings(hp, es))
     if target_modules:  # a regular expression stays one string (engine/targets.py)
         out["target_modules"] = (
             target_modules if isinstance(target_modules, str) else list(target_modules)
         )
     if auto_class:
         out["auto_class"] = auto_class
+    return out
+
+
+def _multi_device_settings(hp: dict[str, Any], es: dict[str, Any]) -> dict[str, Any]:
+    from ..plan.engine_settings import SETTINGS
+
+    # check name → its bound's setting (checks.head.max_logprob_error → head)
+    bounds = {s.key.split(".")[1]: s.key for s in SETTINGS if s.check_bound is not None}
+    """EngineConfig keyword arguments of the engine settings, ``tokensPerGpu`` and
+    ``validationBatchSize`` of a supervised run on several devices (jobs/multi_device.py
+    refuses the ones this engine cannot honour)."""
+    out: dict[str, Any] = {
+        "reduce_dtype": es.get("dtypes.reduce") or "fp32",
+        "buffer_dtype": es.get("dtypes.buffer"),
+        "prefetch_weights": bool(es.get("engine.prefetch_weights", True)),
+        "pad_bucket": int(es.get("engine.pad_to_length_bucket") or 1024)
+        if es.get("engine.pad_to_length", False)
+        else None,
+        "validation_batch": _get(hp, "training.validationBatchSize"),
+        "start_checks": {name: es.get(setting) for name, setting in bounds.items()}
+        if es.get("checks.start", True)
+        else None,
+    }
+    if es.get("dtypes.compute"):
+        out["precision"] = es["dtypes.compute"]
+    if _get(hp, "training.tokensPerGpu"):
+        out["token_budget"] = int(_get(hp, "training.tokensPerGpu"))
     return out
 
 

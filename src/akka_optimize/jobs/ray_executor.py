@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..deployment import ExecutorSettings
+from .spec import worker_command
 
 CALL_TIMEOUT_S = 20.0
 """How long one answer from the bridge may take before the cluster counts as not answering."""
@@ -185,7 +186,7 @@ class RayExecutor:
             env["CUDA_VISIBLE_DEVICES"] = ""
         else:
             env.pop("CUDA_VISIBLE_DEVICES", None)  # Ray sets the reserved GPUs
-        cmd = [sys.executable, "-m", "akka_optimize.jobs.worker", str(spec_path)]
+        cmd = worker_command(spec_path)
         return self.start(cmd, env, log_path, device)
 
     def start(self, cmd: list[str], env: dict[str, str], log_path: Path, device: str) -> int:

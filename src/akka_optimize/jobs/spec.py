@@ -74,3 +74,32 @@ class JobSpec:
     def read(cls, path: Path) -> JobSpec:
         """Read a spec written by :meth:`write`."""
         return cls(**json.loads(Path(path).read_text()))
+
+
+def worker_command(spec_path: Path, python: str | None = None) -> list[str]:
+    """The command that runs the attempt of the spec at ``spec_path`` (what every executor
+    starts; DESIGN.md "Where a run executes"): ``python -m akka_optimize.jobs.worker SPEC``,
+    or, for a run on several devices (``engine.ranks`` N > 1, from ``execution.gpus``), the
+    same worker under ``python -m torch.distributed.run --standalone --nproc-per-node N`` on
+    one node, each rank one device (NCCL on CUDA, gloo on CPU; the engine joins the group).
+    """
+    import sys
+
+    exe = python or sys.executable
+    ranks = spec_ranks(spec_path)
+    worker = ["-m", "akka_optimize.jobs.worker", str(spec_path)]
+    if ranks <= 1:
+        return [exe, *worker]
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    return [exe, *launcher, *worker]
+
+
+def spec_ranks(spec_path: Path) -> int:
+    """The ranks the attempt of the spec at ``spec_path`` trains on (``engine.ranks``, 1
+    when unset: one device; 1 too for a spec that cannot be read, whose worker then fails
+    with its own sentence)."""
+    try:
+        spec = json.loads(Path(spec_path).read_text())
+    except (OSError, ValueError):
+        return 1
+    return int((spec.get("engine") or {}).get("ranks", 1))

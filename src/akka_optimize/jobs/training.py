@@ -272,13 +272,38 @@ def result_fields(result: Any) -> dict[str, Any]:
 
 def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     """Train one attempt; returns the final event (``completed``, ``paused`` or ``cancelled``)."""
+    from ..engine import distributed
+
+    ranks = int(spec.engine.get("ranks", 1))
+    distributed.init_ranks(ranks, spec.device)  # several devices: every rank joins first
+    try:
+        return _train(spec, store, events, work)
+    finally:
+        distributed.finish_ranks()
+
+
+def _prepared_or_cancelled(spec: JobSpec, store: BlobStore, events: Any) -> tuple | None:
+    """:func:`_prepare`, or None when the service cancelled while it tokenized (on several
+    ranks: when rank 0 heard the cancel, so every rank stops)."""
+    from ..engine.distributed import any_rank, world
+
+    try:
+        prepared = _prepare(spec, store, events)
+    except CancelledWhileTokenizing:
+        prepared = None
+    if world()[1] > 1 and any_rank(prepared is None):
+        return None
+    return prepared
+
+
+def _train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     from ..engine.config import EngineConfig
     from ..engine.sft import run_sft
 
-    try:
-        rows, train_set, val_set = _prepare(spec, store, events)
-    except CancelledWhileTokenizing:
+    prepared = _prepared_or_cancelled(spec, store, events)
+    if prepared is None:
         return {"type": "cancelled"}
+    rows, train_set, val_set = prepared
     cfg = EngineConfig(**spec.engine)
     examples = train_set.examples
     state_dir = work / "state"
@@ -320,6 +345,9 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         else None,
         "instructions": first_system_message(rows),
     }
+    if result.checks is not None:  # the checks before the first update (runs get --checks)
+        out["checks"] = result.checks
+        out["checksPassed"] = all(c["passed"] for c in result.checks)
     if meter is not None:
         out["smoke"] = meter.reading()
     return {"type": "completed", "result": out}

@@ -105,6 +105,9 @@ def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
         "smoke": res.get("smoke"),
         "unrecordedSaves": res.get("unrecordedSaves"),
         "preparing": res.get("preparing"),
+        # the checks before the first update (issue 23; runs get --checks)
+        "checks": res.get("checks"),
+        "checksPassed": res.get("checksPassed"),
     }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -143,17 +144,48 @@ def entry_point(name: str) -> Callable[[JobSpec, BlobStore, EventClient, Path], 
     return target
 
 
+class RankEvents:
+    """The events of a rank other than 0 on a run on several devices: only rank 0 talks to
+    the service, so these are dropped; pause and cancel reach this rank from rank 0 through
+    the engine (:func:`akka_optimize.engine.distributed.any_rank`)."""
+
+    control: str | None = None
+    unreachable = False
+
+    def send(self, event: dict[str, Any]) -> None:
+        """Drop ``event`` (rank 0 sends the run's events)."""
+
+    def post(self, route: str, body: dict[str, Any], timeout: float = 600.0) -> httpx.Response:
+        """Refused: only rank 0 calls the service.
+
+        Raises:
+            RuntimeError: always."""
+        raise RuntimeError(f"rank {rank_of_process()} does not call the service ({route})")
+
+
+def rank_of_process() -> int:
+    """This worker's rank under ``torch.distributed.run`` (``RANK``); 0 when run alone."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
 def run(spec: JobSpec) -> int:
-    """Run one attempt; returns the process exit code."""
+    """Run one attempt; returns the process exit code. On a run on several devices each
+    rank runs this; only rank 0 sends events (the others get :class:`RankEvents`) and each
+    other rank has its own scratch folder."""
     store = BlobStore(spec.blobs_url)
-    events = EventClient(spec, store)
+    rank = rank_of_process()
+    events: Any = EventClient(spec, store) if rank == 0 else RankEvents()
     work = Path(spec.extra.get("work_dir") or f"/tmp/akka-worker-{spec.run_id}-{spec.attempt}")
+    if rank:
+        work = work.with_name(f"{work.name}-rank{rank}")
     work.mkdir(parents=True, exist_ok=True)
     try:
         outcome = entry_point(spec.worker)(spec, store, events, work)
     except BaseException as exc:  # every failure ends as an event with a sentence
         detail = traceback.format_exc()
         print(detail, file=sys.stderr, flush=True)
+        if rank:  # its log has the trace; torch.distributed.run ends the other ranks
+            return 1
         if isinstance(exc, ServiceUnreachable):
             return _gave_up(spec, store, events)
         try:
@@ -168,6 +200,8 @@ def run(spec: JobSpec) -> int:
         # Every save was uploaded to the store as it was made and a resume downloads from
         # there, so the attempt's local states and adapters are only copies.
         shutil.rmtree(work, ignore_errors=True)
+    if rank:
+        return 0
     try:
         events.send(outcome)
     except ServiceUnreachable as gone:

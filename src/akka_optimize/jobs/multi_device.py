@@ -1,0 +1,108 @@
+"""What a run on several devices may state (issue 23), checked at the dry run and the start.
+
+A supervised run with ``execution.gpus`` N > 1 trains on N ranks under
+``torch.distributed.run`` (:func:`akka_optimize.jobs.spec.worker_command`, the engine in
+:mod:`akka_optimize.engine.distributed`). A setting such a run resolves must take effect or
+be refused, naming it: :func:`multi_device_refusal` is the refusal
+:mod:`akka_optimize.jobs.admission` reports for the dry run and raises at the start.
+
+On CPU the ranks are gloo processes: a deployment whose ``cpu`` device profile declares
+``devicesPerNode: N`` lets a plan state ``execution.gpus`` up to N (how CI tests it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import AkkaError, InvalidRequest
+from ..plan.engine_settings import BY_KEY
+
+NOT_COMPILED = ("compile.recompile_limit", "compile.accumulated_recompile_limit")
+"""Engine settings that limit ``torch.compile``, which this engine does not run: refused
+unless they keep their declared default."""
+
+
+def run_ranks(resolved: dict[str, Any]) -> int:
+    """The ranks a run trains on: ``execution.gpus`` of the resolved plan (1 when unset)."""
+    return int((resolved.get("execution") or {}).get("gpus") or 1)
+
+
+def _refuse(field: str, why: str) -> InvalidRequest:
+    return InvalidRequest(f"{field}: {why}", field=field, code="not_available")
+
+
+def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
+    """The first setting a run on several devices cannot honour, or None (also None for a
+    run on one device). Checked: the method (supervised only), the executor (local only),
+    the smoke check, flex_attention, weight and optimizer offload (not available), and each engine
+    setting that would not take effect (:func:`_engine_setting_refusal`)."""
+    r = f["resolved"]
+    ranks = run_ranks(r)
+    if ranks <= 1:
+        return None
+    if f["method"] != "sft":
+        return _refuse(
+            "execution.gpus",
+            f"{ranks} devices: only a supervised run (config.method sft) trains on several "
+            "devices in this release; set execution.gpus to 1.",
+        )
+    if _executor_kind(ctx) != "local":
+        return _refuse(
+            "execution.gpus",
+            f"{ranks} devices: the {_executor_kind(ctx)} executor places one device per "
+            "worker in this release; set execution.gpus to 1 or use the local executor.",
+        )
+    if r.get("smoke"):
+        return _refuse(
+            "smoke",
+            "a smoke check trains on one device; set execution.gpus to 1 for a smoke run.",
+        )
+    attention = ((r.get("config") or {}).get("model") or {}).get("attentionImplementation")
+    if attention == "flex_attention":
+        return _refuse(
+            "config.model.attentionImplementation",
+            "flex_attention (a document mask per pass) is not available in this engine yet; "
+            "use sdpa.",
+        )
+    memory = (r.get("execution") or {}).get("memory") or {}
+    for what, on in sorted((memory.get("offload") or {}).items()):
+        if on and what != "activations":  # activations: torch.autograd.graph.save_on_cpu
+            return _refuse(
+                f"execution.memory.offload.{what}",
+                "offloading weights or optimizer state to host memory is not available on "
+                "several devices in this release (offload.activations is); "
+                "set it to false.",
+            )
+    settings = ((r.get("config") or {}).get("engineSettings")) or {}
+    for key in sorted(settings):
+        why = _engine_setting_refusal(key, settings[key], settings, memory.get("sharding"))
+        if why:
+            return _refuse(f"config.engineSettings.{key}", why)
+    return None
+
+
+def _engine_setting_refusal(
+    key: str, value: Any, settings: dict[str, Any], sharding: str | None
+) -> str | None:
+    """Why the resolved engine setting ``key`` would not take effect, or None."""
+    replicas = sharding == "none"
+    if key in NOT_COMPILED and value != BY_KEY[key].default:
+        return "this engine does not compile (torch.compile) in this release; remove it."
+    if key == "compile.fail_on_recompile_limit" and value:
+        return "this engine does not compile (torch.compile) in this release; remove it."
+    if key.startswith("kernels.liger.") and value:
+        return "Liger kernels are not available in this release; set it to false."
+    if key == "engine.use_no_sync_for_gradient_accumulation" and not value and replicas:
+        return (
+            "with execution.memory.sharding none the replicas' gradients are combined once "
+            "per update; set it to true or use sharding full."
+        )
+    if key == "engine.prefetch_weights" and not value and replicas:
+        return "with execution.memory.sharding none no weights are gathered; remove it."
+    return None
+
+
+def _executor_kind(ctx: Any) -> str:
+    from ..deployment import load_deployment
+
+    return load_deployment(ctx.settings.resolved_deployment_file()).executor.kind

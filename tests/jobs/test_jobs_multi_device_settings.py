@@ -1,0 +1,137 @@
+"""What a plan on several devices becomes (issue 23), without a service: the worker command
+under ``torch.distributed.run``, the engine settings the ranks take, and the settings
+refused at the dry run and the start (``jobs/multi_device.py``), each naming its field."""
+
+from __future__ import annotations
+
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from akka_optimize.engine.config import EngineConfig
+from akka_optimize.jobs import multi_device
+from akka_optimize.jobs.mapping import engine_settings
+from akka_optimize.jobs.spec import worker_command
+
+
+def _plan(gpus: int, engine: dict | None = None, **execution: object) -> dict:
+    return {
+        "kind": "run",
+        "config": {
+            "method": "sft",
+            "maxSeqLength": 768,
+            "hyperparams": {"training": {"microBatchPerGpu": 2, "tokensPerGpu": 300}},
+            "engineSettings": engine or {},
+            "model": {"attentionImplementation": "sdpa"},
+        },
+        "execution": {"gpus": gpus, **execution},
+    }
+
+
+def test_the_worker_runs_under_torch_distributed_run_with_one_rank_per_device(tmp_path) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"engine": {"ranks": 3}}))
+    assert worker_command(spec) == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=3",
+        "-m",
+        "akka_optimize.jobs.worker",
+        str(spec),
+    ]
+    spec.write_text(json.dumps({"engine": {}}))
+    assert worker_command(spec) == [sys.executable, "-m", "akka_optimize.jobs.worker", str(spec)]
+
+
+def test_engine_settings_of_a_run_on_several_devices_reach_the_engine() -> None:
+    engine = {
+        "dtypes.compute": "fp32",
+        "dtypes.reduce": "bf16",
+        "dtypes.buffer": "fp32",
+        "engine.prefetch_weights": False,
+        "engine.pad_to_length": True,
+        "engine.pad_to_length_bucket": 128,
+        "engine.use_no_sync_for_gradient_accumulation": False,
+        "checkpoint.compare_replicas": False,
+        "checks.start": True,
+        "checks.reference.max_logprob_error": 0.25,
+    }
+    memory = {"sharding": "none", "offload": {"activations": True}}
+    kw = engine_settings(_plan(2, engine, memory=memory), ["q_proj"])
+    cfg = EngineConfig(**kw)
+    assert (cfg.ranks, cfg.sharding, cfg.precision) == (2, "none", "fp32")
+    assert (cfg.reduce_dtype, cfg.buffer_dtype, cfg.prefetch_weights) == ("bf16", "fp32", False)
+    assert (cfg.pad_bucket, cfg.token_budget, cfg.conversations_per_update) == (128, 300, 4)
+    assert cfg.sync_once_per_update is False and cfg.compare_replicas is False
+    assert cfg.offload_activations is True
+    assert cfg.start_checks == {"head": None, "isolation": None, "packing": None, "reference": 0.25}
+    one = EngineConfig(**engine_settings(_plan(1), ["q_proj"]))
+    assert (one.ranks, one.pad_bucket, one.start_checks, one.token_budget) == (1, None, None, 768)
+
+
+def _refusal(plan: dict, method: str = "sft", executor: str = "local", smoke: bool = False):
+    ctx = SimpleNamespace()
+    resolved = dict(plan, smoke=smoke)
+    f = {"method": method, "resolved": resolved}
+    original = multi_device._executor_kind
+    multi_device._executor_kind = lambda _ctx: executor
+    try:
+        return multi_device.multi_device_refusal(ctx, f)
+    finally:
+        multi_device._executor_kind = original
+
+
+REFUSED = [
+    ("rl", _plan(2), dict(method="rl"), "execution.gpus"),
+    ("ray", _plan(2), dict(executor="ray"), "execution.gpus"),
+    ("smoke", _plan(2), dict(smoke=True), "smoke"),
+    (
+        "offload",
+        _plan(2, memory={"offload": {"weights": False, "optimizer": True}}),
+        {},
+        "execution.memory.offload.optimizer",
+    ),
+    (
+        "compile",
+        _plan(2, {"compile.recompile_limit": 4}),
+        {},
+        "config.engineSettings.compile.recompile_limit",
+    ),
+    (
+        "liger",
+        _plan(2, {"kernels.liger.geglu": True}),
+        {},
+        "config.engineSettings.kernels.liger.geglu",
+    ),
+    (
+        "no-sync-with-replicas",
+        _plan(
+            2, {"engine.use_no_sync_for_gradient_accumulation": False}, memory={"sharding": "none"}
+        ),
+        {},
+        "config.engineSettings.engine.use_no_sync_for_gradient_accumulation",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "plan", "how", "field"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_what_a_run_on_several_devices_cannot_honour_is_refused_naming_it(
+    name, plan, how, field
+) -> None:
+    err = _refusal(plan, **how)
+    assert err is not None and err.field == field and err.code == "not_available"
+    assert err.message.startswith(field), err.message
+
+
+def test_flex_attention_is_refused_and_one_device_is_left_alone() -> None:
+    plan = _plan(2)
+    plan["config"]["model"]["attentionImplementation"] = "flex_attention"
+    assert _refusal(plan).field == "config.model.attentionImplementation"
+    assert _refusal(_plan(1, {"kernels.liger.geglu": True}), method="rl") is None
+    defaults = {"compile.recompile_limit": 8, "engine.prefetch_weights": True}
+    assert _refusal(_plan(2, defaults, memory={"sharding": "full"})) is None
+    assert _refusal(_plan(2, memory={"offload": {"activations": True}})) is None
