@@ -132,6 +132,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui_router)  # the dashboard's pages check the token themselves
     for mod in ROUTERS:
         app.include_router(mod.router, dependencies=[Depends(get_principal)])
+    from .routers import tinker, tinker_worker  # X-API-Key and a worker's own token
+
+    app.include_router(tinker.router)
+    app.include_router(tinker_worker.router)
     app.add_middleware(JsonBodyLimit, limit_of=lambda: _json_body_limit(settings))
     install_guards(app)
     install_openapi(app)

@@ -1,0 +1,200 @@
+"""The official ``tinker==0.38.0`` SDK, unmodified, against a live service on the tiny model
+(issue 21): a supervised loop whose loss falls, the engine's numbers in-process, and bad
+inputs that raise the SDK's error with a sentence naming the field while the run goes on.
+
+One service and one training client per module (the client's worker loads the model once,
+and on the CI's one CPU device a second client would queue behind it): the tests run in
+file order on that client, the first one on its fresh weights.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from helpers import BIN, LiveService, base_env, free_port
+
+tinker = pytest.importorskip("tinker")
+from tinker import types  # noqa: E402
+
+TINY = "akka-optimize/tiny-smollm2"
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Question: what is two plus two? Answer: four.",
+    "Paris is the capital of France and Rome is the capital of Italy.",
+    "A tiny model learns a few sentences by heart.",
+]
+
+
+def _created(made: Any) -> Any:
+    """The TrainingClient of ``create_lora_training_client`` (0.38 returns a future of it)."""
+    return made.result() if hasattr(made, "result") else made
+
+
+def _key(svc: LiveService, project: str) -> str:
+    args = [str(BIN / "akka-optimize"), "server", "token", "create", "--project", project]
+    env = base_env(svc.home, svc.config_dir)
+    out = subprocess.run(args + ["--tinker"], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("tinker")
+    svc = LiveService(home=tmp / "home", config_dir=tmp / "config", port=free_port()).start()
+    try:
+        for name in ("demo", "other"):
+            svc.cli("training", "projects", "create", name, check=True)
+        svc.cli("training", "base-models", "select", TINY, "--wait", check=True)
+        keys = {p: _key(svc, p) for p in ("demo", "other")}
+        client = tinker.ServiceClient(base_url=svc.url, api_key=keys["demo"])
+        caps = tinker.RestClient(base_url=svc.url, api_key=keys["demo"])
+        models = caps.get_server_capabilities().result().supported_models
+        trainer = _created(client.create_lora_training_client(base_model=TINY, rank=4, seed=3))
+        yield {"svc": svc, "keys": keys, "client": client, "trainer": trainer, "models": models}
+    finally:
+        svc.stop()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def datum(tokens: list[int], prompt: int = 0) -> types.Datum:
+    """A shifted datum; the first ``prompt`` targets have weight 0 (tinker-cookbook style)."""
+    n = len(tokens) - 1
+    weights = [0.0] * prompt + [1.0] * (n - prompt)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights},
+    )
+
+
+def test_keys_carry_the_tinker_prefix(world: Any) -> None:
+    assert all(k.startswith("tml-") for k in world["keys"].values())
+    assert [m.model_name for m in world["models"]] == [TINY]
+
+
+def test_forward_backward_matches_the_engine_in_process(
+    world: Any, tokenizer: Any, tiny_model_dir: Path
+) -> None:
+    from akka_optimize.engine.config import EngineConfig
+    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.tinker.datums import to_passes
+    from akka_optimize.tinker.kind import ATTN, MLP, UNEMBED
+
+    trainer = world["trainer"]  # fresh: this test runs first (one device, one client)
+    batch = [datum(tokenizer.encode(t), prompt=3) for t in TEXTS[:3]]
+    adam = types.AdamParams(learning_rate=1e-2, beta1=0.8, beta2=0.9, eps=1e-6)
+    trainer.forward_backward(batch, "cross_entropy").result()
+    trainer.optim_step(adam).result()
+    remote = trainer.forward_backward(batch, "cross_entropy").result()
+
+    cfg = EngineConfig(
+        lora_rank=4, lora_alpha=32.0, seed=3, device="cpu", target_modules=ATTN + MLP + (UNEMBED,)
+    )
+    local = TrainingSession(tiny_model_dir, cfg)
+    wire = [
+        {
+            "tokens": d.model_input.to_ints(),
+            "inputs": {k: v.data for k, v in d.loss_fn_inputs.items()},
+        }
+        for d in batch
+    ]
+    passes, inputs = to_passes(wire, "cross_entropy", {}, local.vocab_size)
+    local.forward_backward(passes, "cross_entropy", loss_inputs=inputs)
+    local.optim_step_sum(**adam.model_dump())
+    ref = local.forward_backward(passes, "cross_entropy", loss_inputs=inputs)
+    assert math.isclose(remote.metrics["loss:sum"], ref.loss_sum, rel_tol=1e-6, abs_tol=1e-6)
+    for out, lp in zip(remote.loss_fn_outputs, ref.logprobs, strict=True):
+        got = out["logprobs"].data
+        want = lp[1:].tolist()
+        assert len(got) == len(want)
+        assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-6
+
+
+def test_supervised_loop_loss_falls_and_registers(world: Any, tokenizer: Any) -> None:
+    trainer, svc = world["trainer"], world["svc"]
+    batch = [datum(tokenizer.encode(t), prompt=2) for t in TEXTS]
+    supervised = sum(len(d.loss_fn_inputs["weights"].data) - 2 for d in batch)
+    losses = []
+    for _ in range(6):  # pipelined as sl_loop.py: both submitted before either is read
+        fb = trainer.forward_backward(batch, "cross_entropy")
+        opt = trainer.optim_step(types.AdamParams(learning_rate=2e-2))
+        out = fb.result()
+        opt.result()
+        losses.append(out.metrics["loss:sum"] / supervised)
+        assert len(out.loss_fn_outputs) == len(batch)
+    assert losses[-1] < 0.8 * losses[0], losses
+    saved = trainer.save_weights_for_sampler("final").result()
+    assert saved.path.startswith("tinker://") and saved.path.endswith("/sampler_weights/final")
+    runs = svc.api("GET", "/v1/training/runs", params={"project": "demo"}).json()["runs"]
+    run = next(r for r in runs if r["method"] == "tinker")
+    detail = svc.api("GET", f"/v1/training/runs/{run['id']}").json()
+    assert detail["state"] == "RUNNING"
+    assert detail["results"]["step"] == 1 + 6  # the parity test's update, then this loop's
+    model = detail["results"]["model"]  # PROJECT/NAME:v1@sha256:…, the run's model version
+    assert model.startswith(f"demo/{detail['modelName']}:v1")
+    metrics = svc.cli("training", "runs", "metrics", run["id"], "-o", "json", check=True).stdout
+    assert '"gradNorm"' in metrics
+
+
+def _fails(call: Any, *words: str) -> str:
+    with pytest.raises(tinker.TinkerError) as info:
+        call()
+    text = str(info.value)
+    for w in words:
+        assert w in text, text
+    return text
+
+
+def test_bad_inputs_name_the_field_and_the_run_goes_on(world: Any, tokenizer: Any) -> None:
+    trainer = world["trainer"]
+    ids = tokenizer.encode(TEXTS[0])
+    good = datum(ids)
+    short = types.Datum(
+        model_input=types.ModelInput.from_ints(ids[:-1]),
+        loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * (len(ids) - 3)},
+    )
+    _fails(lambda: trainer.forward_backward([short], "cross_entropy").result(), "weights")
+    oov = types.Datum(
+        model_input=types.ModelInput.from_ints(ids[:-1]),
+        loss_fn_inputs={"target_tokens": ids[1:-1] + [10**7], "weights": [1.0] * (len(ids) - 1)},
+    )
+    _fails(lambda: trainer.forward_backward([oov], "cross_entropy").result(), "vocabulary")
+    _fails(lambda: trainer.forward_backward([good], "gspo").result(), "loss_fn", "gspo")
+    nan = types.Datum(
+        model_input=types.ModelInput.from_ints(ids[:-1]),
+        loss_fn_inputs={"target_tokens": ids[1:], "weights": [float("nan")] * (len(ids) - 1)},
+    )
+    _fails(lambda: trainer.forward_backward([nan], "cross_entropy").result(), "weights", "nan")
+    other = tinker.ServiceClient(base_url=world["svc"].url, api_key=world["keys"]["other"])
+    unselected = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    _fails(
+        lambda: _created(other.create_lora_training_client(base_model=unselected, rank=4)),
+        "base_model",
+        "not selected",
+    )
+    wrong = tinker.ServiceClient(base_url=world["svc"].url, api_key="tml-not-a-key")
+    _fails(
+        lambda: _created(wrong.create_lora_training_client(base_model=TINY, rank=4)), "not known"
+    )
+    r = httpx.post(  # another project's key does not reach this client
+        world["svc"].url + "/api/v1/get_info",
+        json={"model_id": trainer.model_id, "type": "get_info"},
+        headers={"X-API-Key": world["keys"]["other"]},
+    )
+    assert r.status_code == 404 and "model_id" in r.json()["error"]["message"]
+
+    out = trainer.forward_backward([good], "cross_entropy").result()
+    assert math.isfinite(out.metrics["loss:sum"])
+    trainer.optim_step(types.AdamParams(learning_rate=1e-3)).result()
