@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,11 @@ TEXTS = [
 def _created(made: Any) -> Any:
     """The TrainingClient of ``create_lora_training_client`` (0.38 returns a future of it)."""
     return made.result() if hasattr(made, "result") else made
+
+
+def _tinker_run(svc: LiveService) -> dict[str, Any]:
+    runs = svc.api("GET", "/v1/training/runs", params={"project": "demo"}).json()["runs"]
+    return next(r for r in runs if r["method"] == "tinker")
 
 
 def _key(svc: LiveService, project: str) -> str:
@@ -137,8 +143,7 @@ def test_supervised_loop_loss_falls_and_registers(world: Any, tokenizer: Any) ->
     assert losses[-1] < 0.8 * losses[0], losses
     saved = trainer.save_weights_for_sampler("final").result()
     assert saved.path.startswith("tinker://") and saved.path.endswith("/sampler_weights/final")
-    runs = svc.api("GET", "/v1/training/runs", params={"project": "demo"}).json()["runs"]
-    run = next(r for r in runs if r["method"] == "tinker")
+    run = _tinker_run(svc)
     detail = svc.api("GET", f"/v1/training/runs/{run['id']}").json()
     assert detail["state"] == "RUNNING"
     assert detail["results"]["step"] == 1 + 6  # the parity test's update, then this loop's
@@ -155,6 +160,12 @@ def _fails(call: Any, *words: str) -> str:
     for w in words:
         assert w in text, text
     return text
+
+
+def test_tokenizer_loads_offline(world: Any, tokenizer: Any, monkeypatch: Any) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tok = world["trainer"].get_tokenizer()
+    assert tok.encode(TEXTS[1]) == tokenizer.encode(TEXTS[1])
 
 
 def test_bad_inputs_name_the_field_and_the_run_goes_on(world: Any, tokenizer: Any) -> None:
@@ -198,3 +209,11 @@ def test_bad_inputs_name_the_field_and_the_run_goes_on(world: Any, tokenizer: An
     out = trainer.forward_backward([good], "cross_entropy").result()
     assert math.isfinite(out.metrics["loss:sum"])
     trainer.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+    world["client"].close("success").result()  # the session ends: its run SUCCEEDED
+    run = _tinker_run(world["svc"])
+    deadline = time.monotonic() + 120
+    while run["state"] != "SUCCEEDED" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        run = world["svc"].api("GET", f"/v1/training/runs/{run['id']}").json()
+    assert run["state"] == "SUCCEEDED", run
+    assert run["results"]["model"].startswith("demo/")  # its saves stay registered

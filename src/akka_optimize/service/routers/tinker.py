@@ -161,6 +161,7 @@ def _model_name(sess: Session, body: dict[str, Any], run_id: str) -> str:
 def create_model(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """A LoRA training client: a run in the session's project; the future resolves when its
     worker holds the session."""
+    from ...catalog.cache import tokenizer_dir
     from ...tinker.kind import create_training_run
 
     b = broker_of(ctx)
@@ -174,10 +175,11 @@ def create_model(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
             run_id = uuid.uuid4().hex[:16]
             run = create_training_run(ctx, s, sess.project, body, _model_name(sess, body, run_id))
             run_id, base, rank = run.id, run.base_model, run.resolved["lora"]["rank"]
+            tokenizer = str(tokenizer_dir(s, ctx.settings, base))
     except AkkaError as exc:
         b.resolve(fut.request_id, None, exc.message)
         return {"request_id": fut.request_id, "model_id": model_id}
-    model = Model(model_id, run_id, sess.project, base, rank, {})
+    model = Model(model_id, run_id, sess.project, base, rank, {"tokenizer": tokenizer})
     model.info["create_future"] = fut.request_id
     b.models[model_id] = model
     b.by_run[run_id] = model_id
@@ -193,13 +195,16 @@ def _model(ctx: Any, p: Principal, model_id: str) -> Model:
 
 @router.post("/get_info")
 async def get_info(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
-    """The client's base model, tokenizer id (the base model's name; see the README for
-    using it offline) and LoRA rank."""
+    """The client's base model, LoRA rank and tokenizer id: the folder of the base model's
+    tokenizer in the service's weights cache, which ``TrainingClient.get_tokenizer()``
+    loads with no hub when the client shares the service's filesystem (the README says
+    how to use it elsewhere)."""
     m = _model(ctx, p, str(body.get("model_id")))
+    tok = m.info["tokenizer"]
     return {
         "type": "get_info",
         "model_id": m.model_id,
-        "model_data": {"arch": "llama", "model_name": m.base_model, "tokenizer_id": m.base_model},
+        "model_data": {"arch": "llama", "model_name": m.base_model, "tokenizer_id": tok},
         "is_lora": True,
         "lora_rank": m.rank,
         "model_name": m.base_model,
