@@ -168,6 +168,43 @@ def test_tokenizer_loads_offline(world: Any, tokenizer: Any, monkeypatch: Any) -
     assert tok.encode(TEXTS[1]) == tokenizer.encode(TEXTS[1])
 
 
+def test_rl_loop_samples_the_saved_weights(world: Any, tokenizer: Any) -> None:
+    trainer = world["trainer"]
+    prompt = tokenizer.encode(TEXTS[1])
+    params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=5)
+    old = None
+    for _ in range(2):  # rl_loop.py: save → sampling client → sample → advantages → update
+        sampler = _created(trainer.save_weights_and_get_sampling_client())
+        if old is not None:  # a client of replaced weights says so instead of sampling them
+            stale = lambda o=old: o.sample(types.ModelInput.from_ints(prompt), 1, params).result()  # noqa: E731
+            _fails(stale, "save_weights_and_get_sampling_client again")
+        got = sampler.sample(types.ModelInput.from_ints(prompt), 4, params).result()
+        seqs = got.sequences
+        assert len(seqs) == 4 and all(len(s.logprobs) == len(s.tokens) > 0 for s in seqs)
+        rewards = [sum(t < 1000 for t in s.tokens) / len(s.tokens) for s in seqs]
+        mean = sum(rewards) / len(rewards)
+        batch = []
+        for s, r in zip(seqs, rewards, strict=True):
+            ids = prompt + s.tokens
+            pad = [0.0] * (len(prompt) - 1)
+            batch.append(
+                types.Datum(
+                    model_input=types.ModelInput.from_ints(ids[:-1]),
+                    loss_fn_inputs={
+                        "target_tokens": ids[1:],
+                        "logprobs": pad + list(s.logprobs),
+                        "advantages": pad + [r - mean] * len(s.tokens),
+                    },
+                )
+            )
+        out = trainer.forward_backward(batch, "importance_sampling").result()
+        for s, o in zip(seqs, out.loss_fn_outputs, strict=True):  # same weights: ratio 1
+            trained = o["logprobs"].tolist()[len(prompt) - 1 :]
+            assert max(abs(a - b) for a, b in zip(trained, s.logprobs, strict=True)) < 1e-4
+        trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        old = sampler
+
+
 def test_bad_inputs_name_the_field_and_the_run_goes_on(world: Any, tokenizer: Any) -> None:
     trainer = world["trainer"]
     ids = tokenizer.encode(TEXTS[0])

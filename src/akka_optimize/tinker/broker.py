@@ -77,6 +77,8 @@ class Broker:
         self.models: dict[str, Model] = {}
         self.by_run: dict[str, str] = {}
         self.futures: dict[str, Future] = {}
+        self.samplers: dict[str, tuple[str, int]] = {}
+        """sampling_session_id → (model_id, the training step its weights are)."""
 
     # ------------------------------------------------------------ futures
     def new_future(self, model_id: str, type_: str) -> Future:

@@ -4,7 +4,7 @@ service's queue (``spec.worker`` of the ``tinker`` kind, :mod:`akka_optimize.tin
 The worker builds a :class:`~akka_optimize.engine.session.TrainingSession` from the spec's
 engine settings, then long-polls ``POST …/attempts/N/tinker/next`` with its attempt token;
 each answer is one protocol call (``forward_backward``, ``forward``, ``optim_step``,
-``save_weights``, ``save_weights_for_sampler``), already in ``seq_id`` order,
+``save_weights``, ``save_weights_for_sampler``, a sampler snapshot, ``sample``), already in ``seq_id`` order,
 and the next poll carries its result. A call the engine refuses answers its future with
 the sentence and leaves the session as it was. Each ``optim_step`` is also a ``metrics``
 event (``runs metrics``). The worker ends (its run ``SUCCEEDED``) when the client's session
@@ -104,6 +104,14 @@ class Calls:
     def op_save_weights_for_sampler(self, body: dict[str, Any]) -> dict[str, Any]:
         key, size = self._upload("sampler_weights", body["name"], self.session.save_adapter)
         return {"key": key, "bytes": size, "step": self.session.step}
+
+    def op_sampler_snapshot(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"step": self.session.step}
+
+    def op_sample(self, body: dict[str, Any]) -> dict[str, Any]:
+        from .sampling import sample
+
+        return sample(self.session, body)
 
 
 def _build(spec: JobSpec) -> Any:

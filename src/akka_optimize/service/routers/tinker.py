@@ -23,7 +23,12 @@ from starlette.concurrency import run_in_threadpool
 from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound
 from ...tinker.broker import POLL_SECONDS, Broker, Model, Session, broker_of
 from ...tinker.datums import non_finite
-from ...tinker.wire import WireError, decode_forward_backward, encode_forward_backward_output
+from ...tinker.wire import (
+    WireError,
+    decode_forward_backward,
+    encode_forward_backward_output,
+    encode_sample_response,
+)
 from ..auth import Principal, authenticate
 from ..deps import CtxDep
 
@@ -267,15 +272,36 @@ async def save_for_sampler(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, 
     """``save_weights_for_sampler(name)``: the adapter becomes a model version
     ``PROJECT/NAME:vN`` of the client's run."""
     m = _model(ctx, p, str(body.get("model_id")))
-    if not body.get("path"):
-        raise InvalidRequest(
-            "path is missing: save_weights_and_get_sampling_client is not served yet; "
-            "save_weights_for_sampler(name) registers a model version.",
-            field="path",
-        )
-    body["name"] = _checkpoint_name(body)
-    op = "save_weights_for_sampler"
+    if body.get("path"):
+        body["name"] = _checkpoint_name(body)
+        op = "save_weights_for_sampler"
+    else:  # save_weights_and_get_sampling_client: a snapshot of the session's weights
+        k = int(body.get("sampling_session_seq_id") or 0)
+        body["sampling_session_id"] = f"{m.model_id.split(':')[0]}:sample:{k}"
+        op = "sampler_snapshot"
     return _future(broker_of(ctx).submit(m, body.get("seq_id"), op, body), m)
+
+
+@router.post("/asample")
+async def asample(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """``SamplingClient.sample`` on a snapshot a training client took; the future carries
+    one ``sample_sequence_ids`` entry per sample."""
+    b = broker_of(ctx)
+    sid = str(body.get("sampling_session_id"))
+    if sid not in b.samplers:
+        raise InvalidRequest(
+            f"sampling_session_id {sid!r}: no such sampling client; the platform samples "
+            "from save_weights_and_get_sampling_client's clients only.",
+            field="sampling_session_id",
+        )
+    model_id, step = b.samplers[sid]
+    m = _model(ctx, p, model_id)
+    n = int(body.get("num_samples") or 1)
+    if not 1 <= n <= 256:
+        raise InvalidRequest(f"num_samples is {n}; give 1 to 256.", field="num_samples")
+    fut = b.submit(m, None, "sample", {**body, "snapshot_step": step})
+    ids = [f"{fut.request_id}:{i}" for i in range(n)]
+    return {"request_id": fut.request_id, "sample_sequence_ids": ids}
 
 
 @router.post("/retrieve_future")
@@ -302,6 +328,9 @@ async def retrieve_future(ctx: CtxDep, _: Caller, body: JsonBody) -> Any:
     if fut.error is not None:
         return {"error": fut.error, "category": fut.category}
     result = fut.result or {}
+    if fut.type == "sample":
+        data = encode_sample_response(result["sequences"])
+        return Response(data, media_type="application/x-protobuf")
     if fut.type == "forward_backward":
         data = encode_forward_backward_output({"logprobs": result["logprobs"]}, result["metrics"])
         return Response(data, media_type="application/x-protobuf")

@@ -40,6 +40,10 @@ def _answer_result(ctx: Any, m: Model, item_op: str, answer: dict[str, Any]) -> 
     from ...db.models.jobs import Run
 
     result = answer.get("result")
+    if result is not None and item_op == "sampler_snapshot":
+        sid = answer["sampling_session_id"]
+        broker_of(ctx).samplers[sid] = (m.model_id, int(result["step"]))
+        return {"type": "save_weights_for_sampler", "sampling_session_id": sid}
     if result is None or item_op not in ("save_weights", "save_weights_for_sampler"):
         return result
     name = answer["name"]
@@ -73,6 +77,7 @@ async def _take_answer(ctx: Any, b: Broker, m: Model, answer: dict[str, Any]) ->
         return
     try:
         answer["name"] = item["body"].get("name")
+        answer["sampling_session_id"] = item["body"].get("sampling_session_id")
         result = await run_in_threadpool(_answer_result, ctx, m, item["op"], answer)
         b.finish_item(m, rid, result, answer.get("error"))
     except Exception as exc:  # registration failed: the future says so
