@@ -205,6 +205,22 @@ def test_rl_loop_samples_the_saved_weights(world: Any, tokenizer: Any) -> None:
         old = sampler
 
 
+def _step_then_forward(trainer: Any, batch: list) -> list[list[float]]:
+    adam = types.AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)
+    trainer.forward_backward(batch, "cross_entropy").result()
+    trainer.optim_step(adam).result()
+    out = trainer.forward(batch, "cross_entropy").result()
+    return [o["logprobs"].tolist() for o in out.loss_fn_outputs]
+
+
+def test_save_state_then_one_more_update(world: Any, tokenizer: Any) -> None:
+    trainer = world["trainer"]
+    world["state"] = trainer.save_state("s1").result().path
+    assert world["state"] == f"tinker://{trainer.model_id}/weights/s1"
+    world["batch"] = [datum(tokenizer.encode(t), prompt=1) for t in TEXTS[2:]]
+    world["after"] = _step_then_forward(trainer, world["batch"])
+
+
 def test_bad_inputs_name_the_field_and_the_run_goes_on(world: Any, tokenizer: Any) -> None:
     trainer = world["trainer"]
     ids = tokenizer.encode(TEXTS[0])
@@ -254,3 +270,11 @@ def test_bad_inputs_name_the_field_and_the_run_goes_on(world: Any, tokenizer: An
         run = world["svc"].api("GET", f"/v1/training/runs/{run['id']}").json()
     assert run["state"] == "SUCCEEDED", run
     assert run["results"]["model"].startswith("demo/")  # its saves stay registered
+
+
+def test_a_client_from_the_state_continues_bitwise(world: Any) -> None:
+    client = tinker.ServiceClient(base_url=world["svc"].url, api_key=world["keys"]["demo"])
+    made = client.create_training_client_from_state_with_optimizer(world["state"])
+    again = _step_then_forward(_created(made), world["batch"])
+    assert again == world["after"]  # the same update from the same state, to the bit
+    client.close("success").result()

@@ -82,9 +82,16 @@ def lora_targets(entry: Any, lora: dict[str, Any]) -> tuple[str, ...]:
 
 
 def create_training_run(
-    ctx: Any, s: Session, project: str, request: dict[str, Any], model_name: str
+    ctx: Any,
+    s: Session,
+    project: str,
+    request: dict[str, Any],
+    model_name: str,
+    load: dict[str, Any] | None = None,
 ) -> Run:
     """Record the run of a new training client; it waits ``QUEUED`` for the scheduler.
+    With ``load`` (``{"key", "optimizer", "path"}``) its worker starts from that saved
+    training state.
 
     Raises:
         NotFound / Conflict: ``base_model`` is not in the catalog or not selected and
@@ -119,6 +126,7 @@ def create_training_run(
         "lora": {"rank": rank, "seed": int(lora.get("seed") or 0), "targets": list(targets)},
         "userMetadata": request.get("user_metadata") or {},
         "idleSeconds": IDLE_SECONDS,
+        **({"loadFrom": load} if load else {}),
     }
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
     resolved["claims"] = capacity.claim_list(dep, None, device, 0, False)
@@ -176,7 +184,7 @@ def build_spec(launch: Launch) -> JobSpec:
         dataset={},
         engine=engine,
         device=device,
-        extra={"idle_seconds": r.get("idleSeconds", IDLE_SECONDS)},
+        extra={"idle_seconds": r.get("idleSeconds", IDLE_SECONDS), "load": r.get("loadFrom")},
     )
 
 

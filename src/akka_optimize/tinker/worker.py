@@ -105,6 +105,18 @@ class Calls:
         key, size = self._upload("sampler_weights", body["name"], self.session.save_adapter)
         return {"key": key, "bytes": size, "step": self.session.step}
 
+    def op_load_weights(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Restore a saved state: adapter, step and RNG; the AdamW moments only with
+        ``optimizer`` (otherwise they start fresh)."""
+        from ..jobs.blobs import download_prefix
+
+        local = self.work / "load" / body["key"].rsplit("/", 1)[-1]
+        download_prefix(self.store, body["key"], local)
+        meta = self.session.load_state(local)
+        if not body.get("optimizer"):
+            self.session.optimizer.state.clear()
+        return {"type": "load_weights", "path": body.get("path"), "step": meta["step"]}
+
     def op_sampler_snapshot(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"step": self.session.step}
 
@@ -134,6 +146,8 @@ def serve(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         }
     )
     calls = Calls(session, spec, store, events, work)
+    if spec.extra.get("load"):  # create_training_client_from_state[_with_optimizer]
+        calls.op_load_weights(spec.extra["load"])
     idle_s = float(spec.extra.get("idle_seconds", 1800))
     last = time.monotonic()
     answer: dict[str, Any] = {"ready": {"vocab": session.vocab_size}}

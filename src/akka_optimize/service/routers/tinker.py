@@ -166,6 +166,31 @@ def _model_name(sess: Session, body: dict[str, Any], run_id: str) -> str:
 def create_model(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """A LoRA training client: a run in the session's project; the future resolves when its
     worker holds the session."""
+    return _new_model(ctx, p, body, body, None)
+
+
+@router.post("/load_weights")
+def load_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """``create_training_client_from_state[_with_optimizer]``: a new client (run) that
+    starts from a saved state (with its AdamW moments when ``optimizer``); or, with
+    ``model_id``, ``load_state`` on an existing client, in its ``seq_id`` order."""
+    from ...tinker.states import find_state, lora_request
+
+    path = str(body.get("path") or "")
+    with ctx.db.session() as s:
+        source, key = find_state(s, p.project, path)
+        request = lora_request(source)
+    load = {"key": key, "optimizer": bool(body.get("optimizer")), "path": path}
+    if body.get("model_id"):
+        m = _model(ctx, p, str(body["model_id"]))
+        fut = broker_of(ctx).submit(m, body.get("seq_id"), "load_weights", load)
+        return _future(fut, m)
+    return _new_model(ctx, p, body, request, load)
+
+
+def _new_model(
+    ctx: Any, p: Principal, body: dict[str, Any], request: dict[str, Any], load: dict | None
+) -> dict[str, Any]:
     from ...catalog.cache import tokenizer_dir
     from ...tinker.kind import create_training_run
 
@@ -174,11 +199,12 @@ def create_model(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     model_id = f"{sess.session_id}:train:{int(body.get('model_seq_id') or 0)}"
     if model_id in b.models:
         raise InvalidRequest(f"model {model_id} exists already.", field="model_seq_id")
-    fut = b.new_future(model_id, "create_model")
+    fut = b.new_future(model_id, "create_model" if load is None else "load_weights")
     try:  # a refusal is a failed future: a 409 here would be retried for minutes
         with ctx.db.session() as s:
-            run_id = uuid.uuid4().hex[:16]
-            run = create_training_run(ctx, s, sess.project, body, _model_name(sess, body, run_id))
+            name = _model_name(sess, request, uuid.uuid4().hex[:16])
+            run = create_training_run(ctx, s, sess.project, request, name, load)
+            run.results = {"tinkerModelId": model_id}
             run_id, base, rank = run.id, run.base_model, run.resolved["lora"]["rank"]
             tokenizer = str(tokenizer_dir(s, ctx.settings, base))
     except AkkaError as exc:
@@ -186,6 +212,11 @@ def create_model(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
         return {"request_id": fut.request_id, "model_id": model_id}
     model = Model(model_id, run_id, sess.project, base, rank, {"tokenizer": tokenizer})
     model.info["create_future"] = fut.request_id
+    model.info["ready"] = (
+        {"type": "create_model", "model_id": model_id}
+        if load is None
+        else {"type": "load_weights", "model_id": model_id, "path": load["path"]}
+    )
     b.models[model_id] = model
     b.by_run[run_id] = model_id
     return {"request_id": fut.request_id, "model_id": model_id}

@@ -69,7 +69,7 @@ async def _take_answer(ctx: Any, b: Broker, m: Model, answer: dict[str, Any]) ->
     if answer.get("ready"):
         m.ready = True
         m.info["vocab"] = answer["ready"].get("vocab")
-        b.resolve(m.info["create_future"], {"type": "create_model", "model_id": m.model_id}, None)
+        b.resolve(m.info["create_future"], m.info["ready"], None)
         return
     rid = answer.get("request_id")
     item = m.taken.get(rid) if rid else None
