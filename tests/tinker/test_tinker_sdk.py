@@ -162,6 +162,28 @@ def _fails(call: Any, *words: str) -> str:
     return text
 
 
+def test_the_saved_version_is_served_through_openai(world: Any) -> None:
+    import json
+
+    import openai
+
+    svc = world["svc"]
+    model = _tinker_run(svc)["results"]["model"].split("@", 1)[0]  # demo/NAME:v1
+    out = svc.cli("training", "endpoints", "create", "--model", model, "--wait", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    ep = json.loads(out.stdout[out.stdout.index("{") :])
+    client = openai.OpenAI(
+        base_url=f"{svc.url}/v1/training/endpoints/{ep['id']}/openai/v1",
+        api_key=svc.token,
+        max_retries=0,
+    )
+    reply = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+    )
+    assert reply.choices[0].message.content is not None
+    svc.cli("training", "endpoints", "delete", ep["id"], check=True)
+
+
 def test_tokenizer_loads_offline(world: Any, tokenizer: Any, monkeypatch: Any) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tok = world["trainer"].get_tokenizer()
