@@ -167,7 +167,9 @@ def decode_forward_backward(body: bytes) -> dict[str, Any]:
                 out["loss_fn_config"][key] = float(val)
             elif n == 6:
                 out["forward_only"] = bool(v)
-    except (struct.error, UnicodeDecodeError, IndexError) as exc:
+    except WireError:
+        raise
+    except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
         raise WireError(
             f"the forward_backward body is not a ForwardBackwardRequest: {exc}"
         ) from exc

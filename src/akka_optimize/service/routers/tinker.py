@@ -147,6 +147,15 @@ async def finish(ctx: CtxDep, _: Caller, session_id: str) -> dict[str, Any]:
     return {}
 
 
+def _int(body: dict[str, Any], key: str, default: int) -> int:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{key} is {value!r}; give a whole number.", field=key)
+    return value
+
+
 def _session(b: Broker, p: Principal, sid: str) -> Session:
     sess = b.sessions.get(sid)
     if sess is None or (p.project and sess.project != p.project):
@@ -196,7 +205,7 @@ def _new_model(
 
     b = broker_of(ctx)
     sess = _session(b, p, str(body.get("session_id")))
-    model_id = f"{sess.session_id}:train:{int(body.get('model_seq_id') or 0)}"
+    model_id = f"{sess.session_id}:train:{_int(body, 'model_seq_id', 0)}"
     if model_id in b.models:
         raise InvalidRequest(f"model {model_id} exists already.", field="model_seq_id")
     fut = b.new_future(model_id, "create_model" if load is None else "load_weights")
@@ -307,7 +316,7 @@ async def save_for_sampler(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, 
         body["name"] = _checkpoint_name(body)
         op = "save_weights_for_sampler"
     else:  # save_weights_and_get_sampling_client: a snapshot of the session's weights
-        k = int(body.get("sampling_session_seq_id") or 0)
+        k = _int(body, "sampling_session_seq_id", 0)
         body["sampling_session_id"] = f"{m.model_id.split(':')[0]}:sample:{k}"
         op = "sampler_snapshot"
     return _future(broker_of(ctx).submit(m, body.get("seq_id"), op, body), m)
@@ -327,7 +336,7 @@ async def asample(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
         )
     model_id, step = b.samplers[sid]
     m = _model(ctx, p, model_id)
-    n = int(body.get("num_samples") or 1)
+    n = _int(body, "num_samples", 1)
     if not 1 <= n <= 256:
         raise InvalidRequest(f"num_samples is {n}; give 1 to 256.", field="num_samples")
     fut = b.submit(m, None, "sample", {**body, "snapshot_step": step})
