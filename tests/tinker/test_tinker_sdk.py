@@ -223,6 +223,12 @@ def test_rl_loop_samples_the_saved_weights(world: Any, tokenizer: Any) -> None:
         for s, o in zip(seqs, out.loss_fn_outputs, strict=True):  # same weights: ratio 1
             trained = o["logprobs"].tolist()[len(prompt) - 1 :]
             assert max(abs(a - b) for a, b in zip(trained, s.logprobs, strict=True)) < 1e-4
+        first = seqs[0]  # compute_logprobs scores a sequence with the same weights
+        scored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + first.tokens))
+        scored = scored.result()
+        assert scored[0] is None and len(scored) == len(prompt) + len(first.tokens)
+        tail = scored[len(prompt) :]
+        assert max(abs(a - b) for a, b in zip(tail, first.logprobs, strict=True)) < 1e-4
         trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
         old = sampler
 

@@ -47,7 +47,8 @@ def _check(body: dict[str, Any], step: int) -> dict[str, Any]:
     params = body.get("sampling_params") or {}
     if params.get("top_k") not in (None, -1, 0):
         raise DatumError("sampling_params.top_k is not supported; leave it at -1.")
-    for key in ("prompt_logprobs", "topk_prompt_logprobs", "prompt_alt_tokens_k"):
+    for key in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k",
+                "prompt_logprobs_last_n", "target_prompt_logprobs"):  # fmt: skip
         if body.get(key):
             raise DatumError(f"{key} is not served yet; leave it unset.")
     return params
@@ -58,7 +59,8 @@ def sample(session: Any, body: dict[str, Any]) -> dict[str, Any]:
 
     Returns:
         ``{"sequences": [{"tokens", "logprobs", "stop_reason"}]}`` (``stop`` when the
-        last token is a stop token, else ``length``).
+        last token is a stop token, else ``length``), and with ``prompt_logprobs`` (what
+        ``compute_logprobs`` asks) ``"prompt_logprobs"``: None, then each prompt token's.
 
     Raises:
         DatumError: the weights moved on, a prompt token outside the vocabulary, an option
@@ -91,4 +93,9 @@ def sample(session: Any, body: dict[str, Any]) -> dict[str, Any]:
         lps = session.forward([p]).logprobs[0][len(prompt) :].tolist()
         stopped = bool(new) and new[-1] in (stops or {session._tokenizer.eos_token_id})
         out.append({"tokens": new, "logprobs": lps, "stop_reason": "stop" if stopped else "length"})
-    return {"sequences": out}
+    result: dict[str, Any] = {"sequences": out}
+    if body.get("prompt_logprobs"):  # compute_logprobs: log p(x_t | x_<t); none at t = 0
+        n = len(prompt)
+        p = Pass(prompt, [0.0] + [1.0] * (n - 1), list(range(n)), [0, n])
+        result["prompt_logprobs"] = [None] + session.forward([p]).logprobs[0][1:].tolist()
+    return result

@@ -369,7 +369,7 @@ async def retrieve_future(ctx: CtxDep, _: Caller, body: JsonBody) -> Any:
         return {"error": fut.error, "category": fut.category}
     result = fut.result or {}
     if fut.type == "sample":
-        data = encode_sample_response(result["sequences"])
+        data = encode_sample_response(result["sequences"], result.get("prompt_logprobs"))
         return Response(data, media_type="application/x-protobuf")
     if fut.type == "forward_backward":
         data = encode_forward_backward_output({"logprobs": result["logprobs"]}, result["metrics"])
