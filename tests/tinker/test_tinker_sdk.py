@@ -249,6 +249,20 @@ def test_save_state_then_one_more_update(world: Any, tokenizer: Any) -> None:
     world["after"] = _step_then_forward(trainer, world["batch"])
 
 
+def test_forward_backward_custom_runs_over_forward(world: Any) -> None:
+    import torch
+
+    trainer, batch = world["trainer"], world["batch"]
+    ref = trainer.forward(batch, "cross_entropy").result().metrics["loss:sum"]
+
+    def nll(data: list, logprobs: list) -> tuple[Any, dict]:
+        w = [torch.tensor(d.loss_fn_inputs["weights"].data) for d in data]
+        return sum(-(lp * wi).sum() for lp, wi in zip(logprobs, w, strict=True)), {}
+
+    out = trainer.forward_backward_custom(batch, nll).result()
+    assert math.isclose(out.metrics["loss:sum"], ref, rel_tol=1e-5), out.metrics
+
+
 def test_bad_inputs_name_the_field_and_the_run_goes_on(world: Any, tokenizer: Any) -> None:
     trainer = world["trainer"]
     ids = tokenizer.encode(TEXTS[0])
@@ -305,4 +319,33 @@ def test_a_client_from_the_state_continues_bitwise(world: Any) -> None:
     made = client.create_training_client_from_state_with_optimizer(world["state"])
     again = _step_then_forward(_created(made), world["batch"])
     assert again == world["after"]  # the same update from the same state, to the bit
+    client.close("success").result()
+
+
+def test_an_idle_client_saves_its_state_and_ends(world: Any, tokenizer: Any) -> None:
+    from importlib import resources
+
+    import yaml
+
+    svc = world["svc"]
+    raw = yaml.safe_load(resources.files("akka_optimize").joinpath("deployment.yaml").read_text())
+    raw.setdefault("service", {})["tinkerIdleSeconds"] = 2
+    (svc.home / "deployment.yaml").write_text(yaml.safe_dump(raw))
+    try:
+        client = tinker.ServiceClient(base_url=svc.url, api_key=world["keys"]["demo"])
+        trainer = _created(client.create_lora_training_client(base_model=TINY, rank=4))
+        trainer.forward(world["batch"], "cross_entropy").result()
+        runs = svc.api("GET", "/v1/training/runs", params={"project": "demo"}).json()["runs"]
+        run = next(r for r in runs if r["method"] == "tinker" and r["state"] == "RUNNING")
+        deadline = time.monotonic() + 120
+        while run["state"] != "SUCCEEDED" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            run = svc.api("GET", f"/v1/training/runs/{run['id']}").json()
+    finally:
+        (svc.home / "deployment.yaml").unlink()
+    assert run["state"] == "SUCCEEDED", run
+    path = f"tinker://{trainer.model_id}/weights/idle"
+    assert path in run["results"]["ended"] and "tinkerIdleSeconds" in run["results"]["ended"]
+    again = _created(client.create_training_client_from_state(path))  # it goes on from there
+    assert again.forward(world["batch"], "cross_entropy").result().loss_fn_outputs
     client.close("success").result()

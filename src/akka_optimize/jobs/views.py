@@ -105,6 +105,7 @@ def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
         "smoke": res.get("smoke"),
         "unrecordedSaves": res.get("unrecordedSaves"),
         "preparing": res.get("preparing"),
+        "ended": res.get("ended"),  # why a Tinker training client ended (tinker/kind.py)
     }
 
 

@@ -33,7 +33,7 @@ ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 UNEMBED = "lm_head"
 IDLE_SECONDS = 1800
-"""A training client with no call for this long is ended (its saves stay registered)."""
+"""The deployment's default ``service.tinkerIdleSeconds``."""
 
 
 def lora_targets(entry: Any, lora: dict[str, Any]) -> tuple[str, ...]:
@@ -125,7 +125,7 @@ def create_training_run(
         "baseModel": entry.repository,
         "lora": {"rank": rank, "seed": int(lora.get("seed") or 0), "targets": list(targets)},
         "userMetadata": request.get("user_metadata") or {},
-        "idleSeconds": IDLE_SECONDS,
+        "idleSeconds": dep.service.tinkerIdleSeconds,
         **({"loadFrom": load} if load else {}),
     }
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
@@ -231,8 +231,15 @@ def register_sampler_weights(ctx: Any, s: Session, run: Run, name: str, key: str
 
 
 def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
-    ended = str((event.get("result") or {}).get("ended") or "the client finished")
-    run.results = {**(run.results or {}), "ended": ended}
+    res = event.get("result") or {}
+    ended = str(res.get("ended") or "the client finished")
+    results = dict(run.results or {})
+    if res.get("stateKey"):  # an idle client saved its state before it ended
+        saves = {**(results.get("tinkerSaves") or {}), "weights/idle": res["stateKey"]}
+        path = f"tinker://{results.get('tinkerModelId')}/weights/idle"
+        results["tinkerSaves"] = saves
+        ended += f"; its state was saved as {path}"
+    run.results = {**results, "ended": ended}
     end_attempt(run, att, S.SUCCEEDED)
 
 

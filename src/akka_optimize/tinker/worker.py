@@ -152,7 +152,7 @@ def serve(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
     last = time.monotonic()
     answer: dict[str, Any] = {"ready": {"vocab": session.vocab_size}}
     while True:
-        r = events.post("tinker/next", answer, timeout=120)
+        r = events.post("tinker/next", {**answer, "wait": idle_s}, timeout=120)
         if r.status_code != 200:
             raise RuntimeError(f"the service refused the worker's poll: {r.text[:300]}")
         reply = r.json()
@@ -161,8 +161,10 @@ def serve(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         item = reply.get("item")
         answer = {}
         if item is None:
-            if time.monotonic() - last > idle_s:
-                return {"type": "completed", "result": {"ended": f"idle for {idle_s:g} s"}}
+            if time.monotonic() - last > idle_s:  # save, then release the device
+                saved = calls.op_save_weights({"name": "idle"})
+                ended = f"no call for {idle_s:g} s (service.tinkerIdleSeconds)"
+                return {"type": "completed", "result": {"ended": ended, "stateKey": saved["key"]}}
             continue
         last = time.monotonic()
         try:

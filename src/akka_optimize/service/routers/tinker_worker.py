@@ -20,7 +20,7 @@ from ...errors import Conflict
 from ...jobs import events
 from ...jobs import states as S
 from ...tinker import kind as _kind  # noqa: F401 (registers the "tinker" job kind)
-from ...tinker.broker import Broker, Model, broker_of
+from ...tinker.broker import POLL_SECONDS, Broker, Model, broker_of
 from ..deps import CtxDep
 
 router = APIRouter(prefix="/v1/training")
@@ -102,7 +102,9 @@ async def tinker_next(
             "(its saved checkpoints stay registered)."
         }
     await _take_answer(ctx, b, m, body)
-    item = await b.next_item(m)
+    wait = body.get("wait")
+    wait = min(max(float(wait), 1.0), POLL_SECONDS) if isinstance(wait, int | float) else None
+    item = await b.next_item(m, wait or POLL_SECONDS)
     if item is not None and item["op"] == "end":
         b.by_run.pop(run_id, None)
         b.models.pop(m.model_id, None)
