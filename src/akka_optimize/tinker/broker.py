@@ -24,6 +24,8 @@ from typing import Any
 
 POLL_SECONDS = 25.0
 """How long one ``retrieve_future`` or worker poll waits (the SDK gives up at 45 s)."""
+KEEP_SECONDS = 600.0
+"""How long a finished future's result is kept for the client to retrieve."""
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Future:
     result: dict[str, Any] | None = None
     error: str | None = None
     category: str = "user"
+    done_at: float = 0.0
 
 
 @dataclass
@@ -83,6 +86,10 @@ class Broker:
     # ------------------------------------------------------------ futures
     def new_future(self, model_id: str, type_: str) -> Future:
         """A pending future of result type ``type_``."""
+        now = time.monotonic()
+        for rid, old in list(self.futures.items()):  # results nobody came back for
+            if old.done.is_set() and now - old.done_at > KEEP_SECONDS:
+                del self.futures[rid]
         fut = Future("req-" + uuid.uuid4().hex[:16], model_id, type_)
         self.futures[fut.request_id] = fut
         return fut
@@ -92,7 +99,7 @@ class Broker:
         fut = self.futures.get(request_id)
         if fut is None or fut.done.is_set():
             return
-        fut.result, fut.error = result, error
+        fut.result, fut.error, fut.done_at = result, error, time.monotonic()
         fut.done.set()
 
     def fail_model(self, model_id: str, reason: str) -> None:
@@ -111,7 +118,12 @@ class Broker:
         """
         model.last_call = time.monotonic()
         if seq_id is not None and seq_id in model.seen:
-            return self.futures[model.seen[seq_id]]
+            first = self.futures.get(model.seen[seq_id])
+            if first is not None:
+                return first
+            fut = self.new_future(model.model_id, op)  # never applied twice, even then
+            self.resolve(fut.request_id, None, f"seq_id {seq_id} was answered long ago.")
+            return fut
         fut = self.new_future(model.model_id, op)
         item = {"request_id": fut.request_id, "op": op, "body": body}
         if seq_id is None:
