@@ -349,3 +349,19 @@ def test_an_idle_client_saves_its_state_and_ends(world: Any, tokenizer: Any) -> 
     again = _created(client.create_training_client_from_state(path))  # it goes on from there
     assert again.forward(world["batch"], "cross_entropy").result().loss_fn_outputs
     client.close("success").result()
+
+
+def test_an_admin_key_names_its_project(world: Any) -> None:
+    svc = world["svc"]
+    env = base_env(svc.home, svc.config_dir)
+    args = [str(BIN / "akka-optimize"), "server", "token", "create", "--tinker"]
+    admin = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+    key = admin.stdout.strip().splitlines()[-1]
+    nowhere = tinker.ServiceClient(base_url=svc.url, api_key=key)
+    _fails(lambda: _created(nowhere.create_lora_training_client(TINY, rank=4)), "project_id")
+    client = tinker.ServiceClient(base_url=svc.url, api_key=key, project_id="other")
+    trainer = _created(client.create_lora_training_client(TINY, rank=4))
+    runs = svc.api("GET", "/v1/training/runs", params={"project": "other"}).json()["runs"]
+    assert [r["method"] for r in runs] == ["tinker"]
+    assert trainer.model_id
+    client.close("success").result()

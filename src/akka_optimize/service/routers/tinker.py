@@ -110,12 +110,18 @@ def _project(ctx: Any, p: Principal, wanted: str | None) -> str:
             "--tinker`) needs none.",
             field="project_id",
         )
+    from sqlalchemy import or_, select
+
     from ...db.models.projects import Project
 
+    key = wanted.strip()
     with ctx.db.session() as s:
-        if s.get(Project, wanted) is None and not s.query(Project).filter_by(name=wanted).first():
-            raise NotFound(f"project_id {wanted!r}: no such training project.", field="project_id")
-    return wanted.strip().lower()
+        name = s.scalar(
+            select(Project.name).where(or_(Project.name == key.lower(), Project.id == key))
+        )
+    if name is None:
+        raise NotFound(f"project_id {wanted!r}: no such training project.", field="project_id")
+    return name
 
 
 @router.post("/create_session")
