@@ -118,6 +118,12 @@ class ServiceLimits(_Strict):
         description="How long a worker retries a service it cannot reach (re-reading the "
         "service's address from the blob store) before it ends its attempt.",
     )
+    tinkerIdleSeconds: int = Field(
+        1800,
+        ge=1,
+        description="A Tinker training client with no call for this long saves its state "
+        "(tinker://MODEL_ID/weights/idle) and ends, releasing its device.",
+    )
 
 
 class GraderLimits(_Strict):

@@ -95,6 +95,13 @@ def token_create(
         str | None,
         typer.Option(help="The one training project (name or ID) the token acts in."),
     ] = None,
+    tinker: Annotated[
+        bool,
+        typer.Option(
+            "--tinker",
+            help="Issue a tml- key for the Tinker SDK (TINKER_API_KEY; see the README).",
+        ),
+    ] = False,
 ) -> None:
     """Issue a token for the service whose home is $AKKA_OPTIMIZE_HOME; prints it once.
 
@@ -102,12 +109,12 @@ def token_create(
     exist. The token goes to standard output; its ID (for `server token revoke`) to
     standard error.
 
-    Example: {prog} server token create --project triage
+    Example: {prog} server token create --project triage --tinker
     """
     from ..service.auth import issue_token_row
 
     with _home_db() as db:
-        token, row = issue_token_row(db, project)
+        token, row = issue_token_row(db, project, tinker=tinker)
     print(token)
     print(f"Token {row['id']} ({row['scope']}); revoke it with `server token revoke "
           f"{row['id'][:8]}`.", file=sys.stderr)  # fmt: skip

@@ -225,6 +225,58 @@ class TrainingSession(PassesMixin, StateMixin, RanksMixin):
         self._reset()
         return metrics
 
+    def optim_step_sum(
+        self,
+        *,
+        learning_rate: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        weight_decay: float,
+        grad_clip_norm: float,
+    ) -> dict[str, float | int]:
+        """Apply one AdamW update with the accumulated gradient **as it is** (the Tinker
+        API's ``optim_step``; DATA-AND-TRAINING-RULES.md "Remote losses are sums").
+
+        Unlike :meth:`optim_step`, nothing is divided by a token count (the caller
+        normalises through the datums' weights), the rate is ``learning_rate`` (no
+        schedule), and the gradient is clipped only when ``grad_clip_norm`` > 0. The
+        optimizer's hyperparameters are set from the arguments for this update.
+
+        Returns:
+            step, lossSum (the summed loss of the passes since the last update), gradNorm
+            (before clipping), learningRate, supervisedTokens, totalTokens.
+
+        Raises:
+            EngineError: the gradient norm is not finite (nothing is applied).
+        """
+        pend = self._pending
+        update = self.step + 1
+        params = list(self.params.values())
+        max_norm = grad_clip_norm if grad_clip_norm > 0 else math.inf
+        grads = [p for p in params if p.grad is not None]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(grads, max_norm)) if grads else 0.0
+        if not math.isfinite(grad_norm):
+            self._reset()
+            raise EngineError(
+                f"update {update} produced a non-finite gradient norm ({grad_norm}); "
+                "nothing was applied."
+            )
+        for group in self.optimizer.param_groups:
+            group.update(lr=learning_rate, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay)
+        self.optimizer.step()
+        metrics = {
+            "step": update,
+            "lossSum": pend.loss_sum,
+            "gradNorm": grad_norm,
+            "learningRate": learning_rate,
+            "supervisedTokens": pend.supervised,
+            "totalTokens": pend.tokens,
+        }
+        self.step = update
+        self._reset()
+        return metrics
+
     def skip_update(self) -> dict[str, float | int]:
         """Count an update that trains nothing (a reinforcement update whose every group had
         equal rewards, :mod:`akka_optimize.engine.rl`): the step advances; the weights and

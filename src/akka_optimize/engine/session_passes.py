@@ -90,11 +90,17 @@ class PassesMixin:
             return 0.0, 0, out_T
         loss_inputs = {"weights": w_T[1:][idx_S].double().to(dev)}
         for key in REINFORCEMENT_INPUTS if loss_fn != "cross_entropy" else ():
-            if not inputs or key not in inputs or len(inputs[key]) != len(p.input_ids):
+            if not inputs or key not in inputs:
                 raise EngineError(
                     f"loss {loss_fn} needs {key} for every token of each pass (rows {p.rows})."
                 )
-            loss_inputs[key] = torch.tensor(inputs[key], dtype=torch.float64)[1:][idx_S].to(dev)
+        for key, values in (inputs or {}).items():  # a given "weights" replaces the pass's
+            if len(values) != len(p.input_ids):
+                raise EngineError(
+                    f"loss input {key} has {len(values)} values for a pass of "
+                    f"{len(p.input_ids)} tokens (rows {p.rows})."
+                )
+            loss_inputs[key] = torch.tensor(values, dtype=torch.float64)[1:][idx_S].to(dev)
         fn = LOSSES[loss_fn]
         with self.compute_context():
             return self._run_pass_body(p, ids_T, idx_S, out_T, loss_inputs, fn, config, backward)
@@ -182,7 +188,9 @@ class PassesMixin:
             loss_fn: cross_entropy | importance_sampling | ppo | cispo | dro.
             loss_inputs: per pass, for the reinforcement losses, ``sampling_logprobs`` and
                 ``advantages`` lists of length T aligned like ``Pass.weights``; the
-                positions scored are those with a non-zero weight.
+                positions scored are those with a non-zero weight. A ``weights`` list
+                here is what the loss weighs by, while ``Pass.weights`` then only chooses
+                the scored positions (the Tinker API scores every target token).
             loss_config: loss parameters (``clip_low_threshold``, ``clip_high_threshold``, ``beta``).
 
         Raises:

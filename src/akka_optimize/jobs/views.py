@@ -108,6 +108,7 @@ def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
         # the checks before the first update (issue 23; runs get --checks)
         "checks": res.get("checks"),
         "checksPassed": res.get("checksPassed"),
+        "ended": res.get("ended"),  # why a Tinker training client ended (tinker/kind.py)
     }
 
 

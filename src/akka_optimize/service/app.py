@@ -132,6 +132,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui_router)  # the dashboard's pages check the token themselves
     for mod in ROUTERS:
         app.include_router(mod.router, dependencies=[Depends(get_principal)])
+    # The Tinker SDK's protocol (X-API-Key) and its workers' poll (a worker's own token):
+    # another API's shapes (protobuf, 408 long polls), documented in TINKER-PROTOCOL.md and
+    # the README, so left out of this service's OpenAPI document.
+    from .routers import tinker, tinker_worker
+
+    app.include_router(tinker.router, include_in_schema=False)
+    app.include_router(tinker_worker.router, include_in_schema=False)
     app.add_middleware(JsonBodyLimit, limit_of=lambda: _json_body_limit(settings))
     install_guards(app)
     install_openapi(app)

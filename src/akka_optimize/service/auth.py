@@ -31,6 +31,8 @@ from ..errors import InvalidRequest, NotFound, Unauthorized, Unavailable
 from .context import ServiceContext
 
 TOKEN_PREFIX = "ak_"
+TINKER_PREFIX = "tml-"
+"""Prefix of keys for the Tinker SDK, which refuses a key that does not start with it."""
 
 
 @dataclass(frozen=True)
@@ -42,27 +44,31 @@ class Principal:
     token_id: str | None = None
 
 
-def issue_token(ctx_db: object, project: str | None = None) -> str:
+def issue_token(ctx_db: object, project: str | None = None, *, tinker: bool = False) -> str:
     """Create and store (hashed) a new ``ak_`` token; returns the token in clear once.
 
     Args:
         ctx_db: the :class:`akka_optimize.db.Database` of the server's home.
         project: the name or ID of the one training project the token acts in; None
             issues an admin token (every project).
+        tinker: issue a ``tml-`` key, which the Tinker SDK accepts (sent as ``X-API-Key``,
+            checked like any token, also as a bearer token).
 
     Raises:
         NotFound: (field ``project``) no such project: a token is issued only for a
             project that exists, so create it first (with an admin or development token).
     """
-    return issue_token_row(ctx_db, project)[0]
+    return issue_token_row(ctx_db, project, tinker=tinker)[0]
 
 
-def issue_token_row(ctx_db: object, project: str | None = None) -> tuple[str, dict[str, Any]]:
+def issue_token_row(
+    ctx_db: object, project: str | None = None, *, tinker: bool = False
+) -> tuple[str, dict[str, Any]]:
     """As :func:`issue_token`, also returning the stored row as :func:`token_view` shows it."""
     from ..db import Database
 
     assert isinstance(ctx_db, Database)
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = (TINKER_PREFIX if tinker else TOKEN_PREFIX) + secrets.token_urlsafe(32)
     with ctx_db.session() as s:
         name = None
         if project is not None:

@@ -1,0 +1,398 @@
+"""The Tinker SDK's protocol under ``/api/v1/…`` (TINKER-PROTOCOL.md; tinker 0.38.0).
+
+Every route reads the ``X-API-Key`` header: a ``tml-`` key from ``server token create
+--tinker`` (:func:`akka_optimize.service.auth.authenticate`), acting in its project; an
+admin key acts in the project the session names (``TINKER_PROJECT_ID``). Training calls
+are queued for the client's worker and answered with futures
+(:mod:`akka_optimize.tinker.broker`); ``retrieve_future`` long-polls them. Refusals are
+4xx with the error shape, or a failed future ``{"error", "category": "user"}`` once a
+``seq_id`` is taken (the SDK then raises ``RequestFailedError`` with the sentence). The
+worker's own poll (``…/attempts/N/tinker/next``) lives in
+:mod:`akka_optimize.service.routers.tinker_worker`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Header, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound
+from ...tinker.broker import POLL_SECONDS, Broker, Model, Session, broker_of
+from ...tinker.datums import non_finite
+from ...tinker.wire import (
+    WireError,
+    decode_forward_backward,
+    encode_forward_backward_output,
+    encode_sample_response,
+)
+from ..auth import Principal, authenticate
+from ..deps import CtxDep
+
+router = APIRouter(prefix="/api/v1")
+JsonBody = Annotated[dict[str, Any], Body()]
+
+
+def tinker_principal(
+    ctx: CtxDep, x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None
+) -> Principal:
+    """The caller of a protocol route, from its ``X-API-Key`` (checked like any token).
+
+    Raises:
+        Unauthorized: no key, or one the service does not know. Forbidden: a worker token.
+    """
+    p = authenticate(ctx, f"Bearer {x_api_key}" if x_api_key else None)
+    if p.kind == "worker":
+        raise Forbidden("A worker's token cannot use the Tinker API.", field="X-API-Key")
+    return p
+
+
+Caller = Annotated[Principal, Depends(tinker_principal)]
+
+
+@router.post("/client/config")
+async def client_config(_: Caller) -> dict[str, Any]:
+    """The SDK's mandatory start-up call: plain API keys, plain httpx."""
+    return {"pjwt_auth_enabled": False, "use_pyqwest_transport": False}
+
+
+@router.post("/client/dynamic_config")
+async def dynamic_config(_: Caller) -> dict[str, Any]:
+    """Defaults for every dynamic setting."""
+    return {}
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness of the protocol's routes."""
+    return {"status": "ok"}
+
+
+@router.post("/telemetry")
+async def telemetry(_: Caller) -> dict[str, str]:
+    """SDK telemetry: accepted and discarded (nothing is stored or forwarded)."""
+    return {"status": "accepted"}
+
+
+@router.get("/get_server_capabilities")
+def capabilities(ctx: CtxDep, _: Caller) -> dict[str, Any]:
+    """The catalog's selected, ``READY`` base models (trainable and sampleable)."""
+    from ...catalog.selection import list_base_models
+    from ...catalog.selection_rows import settings_catalog
+
+    with ctx.db.session() as s:
+        rows = list_base_models(s, settings_catalog(ctx.settings), all_entries=False)
+    return {
+        "supported_models": [
+            {"model_name": r["repository"], "trainable": True, "sampleable": True}
+            for r in rows
+            if r["state"] == "READY"
+        ]
+    }
+
+
+def _project(ctx: Any, p: Principal, wanted: str | None) -> str:
+    """The project a session acts in: the key's own, else ``project_id`` (admin keys)."""
+    if p.project:
+        if wanted and wanted.strip().lower() != p.project:
+            raise Forbidden(
+                f"project_id {wanted!r}: this key acts only in project {p.project!r}.",
+                field="project_id",
+            )
+        return p.project
+    if not wanted:
+        raise InvalidRequest(
+            "project_id is not set: an admin key needs TINKER_PROJECT_ID (or "
+            "ServiceClient(project_id=...)); a project key (`server token create --project P "
+            "--tinker`) needs none.",
+            field="project_id",
+        )
+    from sqlalchemy import or_, select
+
+    from ...db.models.projects import Project
+
+    key = wanted.strip()
+    with ctx.db.session() as s:
+        name = s.scalar(
+            select(Project.name).where(or_(Project.name == key.lower(), Project.id == key))
+        )
+    if name is None:
+        raise NotFound(f"project_id {wanted!r}: no such training project.", field="project_id")
+    return name
+
+
+@router.post("/create_session")
+def create_session(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """A client session (tags, metadata, project)."""
+    project = _project(ctx, p, body.get("project_id"))
+    sid = "sess-" + uuid.uuid4().hex[:12]
+    tags = [str(t) for t in body.get("tags") or []]
+    broker_of(ctx).sessions[sid] = Session(sid, project, tags, body.get("user_metadata") or {})
+    return {"type": "create_session", "session_id": sid}
+
+
+@router.post("/session_heartbeat")
+async def heartbeat(ctx: CtxDep, _: Caller, body: JsonBody) -> Any:
+    """Keeps nothing alive by itself (a client's idleness is measured by its calls)."""
+    if body.get("session_id") not in broker_of(ctx).sessions:
+        return JSONResponse({"detail": "This session is not known (finished)."}, status_code=410)
+    return {"type": "session_heartbeat"}
+
+
+@router.post("/sessions/{session_id}/finish")
+async def finish(ctx: CtxDep, _: Caller, session_id: str) -> dict[str, Any]:
+    """End the session's training clients after their queued calls (runs ``SUCCEEDED``)."""
+    b = broker_of(ctx)
+    b.sessions.pop(session_id, None)
+    for m in list(b.models.values()):
+        if m.model_id.startswith(session_id + ":"):
+            m.queue.put_nowait({"request_id": "", "op": "end", "body": {}})
+    return {}
+
+
+def _int(body: dict[str, Any], key: str, default: int) -> int:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{key} is {value!r}; give a whole number.", field=key)
+    return value
+
+
+def _session(b: Broker, p: Principal, sid: str) -> Session:
+    sess = b.sessions.get(sid)
+    if sess is None or (p.project and sess.project != p.project):
+        raise NotFound(f"session_id {sid!r}: no such session for this key.", field="session_id")
+    return sess
+
+
+def _model_name(sess: Session, body: dict[str, Any], run_id: str) -> str:
+    meta = body.get("user_metadata") or {}
+    for tag in sess.tags:
+        if tag.startswith("model:"):
+            return tag.removeprefix("model:")
+    return str(meta.get("model_name") or f"tinker-{run_id[:8]}")
+
+
+@router.post("/create_model")
+def create_model(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """A LoRA training client: a run in the session's project; the future resolves when its
+    worker holds the session."""
+    return _new_model(ctx, p, body, body, None)
+
+
+@router.post("/load_weights")
+def load_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """``create_training_client_from_state[_with_optimizer]``: a new client (run) that
+    starts from a saved state (with its AdamW moments when ``optimizer``); or, with
+    ``model_id``, ``load_state`` on an existing client, in its ``seq_id`` order."""
+    from ...tinker.states import find_state, lora_request
+
+    path = str(body.get("path") or "")
+    with ctx.db.session() as s:
+        source, key = find_state(s, p.project, path)
+        request = lora_request(source)
+    load = {"key": key, "optimizer": bool(body.get("optimizer")), "path": path}
+    if body.get("model_id"):
+        m = _model(ctx, p, str(body["model_id"]))
+        fut = broker_of(ctx).submit(m, body.get("seq_id"), "load_weights", load)
+        return _future(fut, m)
+    return _new_model(ctx, p, body, request, load)
+
+
+def _new_model(
+    ctx: Any, p: Principal, body: dict[str, Any], request: dict[str, Any], load: dict | None
+) -> dict[str, Any]:
+    from ...catalog.cache import tokenizer_dir
+    from ...tinker.kind import create_training_run
+
+    b = broker_of(ctx)
+    sess = _session(b, p, str(body.get("session_id")))
+    model_id = f"{sess.session_id}:train:{_int(body, 'model_seq_id', 0)}"
+    if model_id in b.models:
+        raise InvalidRequest(f"model {model_id} exists already.", field="model_seq_id")
+    fut = b.new_future(model_id, "create_model" if load is None else "load_weights")
+    try:  # a refusal is a failed future: a 409 here would be retried for minutes
+        with ctx.db.session() as s:
+            name = _model_name(sess, request, uuid.uuid4().hex[:16])
+            run = create_training_run(ctx, s, sess.project, request, name, load)
+            run.results = {"tinkerModelId": model_id}
+            run_id, base, rank = run.id, run.base_model, run.resolved["lora"]["rank"]
+            tokenizer = str(tokenizer_dir(s, ctx.settings, base))
+    except AkkaError as exc:
+        b.resolve(fut.request_id, None, exc.message)
+        return {"request_id": fut.request_id, "model_id": model_id}
+    model = Model(model_id, run_id, sess.project, base, rank, {"tokenizer": tokenizer})
+    model.info["create_future"] = fut.request_id
+    model.info["ready"] = (
+        {"type": "create_model", "model_id": model_id}
+        if load is None
+        else {"type": "load_weights", "model_id": model_id, "path": load["path"]}
+    )
+    b.models[model_id] = model
+    b.by_run[run_id] = model_id
+    return {"request_id": fut.request_id, "model_id": model_id}
+
+
+def _model(ctx: Any, p: Principal, model_id: str) -> Model:
+    m = broker_of(ctx).model_of(model_id)
+    if m is None or (p.project and m.project != p.project):
+        raise NotFound(f"model_id {model_id!r}: no such training client.", field="model_id")
+    return m
+
+
+@router.post("/get_info")
+async def get_info(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """The client's base model, LoRA rank and tokenizer id: the folder of the base model's
+    tokenizer in the service's weights cache, which ``TrainingClient.get_tokenizer()``
+    loads with no hub when the client shares the service's filesystem (the README says
+    how to use it elsewhere)."""
+    m = _model(ctx, p, str(body.get("model_id")))
+    tok = m.info["tokenizer"]
+    return {
+        "type": "get_info",
+        "model_id": m.model_id,
+        "model_data": {"arch": "llama", "model_name": m.base_model, "tokenizer_id": tok},
+        "is_lora": True,
+        "lora_rank": m.rank,
+        "model_name": m.base_model,
+    }
+
+
+def _future(fut: Any, m: Model) -> dict[str, Any]:
+    return {"request_id": fut.request_id, "model_id": m.model_id}
+
+
+@router.post("/forward_backward")
+async def forward_backward(ctx: CtxDep, p: Caller, request: Request) -> dict[str, Any]:
+    """``forward_backward`` and ``forward`` (protobuf ``ForwardBackwardRequest``)."""
+    raw = await request.body()
+    if request.headers.get("content-encoding") == "zstd":
+        raise InvalidRequest("zstd bodies are not accepted.", field="Content-Encoding")
+    try:
+        req = decode_forward_backward(raw)
+    except WireError as exc:
+        raise InvalidRequest(str(exc), field="body") from exc
+    m = _model(ctx, p, req["model_id"])
+    req["refused"] = non_finite(req["data"])  # JSON cannot carry NaN to the worker
+    fut = broker_of(ctx).submit(m, req["seq_id"], "forward_backward", req)
+    return _future(fut, m)
+
+
+@router.post("/optim_step")
+async def optim_step(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """One AdamW update with the accumulated gradient as it is (``adam_params``)."""
+    m = _model(ctx, p, str(body.get("model_id")))
+    if body.get("optimizer_params"):
+        raise InvalidRequest(
+            "optimizer_params: the platform trains with AdamW only; pass AdamParams.",
+            field="optimizer_params",
+        )
+    fut = broker_of(ctx).submit(m, body.get("seq_id"), "optim_step", body)
+    return _future(fut, m)
+
+
+def _checkpoint_name(body: dict[str, Any]) -> str:
+    name = str(body.get("path") or "")
+    if not name or "/" in name or len(name) > 128:
+        raise InvalidRequest(
+            f"path {name!r}: give a checkpoint name of 1 to 128 characters without '/'.",
+            field="path",
+        )
+    return name
+
+
+@router.post("/save_weights")
+async def save_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """``save_state``: the full training state (adapter, AdamW moments, step)."""
+    m = _model(ctx, p, str(body.get("model_id")))
+    body["name"] = _checkpoint_name(body)
+    return _future(broker_of(ctx).submit(m, body.get("seq_id"), "save_weights", body), m)
+
+
+@router.post("/save_weights_for_sampler")
+async def save_for_sampler(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """``save_weights_for_sampler(name)``: the adapter becomes a model version
+    ``PROJECT/NAME:vN`` of the client's run."""
+    m = _model(ctx, p, str(body.get("model_id")))
+    if body.get("path"):
+        body["name"] = _checkpoint_name(body)
+        op = "save_weights_for_sampler"
+    else:  # save_weights_and_get_sampling_client: a snapshot of the session's weights
+        k = _int(body, "sampling_session_seq_id", 0)
+        body["sampling_session_id"] = f"{m.model_id.split(':')[0]}:sample:{k}"
+        op = "sampler_snapshot"
+    return _future(broker_of(ctx).submit(m, body.get("seq_id"), op, body), m)
+
+
+@router.post("/asample")
+async def asample(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """``SamplingClient.sample`` on a snapshot a training client took; the future carries
+    one ``sample_sequence_ids`` entry per sample."""
+    b = broker_of(ctx)
+    sid = str(body.get("sampling_session_id"))
+    if sid not in b.samplers:
+        raise InvalidRequest(
+            f"sampling_session_id {sid!r}: no such sampling client; the platform samples "
+            "from save_weights_and_get_sampling_client's clients only.",
+            field="sampling_session_id",
+        )
+    model_id, step = b.samplers[sid]
+    m = _model(ctx, p, model_id)
+    n = _int(body, "num_samples", 1)
+    if not 1 <= n <= 256:
+        raise InvalidRequest(f"num_samples is {n}; give 1 to 256.", field="num_samples")
+    fut = b.submit(m, None, "sample", {**body, "snapshot_step": step})
+    ids = [f"{fut.request_id}:{i}" for i in range(n)]
+    return {"request_id": fut.request_id, "sample_sequence_ids": ids}
+
+
+@router.post("/retrieve_future")
+async def retrieve_future(ctx: CtxDep, _: Caller, body: JsonBody) -> Any:
+    """Long-polls a future: its result (protobuf for ``forward_backward``), a failed future's
+    ``{"error", "category"}``, or 408 ``try_again`` after about 25 s."""
+    b = broker_of(ctx)
+    fut = b.futures.get(str(body.get("request_id")))
+    if fut is None:
+        raise NotFound(
+            f"request_id {body.get('request_id')!r}: no such future.", field="request_id"
+        )
+    waited = 0.0
+    while not fut.done.is_set() and waited < POLL_SECONDS:
+        if await b.wait(fut, 2.0):
+            break
+        waited += 2.0
+        await run_in_threadpool(_check_run, ctx, b, fut.model_id)
+    if not fut.done.is_set():
+        return JSONResponse(
+            {"type": "try_again", "request_id": fut.request_id, "queue_state": "active"},
+            status_code=408,
+        )
+    if fut.error is not None:
+        return {"error": fut.error, "category": fut.category}
+    result = fut.result or {}
+    if fut.type == "sample":
+        data = encode_sample_response(result["sequences"], result.get("prompt_logprobs"))
+        return Response(data, media_type="application/x-protobuf")
+    if fut.type == "forward_backward":
+        data = encode_forward_backward_output({"logprobs": result["logprobs"]}, result["metrics"])
+        return Response(data, media_type="application/x-protobuf")
+    return result
+
+
+def _check_run(ctx: Any, b: Broker, model_id: str) -> None:
+    """Fail the model's futures when its run has ended (its worker is gone)."""
+    from ...db.models.jobs import Run
+    from ...jobs import states as S
+
+    m = b.model_of(model_id)
+    if m is None:
+        return
+    with ctx.db.session() as s:
+        run = s.get(Run, m.run_id)
+        if run is not None and run.state in S.TERMINAL:
+            reason = run.failure_reason or f"the training client's run ended ({run.state})"
+            b.fail_model(model_id, f"Run {run.id}: {reason}")

@@ -1,0 +1,112 @@
+"""The poll of a Tinker training client's worker: ``POST
+/v1/training/runs/RUN/attempts/N/tinker/next`` (that attempt's token only).
+
+The body carries the answer to the worker's previous item (``request_id``, ``result``,
+``error``), or on the first poll ``ready``; the reply is the next item in ``seq_id`` order
+(``{"item": …}``), ``{"item": null}`` after about 25 s without one, or ``{"end":
+sentence}`` when the client's session finished or the service no longer knows the client.
+Sampler weights a worker saved are registered here as model versions, before the future
+resolves with their ``tinker://`` path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Path
+from starlette.concurrency import run_in_threadpool
+
+from ...errors import Conflict
+from ...jobs import events
+from ...jobs import states as S
+from ...tinker import kind as _kind  # noqa: F401 (registers the "tinker" job kind)
+from ...tinker.broker import POLL_SECONDS, Broker, Model, broker_of
+from ..deps import CtxDep
+
+router = APIRouter(prefix="/v1/training")
+MAX_INT = 2**31 - 1
+
+
+def _authorize(ctx: Any, run_id: str, number: int, authorization: str | None) -> None:
+    token = (authorization or "")[7:].strip()
+    with ctx.db.session() as s:
+        att = events.authorize_attempt(s, run_id, number, token)
+        if att.state in S.TERMINAL:
+            raise Conflict(f"Run {run_id}'s attempt {number} has ended.", field="attempt")
+
+
+def _answer_result(ctx: Any, m: Model, item_op: str, answer: dict[str, Any]) -> dict | None:
+    """The future's result for a worker's answer (checkpoints recorded, versions registered)."""
+    from ...db.models.jobs import Run
+
+    result = answer.get("result")
+    if result is not None and item_op == "sampler_snapshot":
+        sid = answer["sampling_session_id"]
+        broker_of(ctx).samplers[sid] = (m.model_id, int(result["step"]))
+        return {"type": "save_weights_for_sampler", "sampling_session_id": sid}
+    if result is None or item_op not in ("save_weights", "save_weights_for_sampler"):
+        return result
+    name = answer["name"]
+    with ctx.db.session() as s:
+        run = s.get(Run, m.run_id)
+        assert run is not None
+        if item_op == "save_weights":
+            saved = dict((run.results or {}).get("tinkerSaves") or {})
+            saved[f"weights/{name}"] = result["key"]
+            run.results = {**(run.results or {}), "tinkerSaves": saved}
+            return {"type": "save_weights", "path": f"tinker://{m.model_id}/weights/{name}"}
+        from ...tinker.kind import register_sampler_weights
+
+        pinned = register_sampler_weights(ctx, s, run, name, result["key"], result["step"])
+    return {
+        "type": "save_weights_for_sampler",
+        "path": f"tinker://{m.model_id}/sampler_weights/{name}",
+        "model_version": pinned,
+    }
+
+
+async def _take_answer(ctx: Any, b: Broker, m: Model, answer: dict[str, Any]) -> None:
+    if answer.get("ready"):
+        m.ready = True
+        m.info["vocab"] = answer["ready"].get("vocab")
+        b.resolve(m.info["create_future"], m.info["ready"], None)
+        return
+    rid = answer.get("request_id")
+    item = m.taken.get(rid) if rid else None
+    if item is None:
+        return
+    try:
+        answer["name"] = item["body"].get("name")
+        answer["sampling_session_id"] = item["body"].get("sampling_session_id")
+        result = await run_in_threadpool(_answer_result, ctx, m, item["op"], answer)
+        b.finish_item(m, rid, result, answer.get("error"))
+    except Exception as exc:  # registration failed: the future says so
+        b.finish_item(m, rid, None, f"The save could not be registered: {exc}")
+
+
+@router.post("/runs/{run_id}/attempts/{number}/tinker/next")
+async def tinker_next(
+    run_id: str,
+    number: Annotated[int, Path(ge=1, le=MAX_INT, description="The attempt number.")],
+    ctx: CtxDep,
+    body: Annotated[dict[str, Any], Body()],
+    authorization: Annotated[str | None, Header()] = None,
+) -> dict[str, Any]:
+    """A Tinker worker's answer to its last item and its wait for the next one."""
+    await run_in_threadpool(_authorize, ctx, run_id, number, authorization)
+    b = broker_of(ctx)
+    m = b.model_of(b.by_run.get(run_id, ""))
+    if m is None:
+        return {
+            "end": "the service restarted or forgot this training client; create a new one "
+            "(its saved checkpoints stay registered)."
+        }
+    await _take_answer(ctx, b, m, body)
+    wait = body.get("wait")
+    wait = min(max(float(wait), 1.0), POLL_SECONDS) if isinstance(wait, int | float) else None
+    item = await b.next_item(m, wait or POLL_SECONDS)
+    if item is not None and item["op"] == "end":
+        b.by_run.pop(run_id, None)
+        b.models.pop(m.model_id, None)
+        return {"end": "the client's session finished"}
+    return {"item": item}

@@ -1,0 +1,1 @@
+"""The Tinker SDK's wire protocol on the platform (DESIGN.md: package ``tinker/``)."""

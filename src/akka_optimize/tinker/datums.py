@@ -1,0 +1,148 @@
+"""Tinker datums → the engine's passes, with every check a datum must pass first.
+
+A Tinker datum is already shifted (seeds/004, DESIGN.md "The engine's seam"):
+``model_input`` tokens x₀…x_{N−1}, ``loss_fn_inputs.target_tokens`` x₁…x_N, and ``weights``
+(and, for the reinforcement losses, the sampler's ``logprobs`` and ``advantages``) aligned
+to the targets. The engine scores ``input_ids[t+1]`` from position t, so a datum becomes one
+pass ``x₀…x_N`` whose every target position is scored; the weights travel as a loss input,
+so a weight of 0 still returns that token's log-prob (as Tinker does) and adds nothing to
+the loss.
+
+Every datum of a call is checked before anything runs, so a refused call trains nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..data.types import Pass
+
+LOSS_INPUTS = {
+    "cross_entropy": ("target_tokens", "weights"),
+    "importance_sampling": ("target_tokens", "logprobs", "advantages"),
+    "ppo": ("target_tokens", "logprobs", "advantages"),
+    "cispo": ("target_tokens", "logprobs", "advantages"),
+    "dro": ("target_tokens", "logprobs", "advantages"),
+}
+"""The ``loss_fn_inputs`` each loss reads (``weights`` defaults to 1 for cross_entropy)."""
+LOSS_CONFIG = {
+    "cross_entropy": (),
+    "importance_sampling": (),
+    "ppo": ("clip_low_threshold", "clip_high_threshold"),
+    "cispo": ("clip_low_threshold", "clip_high_threshold"),
+    "dro": ("beta",),
+}
+"""The ``loss_fn_config`` keys each loss takes (the engine's loss parameters)."""
+
+
+class DatumError(ValueError):
+    """A datum the engine cannot train on; the text names the field."""
+
+
+def check_loss(loss_fn: str, config: dict[str, float]) -> None:
+    """Refuse an unknown ``loss_fn`` or a ``loss_fn_config`` key it does not take.
+
+    Raises:
+        DatumError: naming ``loss_fn`` or ``loss_fn_config.KEY``.
+    """
+    if loss_fn not in LOSS_INPUTS:
+        raise DatumError(
+            f"loss_fn {loss_fn!r} is not one the platform trains with; use one of "
+            f"{', '.join(sorted(LOSS_INPUTS))}."
+        )
+    for key, value in config.items():
+        if key not in LOSS_CONFIG[loss_fn]:
+            allowed = ", ".join(LOSS_CONFIG[loss_fn]) or "none"
+            raise DatumError(
+                f"loss_fn_config.{key} is not a parameter of {loss_fn} (it takes: {allowed})."
+            )
+        if not math.isfinite(value):
+            raise DatumError(f"loss_fn_config.{key} is {value}; give a finite number.")
+
+
+def _floats(values: list[Any], where: str, n: int) -> list[float]:
+    if len(values) != n:
+        raise DatumError(
+            f"{where} has {len(values)} values but model_input has {n} tokens; give one "
+            "per target token."
+        )
+    out = [float(v) for v in values]
+    bad = next((i for i, v in enumerate(out) if not math.isfinite(v)), None)
+    if bad is not None:
+        raise DatumError(f"{where}[{bad}] is {out[bad]}; every value must be a finite number.")
+    return out
+
+
+def _datum(d: dict[str, Any], i: int, loss_fn: str, vocab: int) -> tuple[Pass, dict]:
+    tokens = [int(t) for t in d["tokens"]]
+    inputs = d["inputs"]
+    n = len(tokens)
+    if n == 0:
+        raise DatumError(f"data[{i}].model_input has no tokens.")
+    where = f"data[{i}].loss_fn_inputs"
+    for key in LOSS_INPUTS[loss_fn]:
+        if key not in inputs and key != "weights":
+            raise DatumError(f"{where}.{key} is missing; {loss_fn} needs it.")
+    unknown = sorted(set(inputs) - set(LOSS_INPUTS[loss_fn]))
+    if unknown:
+        raise DatumError(f"{where}.{unknown[0]} is not an input of {loss_fn}.")
+    targets = [int(t) for t in _floats(inputs["target_tokens"], f"{where}.target_tokens", n)]
+    for name, ids in (("model_input", tokens), (f"{where}.target_tokens", targets)):
+        bad = next((j for j, t in enumerate(ids) if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise DatumError(
+                f"data[{i}].{name.removeprefix(f'data[{i}].')}[{bad}] is token {ids[bad]}, "
+                f"outside the model's vocabulary (0..{vocab - 1})."
+            )
+    if targets[:-1] != tokens[1:]:
+        j = next(j for j in range(n - 1) if targets[j] != tokens[j + 1])
+        raise DatumError(
+            f"{where}.target_tokens[{j}] is {targets[j]} but model_input[{j + 1}] is "
+            f"{tokens[j + 1]}; the platform trains next-token targets (target_tokens = "
+            "model_input shifted by one)."
+        )
+    ids = tokens + [targets[-1]]
+    p = Pass(ids, [0.0] + [1.0] * n, list(range(n + 1)), [0, n + 1], [i])
+    weights = inputs.get("weights")
+    loss_in = {
+        "weights": [0.0] + (_floats(weights, f"{where}.weights", n) if weights else [1.0] * n)
+    }
+    if loss_fn != "cross_entropy":
+        loss_in["weights"] = [0.0] + [1.0] * n
+        loss_in["sampling_logprobs"] = [0.0] + _floats(inputs["logprobs"], f"{where}.logprobs", n)
+        loss_in["advantages"] = [0.0] + _floats(inputs["advantages"], f"{where}.advantages", n)
+    return p, loss_in
+
+
+def non_finite(data: list[dict[str, Any]]) -> str | None:
+    """The sentence for the first NaN or infinite value in the datums' inputs, or None
+    (checked where the request is decoded: the JSON that carries it on cannot hold NaN)."""
+    for i, d in enumerate(data):
+        for name, values in d["inputs"].items():
+            bad = next((j for j, v in enumerate(values) if not math.isfinite(v)), None)
+            if bad is not None:
+                return (
+                    f"data[{i}].loss_fn_inputs.{name}[{bad}] is {values[bad]}; every value "
+                    "must be a finite number."
+                )
+    return None
+
+
+def to_passes(
+    data: list[dict[str, Any]], loss_fn: str, config: dict[str, float], vocab: int
+) -> tuple[list[Pass], list[dict[str, list[float]]]]:
+    """One pass and its loss inputs per datum (as :mod:`akka_optimize.tinker.wire` decodes
+    them: ``{"tokens", "inputs"}``).
+
+    Raises:
+        DatumError: the first problem found, naming the datum and field: an unknown loss
+            or loss parameter, a missing or extra input, a length other than model_input's,
+            a non-finite value, a token outside ``0..vocab-1``, targets that are not the
+            inputs shifted by one.
+    """
+    check_loss(loss_fn, config)
+    if not data:
+        raise DatumError("data is empty; give at least one datum.")
+    out = [_datum(d, i, loss_fn, vocab) for i, d in enumerate(data)]
+    return [p for p, _ in out], [li for _, li in out]

@@ -1,0 +1,254 @@
+"""Tinker training clients as jobs: the ``tinker`` kind, how one is created, and how its
+sampler weights become model versions.
+
+``create_lora_training_client`` records a run (method ``tinker``) in the caller's project:
+the same scheduler, capacity claim, executor, states and ``training runs list/get/metrics``
+as a plan-driven run (DESIGN.md "Where a run executes"). Its worker
+(:func:`akka_optimize.tinker.worker.serve`) holds the engine session. Tinker's
+``LoraConfig`` maps onto the catalog entry's LoRA targets: ``train_attn`` the attention
+projections, ``train_mlp`` the MLP projections, ``train_unembed`` the output head
+(``lm_head``); an option the entry cannot honour is refused, naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import uuid
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from ..db.models.jobs import Run, RunAttempt
+from ..errors import InvalidRequest
+from ..jobs import states as S
+from ..jobs.kinds import JobKind, Launch, model_registered, register_kind
+from ..jobs.records import end_attempt
+from ..jobs.scheduler import wake
+from ..jobs.spec import JobSpec
+
+METHOD = "tinker"
+ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+UNEMBED = "lm_head"
+IDLE_SECONDS = 1800
+"""The deployment's default ``service.tinkerIdleSeconds``."""
+
+
+def lora_targets(entry: Any, lora: dict[str, Any]) -> tuple[str, ...]:
+    """The LoRA target suffixes for Tinker's ``lora_config`` on catalog entry ``entry``.
+
+    Raises:
+        InvalidRequest: (field ``lora_config.OPTION``) the entry's targets are a regular
+            expression (only all-default options can be honoured), or leave nothing to train.
+    """
+    targets = entry.lora_target_modules
+    want = {k: bool(lora.get(k, True)) for k in ("train_attn", "train_mlp", "train_unembed")}
+    if isinstance(targets, str):
+        off = [k for k in ("train_attn", "train_mlp") if not want[k]]
+        if off or want["train_unembed"]:
+            opt = off[0] if off else "train_unembed"
+            raise InvalidRequest(
+                f"lora_config.{opt}: base model {entry.repository} (family {entry.family}) "
+                "names its LoRA targets by a regular expression, so this option cannot be "
+                f"honoured; leave train_attn and train_mlp true and set train_unembed=False.",
+                field=f"lora_config.{opt}",
+            )
+        return (targets,)  # type: ignore[return-value]
+    chosen = [
+        t
+        for t in targets
+        if (t in ATTN and want["train_attn"])
+        or (t in MLP and want["train_mlp"])
+        or (t not in ATTN and t not in MLP)
+    ]
+    if want["train_unembed"]:
+        chosen.append(UNEMBED)
+    for opt, names in (("train_attn", ATTN), ("train_mlp", MLP)):
+        if want[opt] and not set(names) & set(targets):
+            raise InvalidRequest(
+                f"lora_config.{opt}: base model {entry.repository} (family {entry.family}) "
+                f"has no {opt.removeprefix('train_')} LoRA targets among {list(targets)}.",
+                field=f"lora_config.{opt}",
+            )
+    if not chosen:
+        raise InvalidRequest(
+            "lora_config: train_attn, train_mlp and train_unembed are all false; nothing "
+            "would train.",
+            field="lora_config",
+        )
+    return tuple(chosen)
+
+
+def create_training_run(
+    ctx: Any,
+    s: Session,
+    project: str,
+    request: dict[str, Any],
+    model_name: str,
+    load: dict[str, Any] | None = None,
+) -> Run:
+    """Record the run of a new training client; it waits ``QUEUED`` for the scheduler.
+    With ``load`` (``{"key", "optimizer", "path"}``) its worker starts from that saved
+    training state.
+
+    Raises:
+        NotFound / Conflict: ``base_model`` is not in the catalog or not selected and
+            ``READY`` (the catalog's sentence, field ``base_model``).
+        InvalidRequest: a ``lora_config`` the model cannot honour (the option named).
+    """
+    from ..catalog.cache import ready_model_dir
+    from ..deployment import load_deployment
+    from ..errors import AkkaError
+    from ..jobs import capacity
+
+    base = str(request.get("base_model") or "")
+    try:
+        _path, entry = ready_model_dir(s, ctx.settings, base)
+    except AkkaError as exc:
+        exc.field = "base_model"
+        exc.message = f"base_model {base!r}: {exc.message}"
+        raise
+    lora = dict(request.get("lora_config") or {})
+    rank = int(lora.get("rank") or 0)
+    if not 1 <= rank <= 512:
+        raise InvalidRequest(
+            f"lora_config.rank is {rank}; give a rank from 1 to 512.", field="lora_config.rank"
+        )
+    targets = lora_targets(entry, lora)
+    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    device = _device_kind(dep)
+    resolved = {
+        "kind": "tinker",
+        "project": project,
+        "baseModel": entry.repository,
+        "lora": {"rank": rank, "seed": int(lora.get("seed") or 0), "targets": list(targets)},
+        "userMetadata": request.get("user_metadata") or {},
+        "idleSeconds": dep.service.tinkerIdleSeconds,
+        **({"loadFrom": load} if load else {}),
+    }
+    digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
+    resolved["claims"] = capacity.claim_list(dep, None, device, 0, False)
+    run = Run(
+        id=uuid.uuid4().hex[:16],
+        project=project,
+        method=METHOD,
+        state=S.QUEUED,
+        plan=request,
+        resolved=resolved,
+        config_hash=digest,
+        base_model=entry.repository,
+        dataset="",
+        validation_dataset=None,
+        model_name=model_name,
+        device_kind=device,
+        gpus=0,
+        results={},
+        queue_reason="waiting for the scheduler",
+    )
+    s.add(run)
+    s.flush()
+    wake(ctx)
+    return run
+
+
+def _device_kind(dep: Any) -> str:
+    """The deployment's default device profile's kind, else ``cuda`` when this machine has
+    a CUDA device, else ``cpu``."""
+    from ..deployment import cuda_available
+
+    prof = dep.profile(dep.defaultDeviceProfile) if dep.defaultDeviceProfile else None
+    return prof.kind if prof is not None else ("cuda" if cuda_available() else "cpu")
+
+
+def build_spec(launch: Launch) -> JobSpec:
+    """The attempt's spec: engine settings from the run's LoRA choices (fp32 on a CPU)."""
+    from ..catalog import load_catalog
+    from ..deployment import load_deployment
+
+    run = launch.run
+    r = run.resolved
+    dep = load_deployment(launch.ctx.settings.resolved_deployment_file())
+    entry = load_catalog(dep).get(run.base_model)
+    device = "cuda" if run.device_kind == "cuda" else "cpu"
+    engine = {
+        "lora_rank": r["lora"]["rank"],
+        "lora_alpha": 32.0,
+        "target_modules": r["lora"]["targets"],
+        "seed": r["lora"]["seed"],
+        "device": device,
+        "auto_class": getattr(entry, "auto_class", "AutoModelForCausalLM"),
+    }
+    return launch.spec(
+        dataset={},
+        engine=engine,
+        device=device,
+        extra={"idle_seconds": r.get("idleSeconds", IDLE_SECONDS), "load": r.get("loadFrom")},
+    )
+
+
+def register_sampler_weights(ctx: Any, s: Session, run: Run, name: str, key: str, step: int) -> str:
+    """Register the adapter a worker saved under ``key`` as the next version of the run's
+    model (base model and run recorded); returns the pinned reference."""
+    from ..jobs.results import PROVENANCE_FILE, materialize_adapter
+    from ..registry import register_adapter
+
+    adapter_dir = materialize_adapter(ctx.store, key)
+    try:
+        cfg_path = adapter_dir / "adapter_config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["base_model_name_or_path"] = run.base_model
+        if isinstance(cfg.get("target_modules"), list):
+            cfg["target_modules"] = sorted(cfg["target_modules"])
+        cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        provenance = {"run": run.id, "baseModel": run.base_model, "step": step, "name": name}
+        (adapter_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
+        rv = register_adapter(
+            s,
+            ctx.store,
+            run.project,
+            run.model_name,
+            adapter_dir,
+            base_model=run.base_model,
+            run_id=run.id,
+            metadata={
+                "run": run.id,
+                "method": METHOD,
+                "step": step,
+                "tinkerName": name,
+                "rank": run.resolved["lora"]["rank"],
+            },  # fmt: skip
+        )
+    finally:
+        shutil.rmtree(adapter_dir, ignore_errors=True)
+    model_registered(ctx, s, run.project, rv)
+    saved = dict((run.results or {}).get("tinkerSaves") or {})
+    saved[f"sampler_weights/{name}"] = rv.pinned
+    run.results = {**(run.results or {}), "tinkerSaves": saved}
+    run.registered_model = rv.pinned
+    return rv.pinned
+
+
+def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
+    res = event.get("result") or {}
+    ended = str(res.get("ended") or "the client finished")
+    results = dict(run.results or {})
+    if res.get("stateKey"):  # an idle client saved its state before it ended
+        saves = {**(results.get("tinkerSaves") or {}), "weights/idle": res["stateKey"]}
+        path = f"tinker://{results.get('tinkerModelId')}/weights/idle"
+        results["tinkerSaves"] = saves
+        ended += f"; its state was saved as {path}"
+    run.results = {**results, "ended": ended}
+    end_attempt(run, att, S.SUCCEEDED)
+
+
+TINKER = register_kind(
+    JobKind(
+        name=METHOD,
+        worker="akka_optimize.tinker.worker:serve",
+        build_spec=build_spec,
+        events={"completed": _completed},
+    )
+)
+"""The Tinker training-client kind, registered when this module is imported."""
