@@ -42,6 +42,8 @@ from .registry import (
 from .runs import (
     DryRunReport,
     LossComparison,
+    RecipeClaim,
+    RecipeComputation,
     RunAncestry,
     RunFailure,
     RunList,
@@ -86,6 +88,8 @@ __all__ = [
     "ProjectFields",
     "ProjectList",
     "ProjectView",
+    "RecipeClaim",
+    "RecipeComputation",
     "Refusal",
     "RegistryInfo",
     "RunAncestry",
