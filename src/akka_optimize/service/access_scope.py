@@ -24,7 +24,6 @@ ACTIONS: dict[str, str] = {
     "curations.create": "start a curation in a project, or register its output in a namespace",
     "curations.cancel": "cancel a curation of a project",
     "recipes.submit": "submit a minifield recipe run to a project",
-    "recipes.claim": "claim a queued minifield recipe run (an admin or project token)",
     "pipelines.start": "start or dry-run a pipeline in a project",
     "pipelines.control": "cancel or resume a pipeline of a project",
     "datasets.register": "register a dataset version in a namespace",

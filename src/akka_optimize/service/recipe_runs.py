@@ -47,7 +47,7 @@ from ..jobs.records import attempt_token, end_attempt
 from ..jobs.spec import JobSpec
 from ..jobs.views import run_view
 from . import access
-from .access_scope import refusal, scope
+from .access_scope import scope
 from .auth import Principal
 
 METHOD = "recipe"
@@ -294,12 +294,12 @@ def claim_recipe(ctx: Any, principal: Principal | None, body: Any) -> dict[str, 
     """The oldest queued recipe run the advertised computations can do, claimed; or None
     when none came within ``wait`` seconds. A project token claims only its project's.
 
+    An attempt's worker token never gets here (:func:`akka_optimize.service.deps.
+    get_principal` keeps it to its own run's attempt routes).
+
     Raises:
         InvalidRequest: a malformed advert (:func:`check_advert`).
-        Forbidden: an attempt's worker token (it posts its own run's events only).
     """
-    if principal is not None and principal.kind == "worker":
-        raise refusal("recipes.claim", "An attempt's worker token cannot claim recipe runs")
     offers, wait, worker = check_advert(body)
     mine = scope(principal)
     deadline = time.monotonic() + wait

@@ -31,10 +31,11 @@ async def submit_recipe(request: Request, ctx: CtxDep, principal: PrincipalDep) 
     return JSONResponse(view, status_code=201)
 
 
-@router.post(
-    "/recipes/claim",
-    **answers(RecipeClaim, 200, "A claimed run.", also={204: (RecipeClaim, "Nothing to claim.")}),
-)
+_CLAIM_ANSWERS = answers(RecipeClaim, 200, "A claimed run.")
+_CLAIM_ANSWERS["responses"][204] = {"description": "Nothing to claim within wait seconds."}
+
+
+@router.post("/recipes/claim", **_CLAIM_ANSWERS)
 async def claim_recipe(request: Request, ctx: CtxDep, principal: PrincipalDep) -> Any:
     """Claim the oldest queued recipe run whose computation the worker advertises
     (``{"accepts": [{schema_version, implementation, computation}], "wait", "worker"}``),

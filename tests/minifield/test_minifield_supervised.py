@@ -1,0 +1,162 @@
+"""Supervised mode: recipe runs submitted to a live service and claimed by
+``minifield-worker supervise`` (issue 26 item 2), on the tiny tied-embedding model, CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from minifield_kit import events, recipe_doc, write_recipe
+
+from akka_optimize.minifield.train import Worker
+
+PACKED = {"schema_version": "12.0.0", "implementation": "hf-causal-lm-v1", "computation": "12.0.0"}
+
+
+def supervise(service: Any, out: Path, *args: str) -> subprocess.CompletedProcess:
+    """``minifield-worker supervise --once`` as a subprocess of this interpreter."""
+    cmd = [sys.executable, "-m", "akka_optimize.minifield.cli", "supervise", "--url"]
+    cmd += [service.url, "--token", service.token, "--output", str(out), "--once"]
+    cmd += ["--device", "cpu", *args]
+    return subprocess.run(cmd, env=service.env(), capture_output=True, text=True, timeout=600)
+
+
+def cli_json(service: Any, *args: str) -> Any:
+    return json.loads(service.cli(*args, "-o", "json", check=True).stdout)
+
+
+@pytest.fixture
+def demo(service):
+    service.cli("training", "projects", "create", "demo", check=True)
+    return service
+
+
+def submit(service: Any, path: Path) -> dict[str, Any]:
+    return cli_json(service, "training", "recipes", "submit", str(path), "--project", "demo")
+
+
+def test_a_claimed_recipe_run_succeeds_with_its_identity_and_loss(demo, tmp_path, tiny_model_dir):
+    path = write_recipe(tmp_path / "r", recipe_doc(tiny_model_dir, max_steps=3))
+    direct = Worker(path, tmp_path / "unused")
+    run = submit(demo, path)
+    assert run["method"] == "recipe" and run["state"] == "QUEUED"
+    assert run["recipe"]["computationIdentity"] == direct.identity
+    assert (run["recipe"]["strategy"], run["recipe"]["computation"]) == ("packed-sft", "12.0.0")
+    assert run["recipe"]["updates"] == 3
+    assert "waiting for a minifield-worker that accepts computation 12.0.0" in run["queueReason"]
+    listed = cli_json(demo, "training", "runs", "list", "--project", "demo")["runs"]
+    assert [r["id"] for r in listed] == [run["id"]]
+
+    done = supervise(demo, tmp_path / "work")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"run {run['id']} SUCCEEDED" in done.stdout
+
+    got = cli_json(demo, "training", "runs", "get", run["id"])
+    assert got["state"] == "SUCCEEDED", got
+    assert got["recipe"]["computationIdentity"] == direct.identity == got["configHash"]
+    final = Path(got["recipe"]["final"])
+    assert final == tmp_path / "work" / run["id"] / "out" / "final"
+    assert (final / "minifield.json").exists()
+    assert json.loads((final / "minifield.json").read_text())["computation_identity"] == (
+        direct.identity
+    )
+    steps = events(final.parent)
+    metrics = cli_json(demo, "training", "runs", "metrics", run["id"])["metrics"]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert [m["loss"] for m in metrics] == [e["loss"] for e in steps]
+    assert [m["supervisedTokens"] for m in metrics] == [e["supervised_tokens"] for e in steps]
+    assert got["results"]["finalLoss"] == steps[-1]["loss"]
+    text = demo.cli("training", "runs", "get", run["id"], check=True).stdout
+    assert "packed-sft 12.0.0 (hf-causal-lm-v1)" in text and direct.identity in text
+
+
+def test_a_worker_of_other_computations_leaves_the_run_queued(demo, tmp_path, tiny_model_dir):
+    run = submit(demo, write_recipe(tmp_path / "r", recipe_doc(tiny_model_dir, max_steps=1)))
+    idle = supervise(
+        demo, tmp_path / "work", "--accept", "13.0.0", "--accept", "two-stage", "--wait", "1"
+    )
+    assert idle.returncode == 0, idle.stderr
+    assert "accepting 11.0.0 (hf-causal-lm-v1), 13.0.0 (hf-causal-lm-v1)" in idle.stdout
+    assert "no recipe job to claim within 1 s" in idle.stdout
+    got = cli_json(demo, "training", "runs", "get", run["id"])
+    assert got["state"] == "QUEUED" and got["startedAt"] is None
+    capacity = demo.api("GET", "/v1/training/capacity").json()
+    queued = [w["id"] for p in capacity["projects"] for w in p["waiting"] + p["holding"]]
+    assert run["id"] not in queued  # a recipe run claims no pool devices nor quota
+    assert not (tmp_path / "work" / run["id"]).exists()
+
+
+def test_a_bad_recipe_is_refused_naming_the_field(demo, tmp_path, tiny_model_dir):
+    doc = recipe_doc(tiny_model_dir, training={"sequence_length": 1})
+    doc["data"]["path"] = str(tmp_path / "data.jsonl")
+    r = demo.api("POST", "/v1/training/recipes", json={"project": "demo", "recipe": doc})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["field"] == "training.sequence_length"
+    assert err["message"] == "training.sequence_length must be at least 2, not 1."
+    relative = recipe_doc(tiny_model_dir)
+    r = demo.api("POST", "/v1/training/recipes", json={"project": "demo", "recipe": relative})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "data.path", r.text
+    path = write_recipe(tmp_path / "r", recipe_doc(tiny_model_dir, version="9.9.9"))
+    out = demo.cli("training", "recipes", "submit", str(path), "--project", "demo")
+    assert (
+        out.returncode == 1 and "No installed strategy takes schema_version '9.9.9'" in out.stderr
+    )
+    assert cli_json(demo, "training", "runs", "list")["runs"] == []
+
+
+def test_racing_claims_take_each_run_once(demo, tmp_path, tiny_model_dir):
+    path = write_recipe(tmp_path / "r", recipe_doc(tiny_model_dir, max_steps=1))
+    runs = {submit(demo, path)["id"], submit(demo, path)["id"]}
+    answers: list[Any] = []
+    gate = threading.Barrier(4)
+
+    def claim() -> None:
+        gate.wait()
+        body = {"accepts": [PACKED], "wait": 1, "worker": threading.current_thread().name}
+        answers.append(demo.api("POST", "/v1/training/recipes/claim", json=body))
+
+    threads = [threading.Thread(target=claim, name=f"w{i}") for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(a.status_code for a in answers) == [200, 200, 204, 204]
+    claimed = [a.json() for a in answers if a.status_code == 200]
+    assert {c["run"] for c in claimed} == runs and all(c["attempt"] == 1 for c in claimed)
+    for c in claimed:
+        got = cli_json(demo, "training", "runs", "get", c["run"])
+        assert got["state"] == "RUNNING" and got["recipe"]["worker"] in {"w0", "w1", "w2", "w3"}
+        # the attempt's token posts that run's events only
+        ev = httpx.post(
+            demo.url + c["eventsPath"],
+            json={"type": "metrics", "step": 1, "loss": 2.5},
+            headers={"Authorization": f"Bearer {c['token']}"},
+        )
+        assert ev.status_code == 200, ev.text
+
+
+def test_files_changed_after_submission_fail_the_run_naming_them(demo, tmp_path, tiny_model_dir):
+    path = write_recipe(tmp_path / "r", recipe_doc(tiny_model_dir, max_steps=1))
+    run = submit(demo, path)
+    with (tmp_path / "r" / "data.jsonl").open("a") as f:
+        f.write(
+            json.dumps(
+                {
+                    "messages": [{"role": "user", "content": "x"}],
+                    "action": {"name": "get_time", "arguments": {"city": "Oslo"}},
+                }
+            )
+            + "\n"
+        )
+    done = supervise(demo, tmp_path / "work")
+    assert done.returncode == 1, done.stdout + done.stderr
+    got = cli_json(demo, "training", "runs", "get", run["id"])
+    assert got["state"] == "FAILED"
+    assert "data.sha256 changed since it was submitted" in got["failure"], got["failure"]
