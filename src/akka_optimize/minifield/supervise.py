@@ -104,8 +104,6 @@ def claim(url: str, token: str, accepts: list[dict[str, str]], wait: float) -> d
         headers={"Authorization": f"Bearer {token}"},
         timeout=wait + 60,
     )
-    if r.status_code == 204:
-        return None
     if r.status_code != 200:
         try:
             err = r.json().get("error") or {}
@@ -116,7 +114,7 @@ def claim(url: str, token: str, accepts: list[dict[str, str]], wait: float) -> d
             f"{err.get('message') or r.text[:300]}",
             field=err.get("field") or "--url",
         )
-    return r.json()
+    return r.json()["job"]
 
 
 def event_line(event: dict[str, Any]) -> str:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from .. import recipe_runs
 from ..deps import CtxDep, PrincipalDep
-from ..schemas import RecipeClaim, RunView, answers
+from ..schemas import RecipeClaimAnswer, RunView, answers
 from .runs import read_json_body
 
 router = APIRouter(prefix="/v1/training")
@@ -31,15 +31,11 @@ async def submit_recipe(request: Request, ctx: CtxDep, principal: PrincipalDep) 
     return JSONResponse(view, status_code=201)
 
 
-_CLAIM_ANSWERS = answers(RecipeClaim, 200, "A claimed run.")
-_CLAIM_ANSWERS["responses"][204] = {"description": "Nothing to claim within wait seconds."}
-
-
-@router.post("/recipes/claim", **_CLAIM_ANSWERS)
+@router.post("/recipes/claim", **answers(RecipeClaimAnswer, 200, "The claimed run, or none."))
 async def claim_recipe(request: Request, ctx: CtxDep, principal: PrincipalDep) -> Any:
     """Claim the oldest queued recipe run whose computation the worker advertises
     (``{"accepts": [{schema_version, implementation, computation}], "wait", "worker"}``),
-    waiting up to ``wait`` seconds; 204 when none came."""
+    waiting up to ``wait`` seconds; ``{"job": null}`` when none came."""
     body = await read_json_body(request)
     job = await run_in_threadpool(recipe_runs.claim_recipe, ctx, principal, body)
-    return Response(status_code=204) if job is None else JSONResponse(job)
+    return JSONResponse({"job": job})

@@ -73,6 +73,12 @@ class RecipeClaim(View):
     eventsPath: str = Field(description="The attempt's events route.")
 
 
+class RecipeClaimAnswer(View):
+    """The answer to a claim: the claimed run, or null when none came within ``wait``."""
+
+    job: RecipeClaim | None = Field(description="The claimed run, or null.")
+
+
 class RunView(ProjectFields):
     """A run in three parts: state, results and cost (seeds/001); ``settings`` on request.
     A reinforcement run (``method`` ``rl``) also shows its reward and judge."""
