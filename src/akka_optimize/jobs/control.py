@@ -86,6 +86,10 @@ def resume(ctx: Any, session: Session, run: Run, step: int | None) -> dict[str, 
     run.control = None
     run.failure_reason = None
     run.finished_at = None
-    run.queue_reason = "waiting for the scheduler"
+    run.queue_reason = (
+        "waiting for a worker to claim it"
+        if is_external(run.method)
+        else "waiting for the scheduler"
+    )
     wake(ctx)
     return run_view(session, run)
