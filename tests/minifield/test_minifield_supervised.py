@@ -203,3 +203,75 @@ def test_files_changed_after_submission_fail_the_run_naming_them(demo, tmp_path,
     got = demo.cli_json("training", "runs", "get", run["id"])
     assert got["state"] == "FAILED"
     assert "data.sha256 changed since it was submitted" in got["failure"], got["failure"]
+
+
+def test_a_paused_recipe_run_resumes_as_a_new_attempt(demo, tmp_path, tiny_model_dir):
+    path = write_recipe(tmp_path / "r", recipe_doc(tiny_model_dir, max_steps=2))
+    run = demo.submit(path)
+    first = demo.api("POST", "/v1/training/recipes/claim", json={"accepts": [PACKED]}).json()["job"]
+    assert first["run"] == run["id"] and first["recipe"]["data"]["path"].startswith("/")
+
+    def post(event: dict[str, Any]) -> dict[str, Any]:
+        auth = {"Authorization": f"Bearer {first['token']}"}
+        r = httpx.post(demo.service.url + first["eventsPath"], json=event, headers=auth)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    assert post({"type": "metrics", "step": 1, "loss": 9.5})["control"] is None
+    assert demo.cli_json("training", "runs", "pause", run["id"])["state"] == "RUNNING"
+    assert post({"type": "metrics", "step": 2, "loss": 9.0})["control"] == "pause"
+    post({"type": "paused"})
+    assert demo.cli_json("training", "runs", "get", run["id"])["state"] == "PAUSED"
+    resumed = demo.cli_json("training", "runs", "resume", run["id"])
+    assert resumed["state"] == "QUEUED"
+    assert resumed["queueReason"] == "waiting for a worker to claim it"
+
+    done = demo.supervise(tmp_path / "work")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"claimed run {run['id']} attempt 2" in done.stdout
+    got = demo.cli_json("training", "runs", "get", run["id"])
+    assert got["state"] == "SUCCEEDED"
+    metrics = demo.cli_json("training", "runs", "metrics", run["id"])["metrics"]
+    steps = events(tmp_path / "work" / run["id"] / "out")
+    assert [(m["attempt"], m["loss"]) for m in metrics] == [(2, e["loss"]) for e in steps]
+
+
+class FakeEvents:
+    """Stands in for the service's event route: records events, answers ``control``."""
+
+    def __init__(self, control: str | None) -> None:
+        self.control = control
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, event: dict[str, Any]) -> None:
+        self.sent.append(event)
+
+
+STEP = {
+    "event": "step",
+    "step": 3,
+    "loss": 1.25,
+    "grad_norm": 0.5,
+    "update_norm": 0.01,
+    "input_tokens": 40,
+    "supervised_tokens": 12,
+    "step_time_s": 0.2,
+    "learning_rate": 0.01,
+}
+
+
+def test_forward_posts_metrics_by_their_api_names_and_stops_when_asked():
+    from akka_optimize.minifield.supervise import Forward, Stopped
+
+    lines: list[str] = []
+    fake = FakeEvents(None)
+    Forward(fake, lines.append)(STEP)  # type: ignore[arg-type]
+    assert fake.sent == [
+        {"type": "metrics", "step": 3, "loss": 1.25, "learningRate": 0.01, "gradNorm": 0.5,
+         "updateNorm": 0.01, "supervisedTokens": 12, "totalTokens": 40, "stepTimeSeconds": 0.2}
+    ]  # fmt: skip
+    assert lines[0].startswith("step 3: loss 1.2500")
+    for control in ("pause", "cancel"):
+        with pytest.raises(Stopped) as stop:
+            Forward(FakeEvents(control), lines.append)(STEP)  # type: ignore[arg-type]
+        assert stop.value.control == control
