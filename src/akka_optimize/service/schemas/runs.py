@@ -311,7 +311,7 @@ class DryRunReport(View):
     project: str = Field(description="The project the run would belong to.")
     baseModel: str = Field(description="The pinned base model.")
     modelName: str = Field(description="The name the trained model would register under.")
-    method: str = Field(description="sft, rl, or recipe (a minifield recipe run).")
+    method: str = Field(description="sft or rl.")
     deviceProfile: str = Field(description="The device profile it would run on.")
     pinned: dict[str, Any] = Field(description="Every reference, pinned to its version.")
     stated: list[str] = Field(description="The paths the plan stated.")
