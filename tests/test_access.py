@@ -274,6 +274,15 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("POST", "/v1/training/projects"): [
         {"path": "/v1/training/projects", "json": {"name": "c"}, "expect": "forbid:create"},
     ],
+    ("POST", "/v1/training/recipes"): [
+        {"path": "/v1/training/recipes", "json": {"project": "b", "recipe": {}},
+         "expect": "forbid:recipes.submit"},
+    ],
+    ("POST", "/v1/training/recipes/claim"): [  # a project token claims its project's only
+        {"path": "/v1/training/recipes/claim", "expect": "own",
+         "json": {"accepts": [{"schema_version": "12.0.0", "implementation": "hf-causal-lm-v1",
+                               "computation": "12.0.0"}]}},
+    ],
     ("GET", "/v1/training/projects"): [{"path": "/v1/training/projects", "expect": "list"}],
     ("GET", "/v1/training/projects/{project}"): [
         {"path": "/v1/training/projects/b", "expect": "hidden"},

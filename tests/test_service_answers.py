@@ -14,6 +14,7 @@ fails too. :data:`NOT_CALLED` lists the routes no call reaches, with the reason.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +25,7 @@ import pytest
 from answers_check import assert_matches, schema_errors, strict
 from helpers import hold_at, release, wait_held
 from jobs.jobs_helpers import TINY, wait_state
+from minifield.minifield_kit import recipe_doc, write_rows
 from test_access import (
     PNG,
     TINY_MODEL,
@@ -37,6 +39,9 @@ from test_access import (
     app_routes,
 )
 from test_access import world as world  # noqa: F401 (the module's fixture)
+
+PACKED = {"schema_version": "12.0.0", "implementation": "hf-causal-lm-v1", "computation": "12.0.0"}
+"""The packed SFT computation a claim advertises (the second claim finds nothing)."""
 
 #: Routes no call below reaches, with the reason.
 NOT_CALLED = {
@@ -171,11 +176,14 @@ ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 @pytest.fixture(scope="module")
-def checked(world: World) -> Iterator[tuple[World, Checker]]:
+def checked(world: World, tiny_model_dir, tmp_path_factory) -> Iterator[tuple[World, Checker]]:
     """The world, plus run ``b_run2`` (the first run's plan again: paused at update 1,
     resumed, cancelled), with the answers that made it checked; the first evaluation and
-    comparison finished and the endpoint READY."""
+    comparison finished and the endpoint READY; and a minifield recipe (``b_recipe``)."""
     w, svc = world, world.svc
+    rows = write_rows(tmp_path_factory.mktemp("recipe") / "data.jsonl")
+    recipe = recipe_doc(tiny_model_dir, max_steps=1) | {"data": {"path": str(rows)}}
+    w.ids["b_recipe"] = json.dumps(recipe)
     doc = w.ok(w.admin, "GET", "/openapi.json")
     c = Checker(doc)
     run = "/v1/training/runs/{run_id}"
@@ -255,6 +263,11 @@ def _cases(w: World) -> list[tuple[str, str, str, dict[str, Any]]]:
         ("GET", f"{tr}/runs/{{run_id}}", run, {}),
         ("GET", f"{tr}/runs/{{run_id}}", run, {"params": {"settings": "true"}}),
         ("GET", f"{tr}/runs/{{run_id}}", f"{tr}/runs/{i['b_run2']}", {}),
+        ("POST", f"{tr}/recipes", f"{tr}/recipes",
+         {"json": {"project": "b", "recipe": json.loads(i["b_recipe"])}, "keep": "b_recipe_run"}),
+        ("POST", f"{tr}/recipes/claim", f"{tr}/recipes/claim", {"json": {"accepts": [PACKED]}}),
+        ("POST", f"{tr}/recipes/claim", f"{tr}/recipes/claim", {"json": {"accepts": [PACKED]}}),
+        ("GET", f"{tr}/runs/{{run_id}}", f"{tr}/runs/{{b_recipe_run}}", {}),
         ("GET", f"{tr}/runs/{{run_id}}/samples", f"{run}/samples", {}),
         ("GET", f"{tr}/runs/{{run_id}}/metrics", f"{run}/metrics", {}),
         ("GET", f"{tr}/runs/{{run_id}}/snapshots", f"{run}/snapshots", {}),

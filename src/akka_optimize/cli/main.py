@@ -23,6 +23,7 @@ from . import (
     pipelines,
     plan,
     projects,
+    recipes,
     registry,
     run_commands,
     run_lineage,
@@ -58,6 +59,7 @@ training_app.add_typer(pipelines.pipelines_app, name="pipelines")
 training_app.add_typer(data.app, name="data")
 training_app.add_typer(run_states.snapshots_app, name="snapshots")
 training_app.add_typer(adapters.app, name="adapters")
+training_app.add_typer(recipes.app, name="recipes")
 app.add_typer(training_app, name="training")
 app.add_typer(registry.app, name="registry")
 app.add_typer(server.app, name="server")

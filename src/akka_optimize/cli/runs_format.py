@@ -92,6 +92,7 @@ def _state_pairs(run: dict[str, Any]) -> list[tuple[str, Any]]:
             "{run} at {snapshot}".format(**run["branchFrom"]) if run.get("branchFrom") else None,
         ),
         *([("Warm start", run["warmStartModelId"])] if run.get("warmStartModelId") else []),
+        *_recipe_pairs(run.get("recipe")),
         *(
             [
                 ("Reward", run.get("reward")),
@@ -123,6 +124,25 @@ def _state_pairs(run: dict[str, Any]) -> list[tuple[str, Any]]:
             else []
         ),
         ("Config hash", run["configHash"][:16] if run.get("configHash") else None),
+    ]
+
+
+def _recipe_pairs(c: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """A recipe run's computation, identity and outputs (``method`` ``recipe``)."""
+    if not c:
+        return []
+    return [
+        ("Computation", f"{c['strategy']} {c['computation']} ({c['implementation']})"),
+        ("Computation identity", c["computationIdentity"]),
+        *[
+            (label, c[key])
+            for label, key in (
+                ("Worker", "worker"),
+                ("Final weights", "final"),
+                ("Export", "export"),
+            )
+            if c.get(key)
+        ],
     ]
 
 

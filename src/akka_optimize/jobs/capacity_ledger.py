@@ -22,6 +22,7 @@ from ..errors import InvalidRequest
 from . import states as S
 from .capacity_claims import Claim, _inside_run, _judge_served, endpoint_claim, run_claim
 from .capacity_pools import _plural, serving_pool
+from .kinds import is_external
 
 ENDPOINT_HOLDS = ("STARTING", "READY")
 """Endpoint states that hold their claim (``QUEUED`` ones wait for it)."""
@@ -115,6 +116,8 @@ def _claims(dep: Deployment, runs: Iterable[Run]) -> list[Claim]:
     (the scheduler fails a queued one, naming the pool: :func:`pool_refusal`)."""
     out = []
     for r in runs:
+        if is_external(r.method):  # claimed by an outside worker on its own machine
+            continue
         try:
             out.append(run_claim(dep, r))
         except InvalidRequest:
@@ -124,7 +127,10 @@ def _claims(dep: Deployment, runs: Iterable[Run]) -> list[Claim]:
 
 def pool_refusal(dep: Deployment, run: Run) -> InvalidRequest | None:
     """Why ``run`` has no pool to run on (the deployment's pools changed since it was
-    accepted), else None."""
+    accepted), else None. A run of an external kind (:attr:`JobKind.external`) has none
+    and needs none."""
+    if is_external(run.method):
+        return None
     try:
         run_claim(dep, run)
     except InvalidRequest as exc:

@@ -11,10 +11,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..db.models.jobs import Run, Snapshot
+from ..db.models.jobs import Run, RunAttempt, Snapshot
 from ..errors import Conflict, InvalidRequest
 from . import states as S
-from .records import finish
+from .kinds import is_external
+from .records import end_attempt, finish
 from .scheduler import wake
 from .views import run_view
 
@@ -37,12 +38,27 @@ def request_control(ctx: Any, session: Session, run: Run, action: str) -> dict[s
     elif action == "cancel":
         if run.state in (S.QUEUED, S.PAUSED):
             finish(run, S.CANCELLED)
+        elif is_external(run.method):  # no process of ours to wait for: it ends now
+            _cancel_attempts(session, run)
         else:
             run.control = "cancel"
     else:
         raise InvalidRequest(f"Unknown action {action!r}.", field="action")
     wake(ctx)
     return run_view(session, run)
+
+
+def _cancel_attempts(session: Session, run: Run) -> None:
+    """End an external run (:attr:`akka_optimize.jobs.kinds.JobKind.external`) and its
+    running attempts ``CANCELLED`` at once: the service cannot see its worker, which may be
+    gone. A live worker's next event is answered ``cancel`` and it stops."""
+    running = session.scalars(
+        select(RunAttempt).where(RunAttempt.run_id == run.id, RunAttempt.state == S.RUNNING)
+    ).all()
+    for att in running:
+        end_attempt(run, att, S.CANCELLED)
+    if not running:
+        finish(run, S.CANCELLED)
 
 
 def resume(ctx: Any, session: Session, run: Run, step: int | None) -> dict[str, Any]:
@@ -70,6 +86,10 @@ def resume(ctx: Any, session: Session, run: Run, step: int | None) -> dict[str, 
     run.control = None
     run.failure_reason = None
     run.finished_at = None
-    run.queue_reason = "waiting for the scheduler"
+    run.queue_reason = (
+        "waiting for a worker to claim it"
+        if is_external(run.method)
+        else "waiting for the scheduler"
+    )
     wake(ctx)
     return run_view(session, run)

@@ -141,6 +141,11 @@ class JobKind:
             :class:`~akka_optimize.errors.AkkaError` naming the field), or returns what
             it pinned, merged into the run's ``resolved`` at start. The dry run and the
             start both call it (:mod:`akka_optimize.jobs.admission`).
+        external: the kind's runs are claimed by workers the service did not launch
+            (``minifield-worker supervise``: :mod:`akka_optimize.service.recipe_runs`).
+            The scheduler never launches them and they claim no pool devices or quota
+            (:mod:`akka_optimize.jobs.capacity_ledger`): the claiming worker's machine is
+            its own. Their events arrive through the same route, with the attempt's token.
     """
 
     name: str
@@ -148,6 +153,7 @@ class JobKind:
     build_spec: Callable[[Launch], JobSpec]
     events: Mapping[str, EventHandler] = field(default_factory=dict)
     accept: Callable[[Any, Session, dict[str, Any]], dict[str, Any]] | None = None
+    external: bool = False
 
 
 _KINDS: dict[str, JobKind] = {}
@@ -185,6 +191,13 @@ def job_kind(name: str) -> JobKind:
             code="method_not_available",
         )
     return kind
+
+
+def is_external(method: str) -> bool:
+    """Whether runs of ``method`` are claimed by outside workers (:attr:`JobKind.external`);
+    False for a kind that is not registered."""
+    kind = _KINDS.get(method)
+    return kind is not None and kind.external
 
 
 ModelRegistered = Callable[[Any, Session, str, Any], Any]

@@ -7,10 +7,14 @@ control request cleared. The states themselves are in :mod:`akka_optimize.jobs.s
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import secrets
+import uuid
+
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ..db.base import utcnow
+from ..db.models.auth import ApiToken, hash_token
 from ..db.models.jobs import Run, RunAttempt
 from ..errors import InvalidRequest, NotFound
 from . import states as S
@@ -57,3 +61,16 @@ def end_attempt(run: Run, att: RunAttempt, state: str, reason: str | None = None
         run.finished_at = utcnow()
     if reason:
         run.failure_reason = reason
+
+
+def attempt_token(s: Session, run: Run) -> tuple[int, str]:
+    """The number of ``run``'s next attempt and a new worker token for it (``ak_w_…``),
+    stored hashed as a token acting as ``worker:RUN`` (it may post that run's events only:
+    :func:`akka_optimize.jobs.events.authorize_attempt`). The caller records the attempt
+    with ``token_sha256=hash_token(token)``."""
+    number = (
+        s.scalar(select(func.max(RunAttempt.number)).where(RunAttempt.run_id == run.id)) or 0
+    ) + 1
+    token = "ak_w_" + secrets.token_urlsafe(24)
+    s.add(ApiToken(id=uuid.uuid4().hex, token_sha256=hash_token(token), project=f"worker:{run.id}"))
+    return number, token

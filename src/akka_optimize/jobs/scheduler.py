@@ -14,18 +14,16 @@ final event are reaped on each pass (:mod:`akka_optimize.jobs.recovery`).
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.base import utcnow
-from ..db.models.auth import ApiToken, hash_token
+from ..db.models.auth import hash_token
 from ..db.models.jobs import Run, RunAttempt, Snapshot
 from ..deployment import load_deployment
 from ..errors import AkkaError, Conflict
@@ -33,7 +31,7 @@ from . import capacity
 from . import states as S
 from .executor import Executor, LocalExecutor
 from .kinds import Launch, job_kind
-from .records import finish
+from .records import attempt_token, finish
 from .recovery import reap_dead_workers
 
 log = logging.getLogger("akka_optimize.jobs")
@@ -158,15 +156,7 @@ class Scheduler:
         except AkkaError as exc:
             finish(run, S.FAILED, exc.message)
             return
-        number = (
-            s.scalar(select(func.max(RunAttempt.number)).where(RunAttempt.run_id == run.id)) or 0
-        ) + 1
-        token = "ak_w_" + secrets.token_urlsafe(24)
-        s.add(
-            ApiToken(
-                id=uuid.uuid4().hex, token_sha256=hash_token(token), project=f"worker:{run.id}"
-            )
-        )
+        number, token = attempt_token(s, run)
         resume_key = None
         if run.resume_step is not None:
             snap = s.scalar(

@@ -67,6 +67,8 @@ def run_view(session: Session, run: Run, *, settings: bool = False) -> dict[str,
     }
     if settings:
         view["settings"] = run.resolved
+    if run.method == "recipe":  # service/recipe_runs.py: its computation and outputs
+        view["recipe"] = {**(run.resolved or {}).get("computation", {}), **res.get("recipe", {})}
     return view
 
 

@@ -4,10 +4,14 @@ Usage::
 
     minifield-worker --list-strategies [-o text|json]
     minifield-worker run RECIPE.json [--output DIR] [--resume] [--attempt ID] [-o text|json]
+    minifield-worker supervise --url URL --token TOKEN [--output DIR] [--once] [--wait S]
+                               [--accept VERSION_OR_STRATEGY ...] [--device auto|cpu|cuda]
 
 ``run`` prints one line per event (``-o json``: the event objects, one per line) and exits
 0 on success; a refused recipe prints ``error: SENTENCE`` on stderr and exits 1.
-Supervised mode (claiming recipe jobs from the service) is not part of this release.
+``supervise`` claims recipe runs from the service and trains them
+(:mod:`akka_optimize.minifield.supervise`); with ``--once`` it claims at most one, exits 0
+when none came within ``--wait`` seconds or the claimed run succeeded, else 1.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from akka_optimize.errors import AkkaError
 
 from .registry import listing, listing_text
+from .supervise import CLAIM_WAIT_S, event_line, supervise
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,27 +46,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "-o", "--output-format", dest="run_fmt", choices=("text", "json"), default=None
     )
-    return p
-
-
-def _line(event: dict[str, Any]) -> str:
-    kind = event.get("event")
-    if kind == "step":
-        return (
-            f"step {event['step']}: loss {event['loss']:.4f}  grad_norm {event['grad_norm']:.4f}  "
-            f"update_norm {event['update_norm']:.3g}  tokens {event['input_tokens']} "
-            f"(supervised {event['supervised_tokens']})  {event['step_time_s']:.2f} s"
-        )
-    if kind == "start":
-        return (
-            f"{event['strategy']} {event['computation']} ({event['implementation']}): "
-            f"identity {event['computation_identity'][:16]}…, updates {event['step'] + 1}–{event['updates']}"
-        )
-    if kind == "checkpoint":
-        return f"checkpoint after update {event['step']}: {event['path']}"
-    return f"done: {event.get('final')}" + (
-        f", export {event['export']}" if "export" in event else ""
+    sup = sub.add_parser("supervise", help="claim recipe runs from the service and train them")
+    sup.add_argument("--url", required=True, help="the service's URL")
+    sup.add_argument("--token", required=True, help="an admin or project token")
+    sup.add_argument("--output", type=Path, default=Path("minifield-runs"), help="output folder")
+    sup.add_argument("--once", action="store_true", help="claim at most one run, then exit")
+    sup.add_argument(
+        "--wait", type=float, default=CLAIM_WAIT_S, help="seconds each claim waits for work"
     )
+    sup.add_argument(
+        "--accept",
+        action="append",
+        default=None,
+        help="advertise only this schema version or strategy name (repeatable; default all)",
+    )
+    sup.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,13 +71,28 @@ def main(argv: list[str] | None = None) -> int:
         out = json.dumps(listing(), indent=2) + "\n" if args.fmt == "json" else listing_text()
         sys.stdout.write(out)
         return 0
+    if args.command == "supervise":
+        try:
+            return supervise(
+                args.url,
+                args.token,
+                args.output,
+                once=args.once,
+                wait=args.wait,
+                accept=args.accept,
+                device=args.device,
+                say=lambda line: print(line, flush=True),
+            )
+        except AkkaError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 1
     if args.command != "run":
         _parser().print_usage(sys.stderr)
         return 2
     fmt = args.run_fmt or args.fmt
 
     def emit(event: dict[str, Any]) -> None:
-        print(json.dumps(event, sort_keys=True) if fmt == "json" else _line(event), flush=True)
+        print(json.dumps(event, sort_keys=True) if fmt == "json" else event_line(event), flush=True)
 
     try:
         from .train import Worker

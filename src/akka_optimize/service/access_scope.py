@@ -23,6 +23,7 @@ ACTIONS: dict[str, str] = {
     "evaluations.settings": "set a project's evaluation settings",
     "curations.create": "start a curation in a project, or register its output in a namespace",
     "curations.cancel": "cancel a curation of a project",
+    "recipes.submit": "submit a minifield recipe run to a project",
     "pipelines.start": "start or dry-run a pipeline in a project",
     "pipelines.control": "cancel or resume a pipeline of a project",
     "datasets.register": "register a dataset version in a namespace",

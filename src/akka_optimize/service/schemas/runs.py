@@ -44,12 +44,47 @@ class RunCost(View):
     trainedTokens: int | None = Field(description="Tokens trained on.")
 
 
+class RecipeComputation(View):
+    """A recipe run's computation (``method`` ``recipe``; seeds/003) and, once it has
+    them, where the claiming worker wrote its outputs (paths on the worker's machine)."""
+
+    strategy: str = Field(description="The strategy (packed-sft, packed-qat, two-stage).")
+    computation: str = Field(description="The recipe computation version (12.0.0…).")
+    schemaVersion: str = Field(description="The recipe's schema_version.")
+    implementation: str = Field(description="The recipe's model.implementation.")
+    computationIdentity: str = Field(description="sha256 of the settings the identity binds.")
+    updates: int = Field(description="Optimizer updates the plan runs.")
+    final: str | None = Field(None, description="The trained weights' folder.")
+    export: str | None = Field(None, description="The minifield.ternary.v1 export (QAT).")
+    checkpoint: Any = Field(None, description="The newest checkpoint: {step, path}.")
+    worker: str | None = Field(None, description="The worker that claimed the last attempt.")
+
+
+class RecipeClaim(View):
+    """A claimed recipe run, as ``minifield-worker supervise`` receives it."""
+
+    run: str = Field(description="The run's ID.")
+    project: str = Field(description="The run's project.")
+    attempt: int = Field(description="The attempt's number (1-based).")
+    token: str = Field(description="The attempt's worker token (for its events only).")
+    recipe: dict[str, Any] = Field(description="The recipe as submitted.")
+    computation: RecipeComputation = Field(description="What the service computed for it.")
+    settings: dict[str, Any] = Field(description="The settings the identity binds.")
+    eventsPath: str = Field(description="The attempt's events route.")
+
+
+class RecipeClaimAnswer(View):
+    """The answer to a claim: the claimed run, or null when none came within ``wait``."""
+
+    job: RecipeClaim | None = Field(description="The claimed run, or null.")
+
+
 class RunView(ProjectFields):
     """A run in three parts: state, results and cost (seeds/001); ``settings`` on request.
     A reinforcement run (``method`` ``rl``) also shows its reward and judge."""
 
     id: str = Field(description="The run's ID (32 hex digits).")
-    method: str = Field(description="sft or rl.")
+    method: str = Field(description="sft, rl, or recipe (a minifield recipe run).")
     baseModel: str | None = Field(description="The pinned base-model version.")
     dataset: str | None = Field(description="The pinned training dataset version.")
     validationDataset: str | None = Field(description="The pinned validation dataset.")
@@ -75,6 +110,9 @@ class RunView(ProjectFields):
     instructionsSource: str | None = Field(None, description="(rl) Where they came from.")
     settings: dict[str, Any] | None = Field(
         None, description="The frozen resolved plan (with settings=true)."
+    )
+    recipe: RecipeComputation | None = Field(
+        None, description="(recipe) The strategy, computation and identity; its outputs."
     )
 
 
