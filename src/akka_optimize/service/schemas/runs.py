@@ -12,6 +12,17 @@ from .common import ProjectFields, Refusal, View, iso_time
 from .evals import ComparisonView
 
 
+class StartCheck(View):
+    """One check before the first update (issue 23; ``runs get --checks``)."""
+
+    name: str = Field(description="The check: head, isolation, packing or reference.")
+    value: float = Field(description="What it measured (largest absolute difference).")
+    bound: float = Field(description="The bound it must not pass.")
+    passed: bool = Field(description="Whether value is at most bound.")
+    positions: int = Field(description="Token positions the check compared.")
+    setting: str = Field(description="The plan field that sets the bound.")
+
+
 class RunResults(View):
     """What a run has produced so far (null members until known)."""
 
@@ -32,6 +43,11 @@ class RunResults(View):
     smoke: Any = Field(description="A smoke run's reading (reproduction, threshold…).")
     unrecordedSaves: Any = Field(description="Saves the service could not record.")
     preparing: Any = Field(description="What the worker is preparing before training.")
+    checks: list[StartCheck] | None = Field(
+        description="The checks before the first update, in the order run."
+    )
+    checksPassed: bool | None = Field(description="Whether every check passed.")
+    ended: str | None = Field(description="Why a Tinker training client's run ended.")
 
 
 class RunCost(View):
