@@ -124,6 +124,13 @@ class ServiceLimits(_Strict):
         description="A Tinker training client with no call for this long saves its state "
         "(tinker://MODEL_ID/weights/idle) and ends, releasing its device.",
     )
+    recipeHeartbeatSeconds: int = Field(
+        300,
+        ge=1,
+        description="A claimed recipe run whose minifield-worker sends no event for this "
+        "long fails with a sentence (the worker is gone); a live worker sends a heartbeat "
+        "every quarter of it.",
+    )
 
 
 class GraderLimits(_Strict):

@@ -8,13 +8,18 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from minifield_kit import events, recipe_doc, write_recipe
 
+from akka_optimize.jobs.spec import JobSpec
+from akka_optimize.jobs.worker import EventClient
+from akka_optimize.minifield.supervise import Heartbeat
 from akka_optimize.minifield.train import Worker
 from helpers import LiveService, free_port
 
@@ -25,8 +30,19 @@ PACKED = {"schema_version": "12.0.0", "implementation": "hf-causal-lm-v1", "comp
 def svc(tmp_path_factory) -> Iterator[LiveService]:
     """One service for the module; each test works in its own project with its own token
     (a project token claims only its project's recipe runs)."""
-    home = tmp_path_factory.mktemp("svc")
-    service = LiveService(home=home / "home", config_dir=home / "config", port=free_port())
+    yield from _service(tmp_path_factory.mktemp("svc"))
+
+
+def _service(folder: Path, heartbeat_s: int | None = None) -> Iterator[LiveService]:
+    """A live service homed in ``folder``, with ``service.recipeHeartbeatSeconds`` set to
+    ``heartbeat_s`` in its deployment file when given; stopped when the caller is done."""
+    if heartbeat_s is not None:
+        (folder / "home").mkdir()
+        dep = resources.files("akka_optimize").joinpath("deployment.yaml").read_text()
+        raw = yaml.safe_load(dep)
+        raw["service"]["recipeHeartbeatSeconds"] = heartbeat_s
+        (folder / "home" / "deployment.yaml").write_text(yaml.safe_dump(raw))
+    service = LiveService(home=folder / "home", config_dir=folder / "config", port=free_port())
     service.start()
     try:
         yield service
@@ -275,3 +291,73 @@ def test_forward_posts_metrics_by_their_api_names_and_stops_when_asked():
         with pytest.raises(Stopped) as stop:
             Forward(FakeEvents(control), lines.append)(STEP)  # type: ignore[arg-type]
         assert stop.value.control == control
+
+
+@pytest.fixture(scope="module")
+def quick_deadline(tmp_path_factory) -> Iterator[LiveService]:
+    """A service whose recipe runs fail after 3 s without an event
+    (``service.recipeHeartbeatSeconds``; the shipped default is 300)."""
+    yield from _service(tmp_path_factory.mktemp("deadline"), heartbeat_s=3)
+
+
+def _claimed(demo: Project, tmp_path: Path, tiny_model_dir: Path) -> dict[str, Any]:
+    run = demo.submit(write_recipe(tmp_path / "r", recipe_doc(tiny_model_dir, max_steps=1)))
+    body = {"accepts": [PACKED], "wait": 5, "worker": "box-7"}
+    job = demo.api("POST", "/v1/training/recipes/claim", json=body).json()["job"]
+    assert job["run"] == run["id"] and job["heartbeatSeconds"] == 3
+    return job
+
+
+def _wait_state(demo: Project, run_id: str, state: str) -> dict[str, Any]:
+    for _ in range(600):  # bounded: the scheduler passes about once a second
+        got = demo.cli_json("training", "runs", "get", run_id)
+        if got["state"] == state:
+            return got
+        threading.Event().wait(0.1)
+    raise AssertionError(f"run {run_id} never reached {state}: {got['state']}")
+
+
+def test_a_run_whose_worker_goes_silent_fails_naming_the_deadline(
+    quick_deadline, tmp_path, tiny_model_dir
+):
+    quick_deadline.cli("training", "projects", "create", "silent", check=True)
+    demo = Project(quick_deadline, "silent", quick_deadline.create_token("silent"))
+    job = _claimed(demo, tmp_path, tiny_model_dir)  # then the worker dies: no event at all
+    got = _wait_state(demo, job["run"], "FAILED")
+    assert got["failure"] == (
+        "The minifield-worker that claimed it (box-7) sent no event for 3 s "
+        "(service.recipeHeartbeatSeconds): its process or machine is gone. Resume it with "
+        f"`training runs resume {job['run']}`."
+    )
+    late = httpx.post(
+        quick_deadline.url + job["eventsPath"],
+        json={"type": "metrics", "step": 1, "loss": 2.0},
+        headers={"Authorization": f"Bearer {job['token']}"},
+    )
+    assert late.json()["control"] == "cancel"  # a worker that comes back is told to stop
+    assert demo.cli_json("training", "runs", "metrics", job["run"])["metrics"] == []
+    again = demo.cli_json("training", "runs", "resume", job["run"])
+    assert again["state"] == "QUEUED"  # a worker may claim it again
+
+
+def test_heartbeats_keep_a_busy_worker_s_run_alive(quick_deadline, tmp_path, tiny_model_dir):
+    quick_deadline.cli("training", "projects", "create", "busy", check=True)
+    demo = Project(quick_deadline, "busy", quick_deadline.create_token("busy"))
+    job = _claimed(demo, tmp_path, tiny_model_dir)
+    spec = JobSpec(
+        run_id=job["run"], attempt=job["attempt"], callback_url=quick_deadline.url,
+        token=job["token"], blobs_url="", model_dir="", dataset={}, state_prefix="",
+        kind="recipe",
+    )  # fmt: skip
+    beat = Heartbeat(EventClient(spec), job["heartbeatSeconds"] / 4).start()
+    try:
+        for _ in range(1200):  # twice the deadline's worth of beats, bounded
+            if beat.beats >= 8:
+                break
+            threading.Event().wait(0.05)
+        assert beat.beats >= 8, f"only {beat.beats} heartbeats were sent"
+        assert demo.cli_json("training", "runs", "get", job["run"])["state"] == "RUNNING"
+    finally:
+        beat.stop()
+    got = _wait_state(demo, job["run"], "FAILED")  # beats stopped: the deadline applies
+    assert "sent no event for 3 s" in got["failure"]

@@ -17,7 +17,9 @@ EventClient`, which retries and follows a moved service):
   metrics`` shows the loss per update;
 - ``checkpoint`` → ``checkpoint`` (``step``, ``path``);
 - ``end`` → ``completed`` with the final folder and, for QAT, the export;
-- a refusal or error → ``failed`` with its sentence.
+- a refusal or error → ``failed`` with its sentence;
+- and from a thread, ``heartbeat`` every quarter of the claim's ``heartbeatSeconds``
+  (:class:`Heartbeat`), so the service tells a busy worker from a dead one.
 
 The data are the recipe's own absolute ``model.path`` and ``data.path`` (a filesystem the
 service and the worker share). The worker recomputes the computation identity from the
@@ -31,6 +33,7 @@ attempt identity (``RUN-ATTEMPT``), when the same output folder holds one.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -166,6 +169,38 @@ class Forward:
             raise Stopped(self.events.control)
 
 
+class Heartbeat:
+    """A daemon thread posting ``{"type": "heartbeat"}`` every ``interval_s`` seconds
+    through ``events`` until :meth:`stop` (the service fails a claimed run that sends no
+    event for ``service.recipeHeartbeatSeconds``: :func:`akka_optimize.service.recipe_runs.
+    reap_silent`). A failed post is left to the next beat; the answer's control request
+    (``cancel``/``pause``) reaches :class:`Forward` through ``events.control``."""
+
+    def __init__(self, events: EventClient, interval_s: float) -> None:
+        self.events = events
+        self.interval_s = interval_s
+        self.beats = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.events.send({"type": "heartbeat"})
+                self.beats += 1
+            except Exception:  # the service is away: the events of the run say so
+                continue
+
+    def stop(self) -> None:
+        """Stop beating; returns once the thread has ended (a beat in flight finishes)."""
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+
 def _outcome(worker: Any, job: dict[str, Any], forward: Forward) -> dict[str, Any]:
     """Train the claimed recipe; returns the final service event.
 
@@ -217,6 +252,7 @@ def run_job(url: str, job: dict[str, Any], output: Path, device: str, say: Say) 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "recipe.json").write_text(json.dumps(job["recipe"], indent=1))
     say(f"claimed run {job['run']} attempt {job['attempt']} ({job['project']})")
+    beat = Heartbeat(events, float(job.get("heartbeatSeconds") or 300) / 4).start()
     try:
         forward = Forward(events, say)
         worker = Worker(folder / "recipe.json", folder / "out", forward, device)
@@ -229,6 +265,8 @@ def run_job(url: str, job: dict[str, Any], output: Path, device: str, say: Say) 
             "reason": failure_sentence(exc),
             "detail": traceback.format_exc()[-20000:],
         }
+    finally:
+        beat.stop()
     events.send(final)
     state = {"completed": "SUCCEEDED", "failed": "FAILED", "cancelled": "CANCELLED"}
     ended = state.get(final["type"], "PAUSED")

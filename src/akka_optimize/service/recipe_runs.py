@@ -16,8 +16,12 @@ A recipe run is a run record of kind ``recipe`` (:data:`RECIPE`), visible in
   recipe run it can do, atomically (a conditional update from ``QUEUED``: two workers never
   claim the same run), now ``RUNNING`` with a new attempt and that attempt's worker token.
 - **events**: the worker posts ``phase``, ``metrics``, ``failed``, ``cancelled`` and
-  ``paused`` through the route every run's worker uses, plus this kind's ``checkpoint`` and
-  ``completed`` (:func:`checkpointed`, :func:`completed`).
+  ``paused`` through the route every run's worker uses, plus this kind's ``checkpoint``,
+  ``completed`` and ``heartbeat`` (:func:`checkpointed`, :func:`completed`).
+- **silence**: the service cannot see the worker's process, so the worker sends a
+  ``heartbeat`` every quarter of ``service.recipeHeartbeatSeconds`` (the claim answer's
+  ``heartbeatSeconds``); a claimed attempt with no event for that long fails its run with a
+  sentence (:func:`reap_silent`, on each scheduler pass), never left ``RUNNING``.
 
 The kind is external (:attr:`akka_optimize.jobs.kinds.JobKind.external`): the scheduler
 never launches it, and it claims no pool devices or project quota; the worker's machine is
@@ -26,6 +30,7 @@ its own, so nothing is counted twice.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import tempfile
 import threading
@@ -44,11 +49,13 @@ from ..errors import Conflict, InvalidRequest
 from ..jobs import states as S
 from ..jobs.kinds import JobKind, Launch, register_kind
 from ..jobs.records import attempt_token, end_attempt
+from ..jobs.scheduler import on_tick
 from ..jobs.spec import JobSpec
 from ..jobs.views import run_view
 from . import access
 from .access_scope import scope
 from .auth import Principal
+from .plans import deployment_for
 
 METHOD = "recipe"
 MAX_WAIT_S = 60
@@ -87,16 +94,64 @@ def completed(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any
     end_attempt(run, att, S.SUCCEEDED)
 
 
+def heartbeat(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+    """A ``heartbeat`` event: the worker is alive (the intake already recorded the time in
+    ``last_event_at``; nothing else changes)."""
+
+
+def silent_for(att: RunAttempt, now: dt.datetime) -> float:
+    """Seconds since ``att``'s last event (since its claim when it sent none)."""
+    last = att.last_event_at or att.started_at
+    if last.tzinfo is None:  # SQLite returns naive UTC times
+        last = last.replace(tzinfo=dt.UTC)
+    return (now - last).total_seconds()
+
+
+def silence_sentence(run: Run, deadline_s: float) -> str:
+    """Why a run whose supervised worker went silent failed, and how to go on."""
+    recipe = (run.results or {}).get("recipe") or {}
+    saved = recipe.get("checkpoint") or {}
+    where = (
+        f"; a worker with the same output folder continues from its checkpoint after update "
+        f"{saved['step']}"
+        if saved.get("step") is not None
+        else ""
+    )
+    return (
+        f"The minifield-worker that claimed it ({recipe.get('worker') or 'a supervised worker'})"
+        f" sent no event for {deadline_s:g} s (service.recipeHeartbeatSeconds): its process or "
+        f"machine is gone. Resume it with `training runs resume {run.id}`{where}."
+    )
+
+
+def reap_silent(ctx: Any, now: dt.datetime | None = None) -> list[str]:
+    """Fail each recipe run whose claimed attempt sent no event for
+    ``service.recipeHeartbeatSeconds`` (:func:`silence_sentence`); a scheduler pass hook
+    (:func:`akka_optimize.jobs.scheduler.on_tick`). Returns the failed runs' IDs."""
+    deadline = float(deployment_for(ctx).service.recipeHeartbeatSeconds)
+    now = now or dt.datetime.now(dt.UTC)
+    failed = []
+    with ctx.db.session() as s:
+        running = select(RunAttempt, Run).join(Run, Run.id == RunAttempt.run_id)
+        running = running.where(Run.method == METHOD, RunAttempt.state == S.RUNNING)
+        for att, run in s.execute(running).all():
+            if silent_for(att, now) > deadline:
+                end_attempt(run, att, S.FAILED, silence_sentence(run, deadline))
+                failed.append(run.id)
+    return failed
+
+
 RECIPE = register_kind(
     JobKind(
         name=METHOD,
         worker="akka_optimize.minifield.supervise:supervise",
         build_spec=_never_launched,
-        events={"checkpoint": checkpointed, "completed": completed},
+        events={"checkpoint": checkpointed, "completed": completed, "heartbeat": heartbeat},
         external=True,
     )
 )
 """The recipe kind, registered when this module is imported."""
+on_tick("recipes", reap_silent)
 
 
 def _absolute(doc: dict[str, Any], part: str) -> None:
@@ -250,7 +305,7 @@ def _candidates(s: Session, mine: str | None, offers: set[tuple[str, str, str]])
     return out
 
 
-def _take(s: Session, run_id: str, worker: str) -> dict[str, Any] | None:
+def _take(s: Session, run_id: str, worker: str, heartbeat_s: int) -> dict[str, Any] | None:
     """Claim ``run_id`` if it is still queued (one conditional update), else None."""
     taken = s.execute(
         update(Run)
@@ -287,6 +342,7 @@ def _take(s: Session, run_id: str, worker: str) -> dict[str, Any] | None:
         "computation": run.resolved["computation"],
         "settings": run.resolved["settings"],
         "eventsPath": f"/v1/training/runs/{run.id}/attempts/{number}/events",
+        "heartbeatSeconds": heartbeat_s,
     }
 
 
@@ -301,6 +357,7 @@ def claim_recipe(ctx: Any, principal: Principal | None, body: Any) -> dict[str, 
         InvalidRequest: a malformed advert (:func:`check_advert`).
     """
     offers, wait, worker = check_advert(body)
+    heartbeat_s = deployment_for(ctx).service.recipeHeartbeatSeconds
     mine = scope(principal)
     deadline = time.monotonic() + wait
     while True:
@@ -308,7 +365,7 @@ def claim_recipe(ctx: Any, principal: Principal | None, body: Any) -> dict[str, 
             ids = _candidates(s, mine, set(offers))
         for run_id in ids:
             with ctx.db.session() as s:
-                job = _take(s, run_id, worker)
+                job = _take(s, run_id, worker, heartbeat_s)
             if job is not None:
                 return job
         left = deadline - time.monotonic()

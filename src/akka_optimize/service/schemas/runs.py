@@ -87,6 +87,10 @@ class RecipeClaim(View):
     computation: RecipeComputation = Field(description="What the service computed for it.")
     settings: dict[str, Any] = Field(description="The settings the identity binds.")
     eventsPath: str = Field(description="The attempt's events route.")
+    heartbeatSeconds: int = Field(
+        description="The run fails after this long without an event "
+        "(service.recipeHeartbeatSeconds); send a heartbeat every quarter of it."
+    )
 
 
 class RecipeClaimAnswer(View):
