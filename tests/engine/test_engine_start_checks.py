@@ -54,4 +54,11 @@ def test_a_check_past_its_bound_fails_before_training(
         {"packing": "max_mean_loss_difference"}.get(check, "max_logprob_error")
     )
     assert f"checks.{check}." in info.value.field
+    # every value measured reaches the run before the failure, the failing one first among
+    # those past their bounds
+    (sent,) = [e["checks"] for e in events if e["type"] == "checks"]
+    assert sent == info.value.checks
+    assert [c["name"] for c in sent] == ["head", "isolation", "packing", "reference"]
+    assert [c["name"] for c in sent if not c["passed"]][0] == check
+    assert all(c["passed"] == (c["value"] <= c["bound"]) for c in sent)
     assert not [e for e in events if e["type"] == "metrics"] and recoverable_steps(tmp_path) == []

@@ -107,6 +107,14 @@ def test_a_check_past_its_bound_fails_the_run_before_it_trains(
     assert "The reference check before the first update measured" in out, out
     assert "past its bound 0" in out and "checks.reference.max_logprob_error" in out, out
     assert not run["results"].get("step"), run["results"]
+    # the values that were measured stay on the run
+    checks = run["results"]["checks"]
+    assert [c["name"] for c in checks] == ["head", "isolation", "packing", "reference"]
+    assert run["results"]["checksPassed"] is False
+    assert checks[-1]["passed"] is False
+    assert checks[-1]["bound"] == 0.0 and checks[-1]["value"] > 0.0
+    shown = two_cpu.cli("training", "runs", "get", run["id"], "--checks", check=True).stdout
+    assert "reference" in shown and "checks.reference.max_logprob_error" in shown, shown
 
 
 def test_two_ranks_pause_and_resume_from_a_kept_step_bitwise(

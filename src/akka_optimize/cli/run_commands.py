@@ -38,7 +38,13 @@ def get(
         if run["checks"]:
             print_table(
                 run["checks"],
-                [("CHECK", "name"), ("VALUE", "value"), ("BOUND", "bound"), ("PASSED", "passed")],
+                [
+                    ("CHECK", "name"),
+                    ("VALUE", "value"),
+                    ("BOUND", "bound"),
+                    ("PASSED", "passed"),
+                    ("SETTING", "setting"),
+                ],
             )
         else:
             console.print(

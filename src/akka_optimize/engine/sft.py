@@ -165,15 +165,20 @@ def _start_checks(
     session: TrainingSession, cfg: EngineConfig, train: list[Example], fresh: bool, emit: Emit
 ) -> list[dict[str, Any]] | None:
     """The checks before the first update on the first update's first conversations (at
-    least two, at most one pass's worth); emits a ``phase`` event first. None when the
+    least two, at most one pass's worth); emits a ``phase`` event first, and a ``checks``
+    event with every value when one fails (then re-raised). None when the
     settings have none (``checks.start`` false, one device) or the run has trained."""
-    from .start_checks import start_checks
+    from .start_checks import StartCheckFailed, start_checks
 
     if cfg.start_checks is None or session.step != 0:
         return None
     emit({"type": "phase", "phase": "checking", "step": 0, "detail": CHECKING})
     rows = update_rows(train, cfg, 1)[: max(2, cfg.micro_batch)]
-    return start_checks(session, rows, cfg.start_checks or {}, fresh)
+    try:
+        return start_checks(session, rows, cfg.start_checks or {}, fresh)
+    except StartCheckFailed as failed:  # the values reach the run before its failure
+        emit({"type": "checks", "checks": failed.checks})
+        raise
 
 
 def _stop_due(

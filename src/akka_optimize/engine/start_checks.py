@@ -36,7 +36,14 @@ from .session import TrainingSession
 
 
 class StartCheckFailed(EngineError):
-    """A check before the first update is past its bound; the run fails before it trains."""
+    """A check before the first update is past its bound; the run fails before it trains.
+
+    Attributes:
+        checks: every check that ran, ``[{"name", "value", "bound", "passed", "positions",
+            "setting"}]`` in the order run (``runs get --checks`` shows them).
+    """
+
+    checks: list[dict[str, Any]] = []
 
 
 def packing_bound(positions: int, dtype: torch.dtype) -> float:
@@ -121,7 +128,7 @@ def start_checks(
         )
     for check in out:
         if not check["passed"]:
-            raise StartCheckFailed(
+            failed = StartCheckFailed(
                 f"The {check['name']} check before the first update measured "
                 f"{check['value']:.3g}, past its bound {check['bound']:.3g} "
                 f"({check['setting']}, over {positions} positions); the run did not train. "
@@ -129,4 +136,6 @@ def start_checks(
                 code="start_check_failed",
                 field=check["setting"],
             )
+            failed.checks = out
+            raise failed
     return out

@@ -4,7 +4,8 @@
 :func:`akka_optimize.jobs.mapping.build_spec`, its worker runs
 :func:`akka_optimize.jobs.training.train`, and its own events are ``save``
 (:func:`akka_optimize.jobs.saves.record_save`) and ``completed``
-(:func:`akka_optimize.jobs.results.complete`, which registers the model). :func:`start_run`
+(:func:`akka_optimize.jobs.results.complete`, which registers the model), and ``checks``
+when a check before the first update fails (:func:`record_checks`). :func:`start_run`
 records a run from a resolved plan; it waits ``QUEUED`` until the scheduler starts it.
 """
 
@@ -17,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..db.models.jobs import Run
+from ..db.models.jobs import Run, RunAttempt
 from ..errors import Conflict
 from . import states as S
 from .admission import accepted, admit, claims
@@ -29,12 +30,21 @@ from .saves import record_save
 from .scheduler import wake
 from .views import run_view
 
+
+def record_checks(ctx: Any, s: Session, run: Run, _att: RunAttempt, ev: dict[str, Any]) -> None:
+    """A ``checks`` event: the values of the checks before the first update, sent when one
+    failed (the ``failed`` event follows), so ``runs get --checks`` shows what was measured."""
+    checks = [c for c in ev.get("checks") or [] if isinstance(c, dict)]
+    passed = all(bool(c.get("passed")) for c in checks)
+    run.results = {**(run.results or {}), "checks": checks, "checksPassed": passed}
+
+
 SUPERVISED = register_kind(
     JobKind(
         name="sft",
         worker="akka_optimize.jobs.training:train",
         build_spec=build_spec,
-        events={"save": record_save, "completed": complete},
+        events={"save": record_save, "completed": complete, "checks": record_checks},
     )
 )
 """The supervised kind, registered when this module is imported."""

@@ -170,8 +170,9 @@ def rank_of_process() -> int:
 
 def run(spec: JobSpec) -> int:
     """Run one attempt; returns the process exit code. On a run on several devices each
-    rank runs this; only rank 0 sends events (the others get :class:`RankEvents`) and each
-    other rank has its own scratch folder."""
+    rank runs this; only rank 0 sends events (the others get :class:`RankEvents`), except
+    the ``failed`` event of a rank that fails itself (:func:`_rank_failed`); each other rank
+    has its own scratch folder."""
     store = BlobStore(spec.blobs_url)
     rank = rank_of_process()
     events: Any = EventClient(spec, store) if rank == 0 else RankEvents()
@@ -184,8 +185,8 @@ def run(spec: JobSpec) -> int:
     except BaseException as exc:  # every failure ends as an event with a sentence
         detail = traceback.format_exc()
         print(detail, file=sys.stderr, flush=True)
-        if rank:  # its log has the trace; torch.distributed.run ends the other ranks
-            return 1
+        if rank:  # torch.distributed.run ends the other ranks
+            return _rank_failed(spec, store, rank, exc, detail)
         if isinstance(exc, ServiceUnreachable):
             return _gave_up(spec, store, events)
         try:
@@ -208,6 +209,29 @@ def run(spec: JobSpec) -> int:
         print(f"worker: {gone}", file=sys.stderr, flush=True)
         return _gave_up(spec, store, events)
     return 0
+
+
+RANK_RETRY_S = 30.0
+"""How long a failing rank other than 0 retries the service with its failure."""
+
+
+def _rank_failed(
+    spec: JobSpec, store: BlobStore, rank: int, exc: BaseException, detail: str
+) -> int:
+    """A rank other than 0 failed: it sends the ``failed`` event itself, its sentence
+    naming the rank, so the run shows why (rank 0 only sees the others go; whichever
+    ``failed`` arrives first ends the attempt and the service ignores later ones). A
+    service it cannot reach within :data:`RANK_RETRY_S` leaves the sentence in its log.
+    Returns the exit code, 1."""
+    world = os.environ.get("WORLD_SIZE", "?")
+    reason = f"Rank {rank} of {world}: {failure_sentence(exc)}"
+    events = EventClient(spec, store)
+    events.retry_s = min(events.retry_s, RANK_RETRY_S)
+    try:
+        events.send({"type": "failed", "reason": reason, "detail": detail[-20000:]})
+    except ServiceUnreachable as gone:
+        print(f"worker rank {rank}: {gone}", file=sys.stderr, flush=True)
+    return 1
 
 
 def _gave_up(spec: JobSpec, store: BlobStore, events: EventClient) -> int:
