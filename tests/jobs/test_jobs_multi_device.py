@@ -122,7 +122,8 @@ def test_two_ranks_pause_and_resume_from_a_kept_step_bitwise(
 ) -> None:
     """Rank 0 hears the pause and both ranks stop after update 3 with its save; resumed from
     the kept save at step 2, updates 3-6 are the uninterrupted run's, bit for bit (seeds/001
-    "Resume from one of several saves"; issue 23 item 6)."""
+    "Resume from one of several saves"; issue 23 item 6); a branch of the uninterrupted run
+    from its save at step 5 trains update 6 as it did."""
     plan = _two_rank_plan(tmp_path, "full")
     plan["config"]["hyperparams"]["training"]["epochs"] = 2  # 3 updates an epoch
     plan["execution"].update(saveEverySteps=1, keepRecoverable=2)
@@ -148,3 +149,15 @@ def test_two_ranks_pause_and_resume_from_a_kept_step_bitwise(
         assert b["attempt"] == (2 if a["step"] > 2 else 1), b
         for k in ("loss", "gradNorm", "adapterNorm", "supervisedTokens"):
             assert a[k] == b[k], (a["step"], k, a[k], b[k])
+
+    # A branch of the two-rank run from its kept save at step 5, under the same settings,
+    # trains update 6 exactly as the source did (the sharded state loads into both ranks).
+    branch = dict(plan, branchFrom={"run": whole["id"], "snapshot": "step-5"})
+    branch_path = tmp_path / "branch.json"
+    branch_path.write_text(json.dumps(branch))
+    b = run_json(two_cpu, "training", "runs", "start", "-f", str(branch_path), "--wait")
+    assert b["state"] == "SUCCEEDED" and b["branchFrom"]["snapshot"] == "step-5", b
+    (only,) = run_json(two_cpu, "training", "runs", "metrics", b["id"])["metrics"]
+    assert only["step"] == 6
+    for k in ("loss", "gradNorm", "adapterNorm", "supervisedTokens"):
+        assert only[k] == expected[5][k], (k, only[k], expected[5][k])
