@@ -17,10 +17,9 @@ import pytest
 import yaml
 from minifield_kit import events, recipe_doc, write_recipe
 
-from akka_optimize.jobs.spec import JobSpec
-from akka_optimize.jobs.worker import EventClient
 from akka_optimize.minifield.supervise import Heartbeat
 from akka_optimize.minifield.train import Worker
+from akka_optimize.worker_events import Attempt, EventClient
 from helpers import LiveService, free_port
 
 PACKED = {"schema_version": "12.0.0", "implementation": "hf-causal-lm-v1", "computation": "12.0.0"}
@@ -344,11 +343,7 @@ def test_heartbeats_keep_a_busy_worker_s_run_alive(quick_deadline, tmp_path, tin
     quick_deadline.cli("training", "projects", "create", "busy", check=True)
     demo = Project(quick_deadline, "busy", quick_deadline.create_token("busy"))
     job = _claimed(demo, tmp_path, tiny_model_dir)
-    spec = JobSpec(
-        run_id=job["run"], attempt=job["attempt"], callback_url=quick_deadline.url,
-        token=job["token"], blobs_url="", model_dir="", dataset={}, state_prefix="",
-        kind="recipe",
-    )  # fmt: skip
+    spec = Attempt(job["run"], job["attempt"], quick_deadline.url, job["token"])
     beat = Heartbeat(EventClient(spec), job["heartbeatSeconds"] / 4).start()
     try:
         for _ in range(1200):  # twice the deadline's worth of beats, bounded

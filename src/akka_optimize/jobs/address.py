@@ -14,24 +14,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-ADDRESS_KEY = "service/address.json"
+from ..worker_events import ADDRESS_KEY as ADDRESS_KEY
+from ..worker_events import current_address as current_address
+from ..worker_events import publish_address as publish_address
+
 UNREACHABLE_EXIT = 3
 """The worker's exit code when it could not reach the service within its retry window."""
-
-
-def publish_address(store: Any, url: str) -> None:
-    """Record ``url`` (``http://host:port``) as the service's current address."""
-    store.put_bytes(ADDRESS_KEY, json.dumps({"url": url}).encode())
-
-
-def current_address(store: Any) -> str | None:
-    """The address the last service to start published, or None when there is none
-    (or the store cannot be read just now)."""
-    try:
-        url = json.loads(store.get_bytes(ADDRESS_KEY)).get("url")
-    except Exception:
-        return None
-    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
 
 
 def gave_up_key(run_id: str, attempt: int) -> str:

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -25,109 +24,13 @@ from typing import Any
 
 import httpx
 
-from ..errors import AkkaError
 from ..store import BlobStore
+from ..worker_events import RETRY_FOR_S as RETRY_FOR_S
+from ..worker_events import EventClient as EventClient
+from ..worker_events import ServiceUnreachable as ServiceUnreachable
+from ..worker_events import failure_sentence as failure_sentence
 from .address import UNREACHABLE_EXIT, record_gave_up
 from .spec import JobSpec
-
-RETRY_FOR_S = 300
-"""The default retry window (``service.workerRetrySeconds`` of the deployment file)."""
-
-
-class ServiceUnreachable(RuntimeError):
-    """No service answered within the retry window; the attempt ends (exit code 3)."""
-
-
-class EventClient:
-    """Posts events to the service; remembers the last control request (pause/cancel).
-
-    When the service cannot be reached, the client re-reads the address the service
-    published in the blob store (:mod:`akka_optimize.jobs.address`) and follows it, so a
-    service that came back at another address gets the events. After
-    ``spec.extra["retry_s"]`` seconds without an answer it raises
-    :class:`ServiceUnreachable`, and every later send raises at once.
-    """
-
-    def __init__(self, spec: JobSpec, store: BlobStore | None = None) -> None:
-        self.path = f"/v1/training/runs/{spec.run_id}/attempts/{spec.attempt}/events"
-        self.base = spec.callback_url.rstrip("/")
-        self.headers = {"Authorization": f"Bearer {spec.token}"}
-        self.store = store
-        self.retry_s = float(spec.extra.get("retry_s", RETRY_FOR_S))
-        self.control: str | None = None
-        self.unreachable = False
-
-    @property
-    def url(self) -> str:
-        """The events route at the service's current address."""
-        return self.base + self.path
-
-    def _follow(self) -> bool:
-        """Switch to the address the service published, when it differs."""
-        from .address import current_address
-
-        new = current_address(self.store) if self.store is not None else None
-        if new and new.rstrip("/") != self.base:
-            self.base = new.rstrip("/")
-            return True
-        return False
-
-    def post(self, route: str, body: dict[str, Any], timeout: float = 600.0) -> httpx.Response:
-        """POST ``body`` to one of this attempt's own routes (``route`` after
-        ``…/attempts/N/``, such as ``judge/chat/completions``) with the attempt's token,
-        following the service to a published new address on a connection error.
-
-        Raises:
-            httpx.HTTPError: the service did not answer (after following it once).
-        """
-        for _ in range(2):
-            url = self.base + self.path.removesuffix("events") + route
-            try:
-                return httpx.post(url, json=body, headers=self.headers, timeout=timeout)
-            except httpx.TransportError:
-                if not self._follow():
-                    raise
-        return httpx.post(url, json=body, headers=self.headers, timeout=timeout)
-
-    def send(self, event: dict[str, Any]) -> None:
-        """Deliver ``event``; retry connection errors and 5xx for ``retry_s`` seconds."""
-        if self.unreachable:
-            raise ServiceUnreachable(f"the service at {self.base} is unreachable")
-        deadline = time.monotonic() + self.retry_s
-        delay = 0.5
-        while True:
-            try:
-                r = httpx.post(self.url, json=event, headers=self.headers, timeout=60)
-                if r.status_code < 500:
-                    if r.status_code == 200:
-                        self.control = (r.json() or {}).get("control")
-                    elif r.status_code in (404, 409, 410):
-                        self.control = "cancel"  # the run no longer accepts this attempt
-                    return
-            except httpx.HTTPError:
-                pass
-            if self._follow():
-                continue
-            if time.monotonic() > deadline:
-                self.unreachable = True
-                raise ServiceUnreachable(
-                    f"no service answered at {self.base} (nor at an address published in "
-                    f"the blob store) for {self.retry_s:g} s"
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 10.0)
-
-
-def failure_sentence(exc: BaseException) -> str:
-    """One sentence a user can act on (seeds/000 "Failure reporting")."""
-    if isinstance(exc, AkkaError):
-        return exc.message
-    if isinstance(exc, MemoryError):
-        return (
-            "The run ran out of host memory; a smaller config.hyperparams.training.microBatchPerGpu "
-            "or config.maxSeqLength uses less."
-        )
-    return f"The worker failed: {type(exc).__name__}: {exc}"
 
 
 def entry_point(name: str) -> Callable[[JobSpec, BlobStore, EventClient, Path], dict[str, Any]]:

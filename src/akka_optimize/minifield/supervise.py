@@ -8,8 +8,8 @@ queued recipe run it can do, now ``RUNNING`` with an attempt and that attempt's 
 (:mod:`akka_optimize.service.recipe_runs`). The supervisor writes the recipe into
 ``OUTPUT/RUN/recipe.json`` and trains it with the direct worker
 (:class:`akka_optimize.minifield.train.Worker`, outputs in ``OUTPUT/RUN/out``), posting
-each event through the route every run's worker uses (:class:`akka_optimize.jobs.worker.
-EventClient`, which retries and follows a moved service):
+each event through the route every run's worker uses (:class:`akka_optimize.
+worker_events.EventClient`, which retries and follows a moved service):
 
 - ``start`` → ``phase`` (``RUNNING``, ``totalSteps``);
 - ``step`` → ``metrics`` (``loss``, ``learningRate``, ``gradNorm``, ``updateNorm``,
@@ -42,8 +42,7 @@ from typing import Any
 
 import httpx
 
-from ..jobs.spec import JobSpec
-from ..jobs.worker import EventClient, failure_sentence
+from ..worker_events import Attempt, EventClient, failure_sentence
 from .identity import changed_settings
 from .registry import STRATEGIES, RecipeError
 
@@ -236,17 +235,7 @@ def run_job(url: str, job: dict[str, Any], output: Path, device: str, say: Say) 
     (``SUCCEEDED``, ``FAILED``, ``CANCELLED`` or ``PAUSED``)."""
     from .train import Worker
 
-    spec = JobSpec(
-        run_id=job["run"],
-        attempt=int(job["attempt"]),
-        callback_url=url,
-        token=job["token"],
-        blobs_url="",
-        model_dir="",
-        dataset={},
-        state_prefix="",
-        kind="recipe",
-    )
+    spec = Attempt(job["run"], int(job["attempt"]), url, job["token"])
     events = EventClient(spec)
     folder = output / job["run"]
     folder.mkdir(parents=True, exist_ok=True)
