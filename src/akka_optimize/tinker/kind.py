@@ -88,10 +88,14 @@ def create_training_run(
     request: dict[str, Any],
     model_name: str,
     load: dict[str, Any] | None = None,
+    sampler: dict[str, Any] | None = None,
 ) -> Run:
     """Record the run of a new training client; it waits ``QUEUED`` for the scheduler.
     With ``load`` (``{"key", "optimizer", "path"}``) its worker starts from that saved
-    training state.
+    training state. With ``sampler`` (``{"key": blob key of a saved adapter or None,
+    "modelPath" or "baseModel"}``) the run is a sampling client
+    (:mod:`akka_optimize.tinker.samplers`): its worker loads that adapter (none: the base
+    model's own outputs) and serves only ``asample``.
 
     Raises:
         NotFound / Conflict: ``base_model`` is not in the catalog or not selected and
@@ -127,6 +131,7 @@ def create_training_run(
         "userMetadata": request.get("user_metadata") or {},
         "idleSeconds": dep.service.tinkerIdleSeconds,
         **({"loadFrom": load} if load else {}),
+        **({"sampler": sampler} if sampler else {}),
     }
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
     resolved["claims"] = capacity.claim_list(dep, None, device, 0, False)
@@ -184,13 +189,19 @@ def build_spec(launch: Launch) -> JobSpec:
         dataset={},
         engine=engine,
         device=device,
-        extra={"idle_seconds": r.get("idleSeconds", IDLE_SECONDS), "load": r.get("loadFrom")},
+        extra={
+            "idle_seconds": r.get("idleSeconds", IDLE_SECONDS),
+            "load": r.get("loadFrom"),
+            "sampler": r.get("sampler"),
+        },
     )
 
 
 def register_sampler_weights(ctx: Any, s: Session, run: Run, name: str, key: str, step: int) -> str:
     """Register the adapter a worker saved under ``key`` as the next version of the run's
-    model (base model and run recorded); returns the pinned reference."""
+    model (base model and run recorded); returns the pinned reference. The run's
+    ``results.tinkerSaves["sampler_weights/NAME"]`` records the version and
+    ``results.tinkerSamplerKeys[NAME]`` the blob key (what a sampling client loads)."""
     from ..jobs.results import PROVENANCE_FILE, materialize_adapter
     from ..registry import register_adapter
 
@@ -225,7 +236,8 @@ def register_sampler_weights(ctx: Any, s: Session, run: Run, name: str, key: str
     model_registered(ctx, s, run.project, rv)
     saved = dict((run.results or {}).get("tinkerSaves") or {})
     saved[f"sampler_weights/{name}"] = rv.pinned
-    run.results = {**(run.results or {}), "tinkerSaves": saved}
+    keys = {**((run.results or {}).get("tinkerSamplerKeys") or {}), name: key}
+    run.results = {**(run.results or {}), "tinkerSaves": saved, "tinkerSamplerKeys": keys}
     run.registered_model = rv.pinned
     return rv.pinned
 

@@ -237,9 +237,9 @@ def _new_model(
     return {"request_id": fut.request_id, "model_id": model_id}
 
 
-def _model(ctx: Any, p: Principal, model_id: str) -> Model:
+def _model(ctx: Any, p: Principal, model_id: str, sampler_ok: bool = False) -> Model:
     m = broker_of(ctx).model_of(model_id)
-    if m is None or (p.project and m.project != p.project):
+    if m is None or (p.project and m.project != p.project) or (m.sampler and not sampler_ok):
         raise NotFound(f"model_id {model_id!r}: no such training client.", field="model_id")
     return m
 
@@ -330,18 +330,17 @@ async def save_for_sampler(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, 
 
 @router.post("/asample")
 async def asample(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
-    """``SamplingClient.sample`` on a snapshot a training client took; the future carries
-    one ``sample_sequence_ids`` entry per sample."""
+    """``SamplingClient.sample`` on a snapshot a training client took or on a sampling
+    client's own worker; the future carries one ``sample_sequence_ids`` entry per sample."""
     b = broker_of(ctx)
     sid = str(body.get("sampling_session_id"))
     if sid not in b.samplers:
         raise InvalidRequest(
-            f"sampling_session_id {sid!r}: no such sampling client; the platform samples "
-            "from save_weights_and_get_sampling_client's clients only.",
+            f"sampling_session_id {sid!r}: no such sampling client in this service.",
             field="sampling_session_id",
         )
     model_id, step = b.samplers[sid]
-    m = _model(ctx, p, model_id)
+    m = _model(ctx, p, model_id, sampler_ok=True)
     n = _int(body, "num_samples", 1)
     if not 1 <= n <= 256:
         raise InvalidRequest(f"num_samples is {n}; give 1 to 256.", field="num_samples")
