@@ -6,7 +6,9 @@ weights; then (each client in its own session, since on the CI's one CPU device 
 holds the device until its session ends) a sampling client of the saved path answers as
 the trained weights did, and a base-model client answers as the base model does, checked
 against transformers in-process. Unknown paths, another project's path and an unselected
-base model are refused with a sentence naming the field.
+base model are refused with a sentence naming the field. Last, the RestClient lists that
+training run (not the sampling clients' runs) and its checkpoints with the SDK's types,
+deletes one, and refuses publishing.
 """
 
 from __future__ import annotations
@@ -104,8 +106,9 @@ def test_a_trained_client_changes_its_greedy_answer_and_saves(world: Any, tokeni
     assert after.tokens != before.tokens, (before.tokens, after.tokens)
     path = trainer.save_weights_for_sampler("zebra").result().path
     assert path == f"tinker://{trainer.model_id}/sampler_weights/zebra"
+    state = trainer.save_state("s1").result().path
     client.close("success").result()  # frees the device for the sampling clients
-    world.update(prompt=prompt, before=before, after=after, path=path)
+    world.update(prompt=prompt, before=before, after=after, path=path, state=state)
 
 
 def test_a_saved_path_samples_as_the_trained_weights(world: Any) -> None:
@@ -161,3 +164,48 @@ def test_a_base_model_client_samples_the_base_model(world: Any, tiny_model_dir: 
     greedy = logits[n - 1 :].argmax(-1).tolist()  # each sampled token is the argmax
     assert got.tokens == greedy[: len(got.tokens)]
     assert all(math.isfinite(x) for x in got.logprobs)
+
+
+def test_the_rest_client_lists_and_deletes_checkpoints(world: Any) -> None:
+    svc = world["svc"]
+    client = _client(world)
+    rest = client.create_rest_client()
+    run_id = world["path"].removeprefix("tinker://").split("/")[0]
+    runs = rest.list_training_runs().result()  # parsed with the SDK's TrainingRunsResponse
+    assert [r.training_run_id for r in runs.training_runs] == [run_id]  # no sampling clients
+    assert runs.cursor.total_count == 1 and runs.cursor.limit == 20
+    run = rest.get_training_run_by_tinker_path(world["path"]).result()
+    assert (run.base_model, run.model_owner, run.lora_rank, run.is_lora) == (TINY, "demo", 4, True)
+    assert run.last_sampler_checkpoint.tinker_path == world["path"]
+    assert run.last_checkpoint.tinker_path == world["state"]
+    listed = rest.list_checkpoints(run_id).result().checkpoints
+    assert {(c.checkpoint_type, c.tinker_path) for c in listed} == {
+        ("sampler", world["path"]),
+        ("training", world["state"]),
+    }
+    assert all(c.size_bytes and c.size_bytes > 1000 for c in listed)
+    assert len(rest.list_user_checkpoints().result().checkpoints) == 2
+
+    other = tinker.RestClient(base_url=svc.url, api_key=world["keys"]["other"])  # sees nothing
+    assert other.list_training_runs().result().training_runs == []
+    _fails(lambda: other.get_training_run(run_id).result(), "training_run_id")
+    _fails(
+        lambda: other.delete_checkpoint_from_tinker_path(world["path"]).result(), "training_run_id"
+    )
+    _fails(lambda: rest.list_training_runs(limit=0).result(), "limit")
+    _fails(lambda: rest.publish_checkpoint_from_tinker_path(world["path"]).result(), "publish")
+
+    runs = svc.api("GET", "/v1/training/runs", params={"project": "demo"}).json()["runs"]
+    views = [svc.api("GET", f"/v1/training/runs/{r['id']}").json() for r in runs]
+    pinned = next(v["results"] for v in views if v["results"].get("model"))
+    rest.delete_checkpoint_from_tinker_path(world["path"]).result()
+    left = rest.list_checkpoints(run_id).result().checkpoints
+    assert [c.tinker_path for c in left] == [world["state"]]
+    assert rest.get_training_run(run_id).result().last_sampler_checkpoint is None
+    _fails(lambda: client.create_sampling_client(model_path=world["path"]).result(), "model_path")
+    _fails(lambda: rest.delete_checkpoint_from_tinker_path(world["path"]).result(), "checkpoint_id")
+    ref, digest = pinned["model"].split("@", 1)  # demo/NAME:vN@sha256:…: the version stays
+    name, version = ref.split(":")
+    got = svc.api("GET", f"/v1/registry/models/{name}/versions").json()["items"]
+    assert [(v["version"], v["digest"]) for v in got] == [(version, digest)]
+    client.close("success").result()

@@ -242,6 +242,18 @@ def register_sampler_weights(ctx: Any, s: Session, run: Run, name: str, key: str
     return rv.pinned
 
 
+def record_checkpoint(run: Run, checkpoint_id: str, key: str, size: int | None) -> None:
+    """Note checkpoint ``checkpoint_id`` (``weights/NAME`` or ``sampler_weights/NAME``) of
+    ``run`` in ``results.tinkerCheckpoints``: its blob ``key``, ``bytes`` and UTC ``time``
+    (what the RestClient's checkpoint listings show)."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC).isoformat()
+    marks = dict((run.results or {}).get("tinkerCheckpoints") or {})
+    marks[checkpoint_id] = {"key": key, "bytes": size, "time": now}
+    run.results = {**(run.results or {}), "tinkerCheckpoints": marks}
+
+
 def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
     res = event.get("result") or {}
     ended = str(res.get("ended") or "the client finished")
@@ -252,6 +264,8 @@ def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str,
         results["tinkerSaves"] = saves
         ended += f"; its state was saved as {path}"
     run.results = {**results, "ended": ended}
+    if res.get("stateKey"):
+        record_checkpoint(run, "weights/idle", res["stateKey"], res.get("bytes"))
     end_attempt(run, att, S.SUCCEEDED)
 
 

@@ -177,7 +177,8 @@ def serve(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
             if time.monotonic() - last > idle_s:  # save, then release the device
                 saved = calls.op_save_weights({"name": "idle"})
                 ended = f"no call for {idle_s:g} s (service.tinkerIdleSeconds)"
-                return {"type": "completed", "result": {"ended": ended, "stateKey": saved["key"]}}
+                result = {"ended": ended, "stateKey": saved["key"], "bytes": saved["bytes"]}
+                return {"type": "completed", "result": result}
             continue
         last = time.monotonic()
         try:

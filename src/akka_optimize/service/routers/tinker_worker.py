@@ -46,6 +46,8 @@ def _answer_result(ctx: Any, m: Model, item_op: str, answer: dict[str, Any]) -> 
         return {"type": "save_weights_for_sampler", "sampling_session_id": sid}
     if result is None or item_op not in ("save_weights", "save_weights_for_sampler"):
         return result
+    from ...tinker.kind import record_checkpoint, register_sampler_weights
+
     name = answer["name"]
     with ctx.db.session() as s:
         run = s.get(Run, m.run_id)
@@ -54,10 +56,10 @@ def _answer_result(ctx: Any, m: Model, item_op: str, answer: dict[str, Any]) -> 
             saved = dict((run.results or {}).get("tinkerSaves") or {})
             saved[f"weights/{name}"] = result["key"]
             run.results = {**(run.results or {}), "tinkerSaves": saved}
+            record_checkpoint(run, f"weights/{name}", result["key"], result.get("bytes"))
             return {"type": "save_weights", "path": f"tinker://{m.model_id}/weights/{name}"}
-        from ...tinker.kind import register_sampler_weights
-
         pinned = register_sampler_weights(ctx, s, run, name, result["key"], result["step"])
+        record_checkpoint(run, f"sampler_weights/{name}", result["key"], result.get("bytes"))
     return {
         "type": "save_weights_for_sampler",
         "path": f"tinker://{m.model_id}/sampler_weights/{name}",
