@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +107,12 @@ def test_a_trained_client_changes_its_greedy_answer_and_saves(world: Any, tokeni
     assert after.tokens != before.tokens, (before.tokens, after.tokens)
     path = trainer.save_weights_for_sampler("zebra").result().path
     assert path == f"tinker://{trainer.model_id}/sampler_weights/zebra"
+    bad = lambda: trainer.save_state("bad", ttl_seconds=5).result()  # noqa: E731
+    _fails(bad, "ttl_seconds", "3600")  # refused in seq_id order: the next save goes on
     state = trainer.save_state("s1").result().path
+    kept = trainer.save_state("kept", ttl_seconds=7200).result().path
     client.close("success").result()  # frees the device for the sampling clients
-    world.update(prompt=prompt, before=before, after=after, path=path, state=state)
+    world.update(prompt=prompt, before=before, after=after, path=path, state=state, kept=kept)
 
 
 def test_a_saved_path_samples_as_the_trained_weights(world: Any) -> None:
@@ -177,14 +181,29 @@ def test_the_rest_client_lists_and_deletes_checkpoints(world: Any) -> None:
     run = rest.get_training_run_by_tinker_path(world["path"]).result()
     assert (run.base_model, run.model_owner, run.lora_rank, run.is_lora) == (TINY, "demo", 4, True)
     assert run.last_sampler_checkpoint.tinker_path == world["path"]
-    assert run.last_checkpoint.tinker_path == world["state"]
+    assert run.last_checkpoint.tinker_path == world["kept"]
     listed = rest.list_checkpoints(run_id).result().checkpoints
     assert {(c.checkpoint_type, c.tinker_path) for c in listed} == {
         ("sampler", world["path"]),
         ("training", world["state"]),
+        ("training", world["kept"]),
     }
     assert all(c.size_bytes and c.size_bytes > 1000 for c in listed)
-    assert len(rest.list_user_checkpoints().result().checkpoints) == 2
+    expiry = {c.tinker_path: c.expires_at for c in listed}
+    assert expiry[world["state"]] is None and expiry[world["path"]] is None
+    left = (expiry[world["kept"]] - datetime.now(UTC)).total_seconds()
+    assert 7000 < left <= 7200, left
+    assert len(rest.list_user_checkpoints().result().checkpoints) == 3
+
+    rest.set_checkpoint_ttl_from_tinker_path(world["state"], 3600).result()
+    listed = {c.tinker_path: c for c in rest.list_checkpoints(run_id).result().checkpoints}
+    assert 3500 < (listed[world["state"]].expires_at - datetime.now(UTC)).total_seconds() <= 3600
+    rest.set_checkpoint_ttl_from_tinker_path(world["kept"], None).result()
+    listed = {c.tinker_path: c for c in rest.list_checkpoints(run_id).result().checkpoints}
+    assert listed[world["kept"]].expires_at is None
+    _fails(
+        lambda: rest.set_checkpoint_ttl_from_tinker_path(world["state"], 10).result(), "ttl_seconds"
+    )
 
     other = tinker.RestClient(base_url=svc.url, api_key=world["keys"]["other"])  # sees nothing
     assert other.list_training_runs().result().training_runs == []
@@ -200,7 +219,7 @@ def test_the_rest_client_lists_and_deletes_checkpoints(world: Any) -> None:
     pinned = next(v["results"] for v in views if v["results"].get("model"))
     rest.delete_checkpoint_from_tinker_path(world["path"]).result()
     left = rest.list_checkpoints(run_id).result().checkpoints
-    assert [c.tinker_path for c in left] == [world["state"]]
+    assert sorted(c.tinker_path for c in left) == sorted([world["state"], world["kept"]])
     assert rest.get_training_run(run_id).result().last_sampler_checkpoint is None
     _fails(lambda: client.create_sampling_client(model_path=world["path"]).result(), "model_path")
     _fails(lambda: rest.delete_checkpoint_from_tinker_path(world["path"]).result(), "checkpoint_id")

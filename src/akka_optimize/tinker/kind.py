@@ -12,6 +12,7 @@ projections, ``train_mlp`` the MLP projections, ``train_unembed`` the output hea
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import shutil
@@ -242,16 +243,60 @@ def register_sampler_weights(ctx: Any, s: Session, run: Run, name: str, key: str
     return rv.pinned
 
 
-def record_checkpoint(run: Run, checkpoint_id: str, key: str, size: int | None) -> None:
-    """Note checkpoint ``checkpoint_id`` (``weights/NAME`` or ``sampler_weights/NAME``) of
-    ``run`` in ``results.tinkerCheckpoints``: its blob ``key``, ``bytes`` and UTC ``time``
-    (what the RestClient's checkpoint listings show)."""
-    import datetime as dt
+TTL_RANGE = (3600, 315_576_000)
+"""The checkpoint TTLs the SDK documents: 1 hour to 10 years, in seconds."""
 
-    now = dt.datetime.now(dt.UTC).isoformat()
+
+def ttl_refusal(ttl: Any) -> str | None:
+    """The sentence refusing ``ttl_seconds`` (None: it is absent or in range)."""
+    low, high = TTL_RANGE
+    if ttl is None or (isinstance(ttl, int) and not isinstance(ttl, bool) and low <= ttl <= high):
+        return None
+    return f"ttl_seconds is {ttl!r}; give {low} (1 hour) to {high} (10 years), or none."
+
+
+def expires_at(ttl: int | None, now: dt.datetime | None = None) -> str | None:
+    """The UTC ISO time ``ttl`` seconds after ``now`` (None: no expiry)."""
+    if ttl is None:
+        return None
+    return ((now or dt.datetime.now(dt.UTC)) + dt.timedelta(seconds=ttl)).isoformat()
+
+
+def record_checkpoint(
+    run: Run, checkpoint_id: str, key: str, size: int | None, ttl: int | None = None
+) -> None:
+    """Note checkpoint ``checkpoint_id`` (``weights/NAME`` or ``sampler_weights/NAME``) of
+    ``run`` in ``results.tinkerCheckpoints``: its blob ``key``, ``bytes``, UTC ``time``
+    and, with ``ttl`` (seconds), ``expiresAt`` (what the RestClient's listings show)."""
+    now = dt.datetime.now(dt.UTC)
     marks = dict((run.results or {}).get("tinkerCheckpoints") or {})
-    marks[checkpoint_id] = {"key": key, "bytes": size, "time": now}
+    marks[checkpoint_id] = {
+        "key": key,
+        "bytes": size,
+        "time": now.isoformat(),
+        "expiresAt": expires_at(ttl, now),
+    }
     run.results = {**(run.results or {}), "tinkerCheckpoints": marks}
+
+
+def expired(run: Run, checkpoint_id: str, now: dt.datetime | None = None) -> bool:
+    """Whether checkpoint ``checkpoint_id`` of ``run`` has a TTL that ran out by ``now``."""
+    mark = ((run.results or {}).get("tinkerCheckpoints") or {}).get(checkpoint_id) or {}
+    at = mark.get("expiresAt")
+    return bool(at) and dt.datetime.fromisoformat(at) <= (now or dt.datetime.now(dt.UTC))
+
+
+def saved_key(run: Run, checkpoint_id: str, now: dt.datetime | None = None) -> str | None:
+    """The blob key of checkpoint ``checkpoint_id`` of ``run``; None when it was never
+    saved, was deleted, or expired by ``now``."""
+    res = run.results or {}
+    saves = res.get("tinkerSaves") or {}
+    if checkpoint_id not in saves or expired(run, checkpoint_id, now):
+        return None
+    kind, name = checkpoint_id.split("/", 1)
+    if kind == "sampler_weights":
+        return (res.get("tinkerSamplerKeys") or {}).get(name)
+    return saves[checkpoint_id]
 
 
 def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:

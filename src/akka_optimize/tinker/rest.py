@@ -5,7 +5,8 @@ client's run is not one): its ``training_run_id`` is the client's model id
 (``results.tinkerModelId``), its owner the project. Its *checkpoints* are what the client
 saved: ``weights/NAME`` (``save_state``, a training state) and ``sampler_weights/NAME``
 (``save_weights_for_sampler``, registered as a model version), each with its
-``tinker://`` path, time and size (``results.tinkerCheckpoints``). Deleting a checkpoint
+``tinker://`` path, time, size and expiry (``results.tinkerCheckpoints``). A checkpoint
+whose TTL ran out stops resolving at once, and the next listing deletes it. Deleting one
 removes its ``tinker://`` path and its blobs; a sampler checkpoint's registered model
 version stays in the registry, which has its own lifecycle. Every answer is the JSON of the
 SDK's types (``TrainingRun``, ``TrainingRunsResponse``, ``CheckpointsListResponse``).
@@ -21,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
 from ..errors import InvalidRequest, NotFound
-from .kind import METHOD
+from .kind import METHOD, expired, expires_at, ttl_refusal
 
 KINDS = {"weights": "training", "sampler_weights": "sampler"}
 """A checkpoint id's first part → the SDK's ``checkpoint_type``."""
@@ -62,12 +63,15 @@ def find_run(s: Session, project: str | None, training_run_id: str) -> Run:
     )
 
 
-def checkpoints(run: Run) -> list[dict[str, Any]]:
-    """The run's checkpoints as the SDK's ``Checkpoint`` JSON, oldest first."""
+def checkpoints(run: Run, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """The run's checkpoints as the SDK's ``Checkpoint`` JSON, oldest first (none that
+    expired by ``now``)."""
     res = run.results or {}
     marks = res.get("tinkerCheckpoints") or {}
     out = []
     for cid in res.get("tinkerSaves") or {}:
+        if expired(run, cid, now):
+            continue
         kind = cid.split("/", 1)[0]
         mark = marks.get(cid) or {}
         out.append(
@@ -153,6 +157,52 @@ def checkpoint_id(kind: str, name: str) -> str:
     return f"{kind}/{name}"
 
 
+def _live(s: Session, project: str | None, run_id: str, cid: str) -> Run:
+    """The run of ``run_id`` holding unexpired checkpoint ``cid``.
+
+    Raises:
+        NotFound: no such run (field ``training_run_id``) or checkpoint (``checkpoint_id``).
+    """
+    run = find_run(s, project, run_id)
+    if cid not in ((run.results or {}).get("tinkerSaves") or {}) or expired(run, cid):
+        raise NotFound(
+            f"checkpoint_id {cid!r}: training run {run_id} has no such checkpoint (or it "
+            "was deleted or expired).",
+            field="checkpoint_id",
+        )
+    return run
+
+
+def set_ttl(s: Session, project: str | None, run_id: str, cid: str, ttl: Any) -> str | None:
+    """Make checkpoint ``cid`` of ``run_id`` expire ``ttl`` seconds from now (None: never);
+    returns the new ``expires_at``.
+
+    Raises:
+        InvalidRequest: ``ttl`` is not 3600 to 315576000 or null (field ``ttl_seconds``).
+        NotFound: no such run or live checkpoint (the field named).
+    """
+    refusal = ttl_refusal(ttl)
+    if refusal:
+        raise InvalidRequest(refusal, field="ttl_seconds")
+    run = _live(s, project, run_id, cid)
+    marks = dict((run.results or {}).get("tinkerCheckpoints") or {})
+    marks[cid] = {**(marks.get(cid) or {}), "expiresAt": expires_at(ttl)}
+    run.results = {**(run.results or {}), "tinkerCheckpoints": marks}
+    return marks[cid]["expiresAt"]
+
+
+def sweep_expired(s: Session, store: Any, project: str | None) -> int:
+    """Delete every expired checkpoint of the project's training runs (their paths stopped
+    resolving when they expired; this removes the records and blobs); returns how many."""
+    gone = 0
+    for run in training_runs(s, project):
+        for cid in list((run.results or {}).get("tinkerSaves") or {}):
+            if expired(run, cid):
+                _remove(run, cid, store)
+                gone += 1
+    return gone
+
+
 def delete_checkpoint(s: Session, store: Any, project: str | None, run_id: str, cid: str) -> str:
     """Remove checkpoint ``cid`` of training run ``run_id``: its ``tinker://`` path stops
     resolving and its blobs are deleted; returns the registered model version a sampler
@@ -161,14 +211,12 @@ def delete_checkpoint(s: Session, store: Any, project: str | None, run_id: str, 
     Raises:
         NotFound: no such run (field ``training_run_id``) or checkpoint (``checkpoint_id``).
     """
-    run = find_run(s, project, run_id)
+    return _remove(_live(s, project, run_id, cid), cid, store)
+
+
+def _remove(run: Run, cid: str, store: Any) -> str:
     res = dict(run.results or {})
     saves = dict(res.get("tinkerSaves") or {})
-    if cid not in saves:
-        raise NotFound(
-            f"checkpoint_id {cid!r}: training run {run_id} has no such checkpoint.",
-            field="checkpoint_id",
-        )
     value = saves.pop(cid)
     marks = dict(res.get("tinkerCheckpoints") or {})
     mark = marks.pop(cid, None) or {}

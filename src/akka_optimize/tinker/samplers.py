@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
 from ..errors import InvalidRequest, NotFound
-from .kind import METHOD, create_training_run
+from .kind import METHOD, create_training_run, saved_key
 from .states import lora_request
 
 
@@ -78,12 +78,12 @@ def find_sampler_weights(s: Session, project: str | None, path: str) -> tuple[Ru
             field="model_path",
         )
     run = training_run(s, project, model_id)
-    res = (run.results or {}) if run is not None else {}
-    key = (res.get("tinkerSamplerKeys") or {}).get(name)
+    key = saved_key(run, f"sampler_weights/{name}") if run is not None else None
     if run is None or not key:
         raise NotFound(
             f"model_path {path!r}: no sampler weights of that name were saved in this "
-            "project (save_weights_for_sampler(name) saves them).",
+            "project, or they were deleted or expired (save_weights_for_sampler(name) "
+            "saves them).",
             field="model_path",
         )
     return run, key

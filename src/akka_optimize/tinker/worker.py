@@ -103,10 +103,14 @@ class Calls:
         return key, upload_dir(self.store, local, key)
 
     def op_save_weights(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("refused"):
+            raise DatumError(body["refused"])
         key, size = self._upload("weights", body["name"], self.session.save_state)
         return {"key": key, "bytes": size, "step": self.session.step}
 
     def op_save_weights_for_sampler(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("refused"):
+            raise DatumError(body["refused"])
         key, size = self._upload("sampler_weights", body["name"], self.session.save_adapter)
         return {"key": key, "bytes": size, "step": self.session.step}
 

@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound
 from ...tinker.broker import POLL_SECONDS, Broker, Model, Session, broker_of
 from ...tinker.datums import non_finite
+from ...tinker.kind import ttl_refusal
 from ...tinker.wire import (
     WireError,
     decode_forward_backward,
@@ -309,7 +310,7 @@ def _checkpoint_name(body: dict[str, Any]) -> str:
 async def save_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """``save_state``: the full training state (adapter, AdamW moments, step)."""
     m = _model(ctx, p, str(body.get("model_id")))
-    body["name"] = _checkpoint_name(body)
+    body["name"], body["refused"] = _checkpoint_name(body), ttl_refusal(body.get("ttl_seconds"))
     return _future(broker_of(ctx).submit(m, body.get("seq_id"), "save_weights", body), m)
 
 
@@ -318,8 +319,8 @@ async def save_for_sampler(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, 
     """``save_weights_for_sampler(name)``: the adapter becomes a model version
     ``PROJECT/NAME:vN`` of the client's run."""
     m = _model(ctx, p, str(body.get("model_id")))
-    if body.get("path"):
-        body["name"] = _checkpoint_name(body)
+    if body.get("path"):  # a bad TTL fails in seq_id order (a 400 would leave a gap)
+        body["name"], body["refused"] = _checkpoint_name(body), ttl_refusal(body.get("ttl_seconds"))
         op = "save_weights_for_sampler"
     else:  # save_weights_and_get_sampling_client: a snapshot of the session's weights
         k = _int(body, "sampling_session_seq_id", 0)

@@ -1,8 +1,8 @@
 """The Tinker SDK's RestClient routes for training runs and checkpoints (session-less):
 ``GET /api/v1/training_runs``, ``GET /api/v1/training_runs/{id}``, ``GET
 /api/v1/training_runs/{id}/checkpoints``, ``GET /api/v1/checkpoints``, ``DELETE
-/api/v1/training_runs/{id}/checkpoints/{KIND}/{NAME}``; publishing is refused with a
-sentence. The mapping onto runs and registered versions is
+/api/v1/training_runs/{id}/checkpoints/{KIND}/{NAME}`` and ``PUT …/{NAME}/ttl``; publishing
+is refused with a sentence. The mapping onto runs and registered versions is
 :mod:`akka_optimize.tinker.rest`. A project key sees its project's runs only; an admin key
 sees every project's, or ``project_id``'s. Refusals are 400/403/404 (never 409, which the
 SDK retries for minutes).
@@ -19,7 +19,7 @@ from ...errors import Forbidden, InvalidRequest
 from ...tinker import rest
 from ..auth import Principal
 from ..deps import CtxDep
-from .tinker import Caller
+from .tinker import Caller, JsonBody
 
 router = APIRouter(prefix="/api/v1")
 
@@ -53,8 +53,10 @@ def list_training_runs(
         raise InvalidRequest(
             f"access_scope is {access_scope!r}; give owned or accessible.", field="access_scope"
         )
+    scope = _scope(p, project_id)
     with ctx.db.session() as s:
-        return rest.list_training_runs(s, _scope(p, project_id), limit, offset)
+        rest.sweep_expired(s, ctx.store, scope)
+        return rest.list_training_runs(s, scope, limit, offset)
 
 
 @router.get("/training_runs/{training_run_id}")
@@ -78,6 +80,7 @@ def list_checkpoints(ctx: CtxDep, p: Caller, training_run_id: str) -> dict[str, 
         NotFound: no such training run for this key (field ``training_run_id``).
     """
     with ctx.db.session() as s:
+        rest.sweep_expired(s, ctx.store, p.project)
         return {"checkpoints": rest.checkpoints(rest.find_run(s, p.project, training_run_id))}
 
 
@@ -93,6 +96,7 @@ def list_user_checkpoints(
     """
     limit, offset = rest.page(limit, offset)
     with ctx.db.session() as s:
+        rest.sweep_expired(s, ctx.store, p.project)
         return rest.list_user_checkpoints(s, p.project, limit, offset)
 
 
@@ -110,6 +114,22 @@ def delete_checkpoint(
     cid = rest.checkpoint_id(kind, name)
     with ctx.db.session() as s:
         rest.delete_checkpoint(s, ctx.store, p.project, training_run_id, cid)
+    return Response(status_code=204)
+
+
+@router.put("/training_runs/{training_run_id}/checkpoints/{kind}/{name}/ttl")
+def set_ttl(
+    ctx: CtxDep, p: Caller, training_run_id: str, kind: str, name: str, body: JsonBody
+) -> Response:
+    """``RestClient.set_checkpoint_ttl_from_tinker_path``: the checkpoint expires
+    ``ttl_seconds`` (3600 to 315576000) from now, or never with null.
+
+    Raises:
+        InvalidRequest: ``ttl_seconds`` out of range. NotFound: no such run or checkpoint.
+    """
+    cid = rest.checkpoint_id(kind, name)
+    with ctx.db.session() as s:
+        rest.set_ttl(s, p.project, training_run_id, cid, body.get("ttl_seconds"))
     return Response(status_code=204)
 
 
