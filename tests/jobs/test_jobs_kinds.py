@@ -150,14 +150,14 @@ def test_a_registered_kind_is_launched_with_its_spec_and_its_events_land(
 def test_a_run_of_an_unregistered_kind_fails_at_launch_with_a_sentence(
     ctx: ServiceContext, tmp_path: Path
 ) -> None:
-    run_id = _queued_run(ctx, "tinker")
+    run_id = _queued_run(ctx, "distill")  # a kind no module registers
     executor = RecordingExecutor()
     with ctx.db.session() as s:
         Scheduler(ctx, executor)._launch(s, s.get(Run, run_id), tmp_path / "weights")
     with ctx.db.session() as s:
         run = s.get(Run, run_id)
         assert run.state == states.FAILED
-        assert "config.method 'tinker'" in run.failure_reason
+        assert "config.method 'distill'" in run.failure_reason
         assert "no job kind of that name is registered" in run.failure_reason
     assert executor.launched == []
 

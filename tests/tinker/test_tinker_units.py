@@ -131,3 +131,38 @@ def test_lora_options_map_to_targets_or_are_refused() -> None:
     regex = SimpleNamespace(repository="o/r", family="gemma", lora_target_modules=".*proj")
     with pytest.raises(InvalidRequest, match="lora_config.train_mlp"):
         lora_targets(regex, {"train_mlp": False})
+
+
+def test_a_checkpoint_ttl_expires_it_and_bad_ttls_are_refused() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from akka_optimize.db.models.jobs import Run
+    from akka_optimize.tinker.kind import expired, record_checkpoint, saved_key, ttl_refusal
+    from akka_optimize.tinker.rest import checkpoints
+
+    run = Run(id="r1", created_at=datetime.now(UTC), results={"tinkerModelId": "s:train:0"})
+    run.results = {
+        **run.results,
+        "tinkerSaves": {"weights/a": "runs/r1/tinker/weights/a", "sampler_weights/b": "demo/m:v1"},
+        "tinkerSamplerKeys": {"b": "runs/r1/tinker/sampler_weights/b"},
+    }
+    record_checkpoint(run, "weights/a", "runs/r1/tinker/weights/a", 10, ttl=3600)
+    record_checkpoint(run, "sampler_weights/b", "runs/r1/tinker/sampler_weights/b", 20)
+    soon, later = (
+        datetime.now(UTC) + timedelta(seconds=3590),
+        datetime.now(UTC) + timedelta(hours=2),
+    )
+    assert not expired(run, "weights/a", soon) and expired(run, "weights/a", later)
+    assert saved_key(run, "weights/a", soon) == "runs/r1/tinker/weights/a"
+    assert saved_key(run, "weights/a", later) is None  # its path stops resolving
+    assert saved_key(run, "sampler_weights/b", later) == "runs/r1/tinker/sampler_weights/b"
+    assert [c["checkpoint_id"] for c in checkpoints(run, soon)] == [
+        "weights/a",
+        "sampler_weights/b",
+    ]
+    assert [c["tinker_path"] for c in checkpoints(run, later)] == [
+        "tinker://s:train:0/sampler_weights/b"
+    ]
+    assert ttl_refusal(None) is None and ttl_refusal(3600) is None
+    for bad in (5, 10**10, True, "3600", 3600.5):
+        assert "ttl_seconds" in (ttl_refusal(bad) or ""), bad

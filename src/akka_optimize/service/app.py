@@ -135,9 +135,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The Tinker SDK's protocol (X-API-Key) and its workers' poll (a worker's own token):
     # another API's shapes (protobuf, 408 long polls), documented in TINKER-PROTOCOL.md and
     # the README, so left out of this service's OpenAPI document.
-    from .routers import tinker, tinker_worker
+    from .routers import tinker, tinker_rest, tinker_sampling, tinker_worker
 
     app.include_router(tinker.router, include_in_schema=False)
+    app.include_router(tinker_sampling.router, include_in_schema=False)
+    app.include_router(tinker_rest.router, include_in_schema=False)
     app.include_router(tinker_worker.router, include_in_schema=False)
     app.add_middleware(JsonBodyLimit, limit_of=lambda: _json_body_limit(settings))
     install_guards(app)

@@ -60,6 +60,8 @@ class Model:
     taken: dict[str, dict[str, Any]] = field(default_factory=dict)
     ready: bool = False
     last_call: float = field(default_factory=time.monotonic)
+    sampler: str | None = None
+    """A sampling client's ``model_path`` or base model (None: a training client)."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ projections, ``train_mlp`` the MLP projections, ``train_unembed`` the output hea
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import shutil
@@ -88,10 +89,14 @@ def create_training_run(
     request: dict[str, Any],
     model_name: str,
     load: dict[str, Any] | None = None,
+    sampler: dict[str, Any] | None = None,
 ) -> Run:
     """Record the run of a new training client; it waits ``QUEUED`` for the scheduler.
     With ``load`` (``{"key", "optimizer", "path"}``) its worker starts from that saved
-    training state.
+    training state. With ``sampler`` (``{"key": blob key of a saved adapter or None,
+    "modelPath" or "baseModel"}``) the run is a sampling client
+    (:mod:`akka_optimize.tinker.samplers`): its worker loads that adapter (none: the base
+    model's own outputs) and serves only ``asample``.
 
     Raises:
         NotFound / Conflict: ``base_model`` is not in the catalog or not selected and
@@ -127,6 +132,7 @@ def create_training_run(
         "userMetadata": request.get("user_metadata") or {},
         "idleSeconds": dep.service.tinkerIdleSeconds,
         **({"loadFrom": load} if load else {}),
+        **({"sampler": sampler} if sampler else {}),
     }
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
     resolved["claims"] = capacity.claim_list(dep, None, device, 0, False)
@@ -184,13 +190,19 @@ def build_spec(launch: Launch) -> JobSpec:
         dataset={},
         engine=engine,
         device=device,
-        extra={"idle_seconds": r.get("idleSeconds", IDLE_SECONDS), "load": r.get("loadFrom")},
+        extra={
+            "idle_seconds": r.get("idleSeconds", IDLE_SECONDS),
+            "load": r.get("loadFrom"),
+            "sampler": r.get("sampler"),
+        },
     )
 
 
 def register_sampler_weights(ctx: Any, s: Session, run: Run, name: str, key: str, step: int) -> str:
     """Register the adapter a worker saved under ``key`` as the next version of the run's
-    model (base model and run recorded); returns the pinned reference."""
+    model (base model and run recorded); returns the pinned reference. The run's
+    ``results.tinkerSaves["sampler_weights/NAME"]`` records the version and
+    ``results.tinkerSamplerKeys[NAME]`` the blob key (what a sampling client loads)."""
     from ..jobs.results import PROVENANCE_FILE, materialize_adapter
     from ..registry import register_adapter
 
@@ -225,9 +237,66 @@ def register_sampler_weights(ctx: Any, s: Session, run: Run, name: str, key: str
     model_registered(ctx, s, run.project, rv)
     saved = dict((run.results or {}).get("tinkerSaves") or {})
     saved[f"sampler_weights/{name}"] = rv.pinned
-    run.results = {**(run.results or {}), "tinkerSaves": saved}
+    keys = {**((run.results or {}).get("tinkerSamplerKeys") or {}), name: key}
+    run.results = {**(run.results or {}), "tinkerSaves": saved, "tinkerSamplerKeys": keys}
     run.registered_model = rv.pinned
     return rv.pinned
+
+
+TTL_RANGE = (3600, 315_576_000)
+"""The checkpoint TTLs the SDK documents: 1 hour to 10 years, in seconds."""
+
+
+def ttl_refusal(ttl: Any) -> str | None:
+    """The sentence refusing ``ttl_seconds`` (None: it is absent or in range)."""
+    low, high = TTL_RANGE
+    if ttl is None or (isinstance(ttl, int) and not isinstance(ttl, bool) and low <= ttl <= high):
+        return None
+    return f"ttl_seconds is {ttl!r}; give {low} (1 hour) to {high} (10 years), or none."
+
+
+def expires_at(ttl: int | None, now: dt.datetime | None = None) -> str | None:
+    """The UTC ISO time ``ttl`` seconds after ``now`` (None: no expiry)."""
+    if ttl is None:
+        return None
+    return ((now or dt.datetime.now(dt.UTC)) + dt.timedelta(seconds=ttl)).isoformat()
+
+
+def record_checkpoint(
+    run: Run, checkpoint_id: str, key: str, size: int | None, ttl: int | None = None
+) -> None:
+    """Note checkpoint ``checkpoint_id`` (``weights/NAME`` or ``sampler_weights/NAME``) of
+    ``run`` in ``results.tinkerCheckpoints``: its blob ``key``, ``bytes``, UTC ``time``
+    and, with ``ttl`` (seconds), ``expiresAt`` (what the RestClient's listings show)."""
+    now = dt.datetime.now(dt.UTC)
+    marks = dict((run.results or {}).get("tinkerCheckpoints") or {})
+    marks[checkpoint_id] = {
+        "key": key,
+        "bytes": size,
+        "time": now.isoformat(),
+        "expiresAt": expires_at(ttl, now),
+    }
+    run.results = {**(run.results or {}), "tinkerCheckpoints": marks}
+
+
+def expired(run: Run, checkpoint_id: str, now: dt.datetime | None = None) -> bool:
+    """Whether checkpoint ``checkpoint_id`` of ``run`` has a TTL that ran out by ``now``."""
+    mark = ((run.results or {}).get("tinkerCheckpoints") or {}).get(checkpoint_id) or {}
+    at = mark.get("expiresAt")
+    return bool(at) and dt.datetime.fromisoformat(at) <= (now or dt.datetime.now(dt.UTC))
+
+
+def saved_key(run: Run, checkpoint_id: str, now: dt.datetime | None = None) -> str | None:
+    """The blob key of checkpoint ``checkpoint_id`` of ``run``; None when it was never
+    saved, was deleted, or expired by ``now``."""
+    res = run.results or {}
+    saves = res.get("tinkerSaves") or {}
+    if checkpoint_id not in saves or expired(run, checkpoint_id, now):
+        return None
+    kind, name = checkpoint_id.split("/", 1)
+    if kind == "sampler_weights":
+        return (res.get("tinkerSamplerKeys") or {}).get(name)
+    return saves[checkpoint_id]
 
 
 def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
@@ -240,6 +309,8 @@ def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str,
         results["tinkerSaves"] = saves
         ended += f"; its state was saved as {path}"
     run.results = {**results, "ended": ended}
+    if res.get("stateKey"):
+        record_checkpoint(run, "weights/idle", res["stateKey"], res.get("bytes"))
     end_attempt(run, att, S.SUCCEEDED)
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
 from ..errors import InvalidRequest, NotFound
-from .kind import ATTN, METHOD, MLP, UNEMBED
+from .kind import ATTN, METHOD, MLP, UNEMBED, saved_key
 
 
 def find_state(s: Session, project: str | None, path: str) -> tuple[Run, str]:
@@ -40,11 +40,13 @@ def find_state(s: Session, project: str | None, path: str) -> tuple[Run, str]:
     if project:
         q = q.where(Run.project == project)
     for run in s.scalars(q):
-        res = run.results or {}
-        key = (res.get("tinkerSaves") or {}).get(f"weights/{name}")
-        if res.get("tinkerModelId") == model_id and key:
+        key = saved_key(run, f"weights/{name}")
+        if (run.results or {}).get("tinkerModelId") == model_id and key:
             return run, key
-    raise NotFound(f"path {path!r}: no training state of that name was saved.", field="path")
+    raise NotFound(
+        f"path {path!r}: no training state of that name was saved (or it was deleted or expired).",
+        field="path",
+    )
 
 
 def lora_request(run: Run) -> dict[str, Any]:

@@ -8,7 +8,9 @@ each answer is one protocol call (``forward_backward``, ``forward``, ``optim_ste
 and the next poll carries its result. A call the engine refuses answers its future with
 the sentence and leaves the session as it was. Each ``optim_step`` is also a ``metrics``
 event (``runs metrics``). The worker ends (its run ``SUCCEEDED``) when the client's session
-finishes or after ``extra.idle_seconds`` without a call, saying which.
+finishes or after ``extra.idle_seconds`` without a call, saying which. A sampling
+client's worker (``extra.sampler``, :mod:`akka_optimize.tinker.samplers`) first loads the
+saved adapter it names (if any), answers ``sample`` only, and saves nothing when idle.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ class Calls:
         )
 
     def handle(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Run one call; raises DatumError / EngineError with a sentence."""
+        """Run one call; raises DatumError / EngineError with a sentence (a sampling
+        client's worker answers ``sample`` only)."""
+        if self.spec.extra.get("sampler") and op != "sample":
+            raise DatumError(f"{op}: this is a sampling client; it only samples.")
         return getattr(self, "op_" + op)(body)
 
     def _passes(self, body: dict[str, Any], backward: bool) -> dict[str, Any]:
@@ -98,10 +103,14 @@ class Calls:
         return key, upload_dir(self.store, local, key)
 
     def op_save_weights(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("refused"):
+            raise DatumError(body["refused"])
         key, size = self._upload("weights", body["name"], self.session.save_state)
         return {"key": key, "bytes": size, "step": self.session.step}
 
     def op_save_weights_for_sampler(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("refused"):
+            raise DatumError(body["refused"])
         key, size = self._upload("sampler_weights", body["name"], self.session.save_adapter)
         return {"key": key, "bytes": size, "step": self.session.step}
 
@@ -148,6 +157,11 @@ def serve(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
     calls = Calls(session, spec, store, events, work)
     if spec.extra.get("load"):  # create_training_client_from_state[_with_optimizer]
         calls.op_load_weights(spec.extra["load"])
+    sampler = spec.extra.get("sampler") or {}
+    if sampler.get("key"):  # create_sampling_client(model_path=…): the saved adapter
+        from ..jobs.blobs import download_prefix
+
+        session.load_adapter_weights(download_prefix(store, sampler["key"], work / "sampler"))
     idle_s = float(spec.extra.get("idle_seconds", 1800))
     last = time.monotonic()
     answer: dict[str, Any] = {"ready": {"vocab": session.vocab_size}}
@@ -161,10 +175,14 @@ def serve(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         item = reply.get("item")
         answer = {}
         if item is None:
+            if time.monotonic() - last > idle_s and sampler:  # nothing to save
+                ended = f"no call for {idle_s:g} s (service.tinkerIdleSeconds)"
+                return {"type": "completed", "result": {"ended": ended}}
             if time.monotonic() - last > idle_s:  # save, then release the device
                 saved = calls.op_save_weights({"name": "idle"})
                 ended = f"no call for {idle_s:g} s (service.tinkerIdleSeconds)"
-                return {"type": "completed", "result": {"ended": ended, "stateKey": saved["key"]}}
+                result = {"ended": ended, "stateKey": saved["key"], "bytes": saved["bytes"]}
+                return {"type": "completed", "result": result}
             continue
         last = time.monotonic()
         try:

@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound
 from ...tinker.broker import POLL_SECONDS, Broker, Model, Session, broker_of
 from ...tinker.datums import non_finite
+from ...tinker.kind import ttl_refusal
 from ...tinker.wire import (
     WireError,
     decode_forward_backward,
@@ -237,9 +238,9 @@ def _new_model(
     return {"request_id": fut.request_id, "model_id": model_id}
 
 
-def _model(ctx: Any, p: Principal, model_id: str) -> Model:
+def _model(ctx: Any, p: Principal, model_id: str, sampler_ok: bool = False) -> Model:
     m = broker_of(ctx).model_of(model_id)
-    if m is None or (p.project and m.project != p.project):
+    if m is None or (p.project and m.project != p.project) or (m.sampler and not sampler_ok):
         raise NotFound(f"model_id {model_id!r}: no such training client.", field="model_id")
     return m
 
@@ -309,7 +310,7 @@ def _checkpoint_name(body: dict[str, Any]) -> str:
 async def save_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """``save_state``: the full training state (adapter, AdamW moments, step)."""
     m = _model(ctx, p, str(body.get("model_id")))
-    body["name"] = _checkpoint_name(body)
+    body["name"], body["refused"] = _checkpoint_name(body), ttl_refusal(body.get("ttl_seconds"))
     return _future(broker_of(ctx).submit(m, body.get("seq_id"), "save_weights", body), m)
 
 
@@ -318,8 +319,8 @@ async def save_for_sampler(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, 
     """``save_weights_for_sampler(name)``: the adapter becomes a model version
     ``PROJECT/NAME:vN`` of the client's run."""
     m = _model(ctx, p, str(body.get("model_id")))
-    if body.get("path"):
-        body["name"] = _checkpoint_name(body)
+    if body.get("path"):  # a bad TTL fails in seq_id order (a 400 would leave a gap)
+        body["name"], body["refused"] = _checkpoint_name(body), ttl_refusal(body.get("ttl_seconds"))
         op = "save_weights_for_sampler"
     else:  # save_weights_and_get_sampling_client: a snapshot of the session's weights
         k = _int(body, "sampling_session_seq_id", 0)
@@ -330,18 +331,17 @@ async def save_for_sampler(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, 
 
 @router.post("/asample")
 async def asample(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
-    """``SamplingClient.sample`` on a snapshot a training client took; the future carries
-    one ``sample_sequence_ids`` entry per sample."""
+    """``SamplingClient.sample`` on a snapshot a training client took or on a sampling
+    client's own worker; the future carries one ``sample_sequence_ids`` entry per sample."""
     b = broker_of(ctx)
     sid = str(body.get("sampling_session_id"))
     if sid not in b.samplers:
         raise InvalidRequest(
-            f"sampling_session_id {sid!r}: no such sampling client; the platform samples "
-            "from save_weights_and_get_sampling_client's clients only.",
+            f"sampling_session_id {sid!r}: no such sampling client in this service.",
             field="sampling_session_id",
         )
     model_id, step = b.samplers[sid]
-    m = _model(ctx, p, model_id)
+    m = _model(ctx, p, model_id, sampler_ok=True)
     n = _int(body, "num_samples", 1)
     if not 1 <= n <= 256:
         raise InvalidRequest(f"num_samples is {n}; give 1 to 256.", field="num_samples")

@@ -46,7 +46,9 @@ def _answer_result(ctx: Any, m: Model, item_op: str, answer: dict[str, Any]) -> 
         return {"type": "save_weights_for_sampler", "sampling_session_id": sid}
     if result is None or item_op not in ("save_weights", "save_weights_for_sampler"):
         return result
-    name = answer["name"]
+    from ...tinker.kind import record_checkpoint, register_sampler_weights
+
+    name, ttl = answer["name"], answer.get("ttl")
     with ctx.db.session() as s:
         run = s.get(Run, m.run_id)
         assert run is not None
@@ -54,10 +56,10 @@ def _answer_result(ctx: Any, m: Model, item_op: str, answer: dict[str, Any]) -> 
             saved = dict((run.results or {}).get("tinkerSaves") or {})
             saved[f"weights/{name}"] = result["key"]
             run.results = {**(run.results or {}), "tinkerSaves": saved}
+            record_checkpoint(run, f"weights/{name}", result["key"], result.get("bytes"), ttl)
             return {"type": "save_weights", "path": f"tinker://{m.model_id}/weights/{name}"}
-        from ...tinker.kind import register_sampler_weights
-
         pinned = register_sampler_weights(ctx, s, run, name, result["key"], result["step"])
+        record_checkpoint(run, f"sampler_weights/{name}", result["key"], result.get("bytes"), ttl)
     return {
         "type": "save_weights_for_sampler",
         "path": f"tinker://{m.model_id}/sampler_weights/{name}",
@@ -78,6 +80,7 @@ async def _take_answer(ctx: Any, b: Broker, m: Model, answer: dict[str, Any]) ->
     try:
         answer["name"] = item["body"].get("name")
         answer["sampling_session_id"] = item["body"].get("sampling_session_id")
+        answer["ttl"] = item["body"].get("ttl_seconds")
         result = await run_in_threadpool(_answer_result, ctx, m, item["op"], answer)
         b.finish_item(m, rid, result, answer.get("error"))
     except Exception as exc:  # registration failed: the future says so
