@@ -166,6 +166,11 @@ REFUSED_WRITES: dict[tuple[str, str], list[dict]] = {
     ],
     ("POST", "/v1/training/pipelines/{pipeline_id}/cancel"): [{}],
     ("POST", "/v1/training/pipelines/{pipeline_id}/resume"): [{}],
+    ("POST", "/v1/training/recipes"): [
+        {"json": {"project": "p", "recipe": {"schema_version": "9.9.9"}}},
+        {"json": {"project": "p", "recipe": []}},
+    ],
+    ("POST", "/v1/training/recipes/claim"): [{"json": {"accepts": "everything"}}],
 }
 
 

@@ -38,9 +38,11 @@ def _browser_missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
-    """A headless Chromium browser (session-wide)."""
+    """A headless Chromium browser for one test module. Not session-wide: Playwright's
+    sync API keeps an asyncio loop running on the main thread while it is open, and a
+    later module of the same worker that calls ``asyncio.run`` would fail."""
     missing = _browser_missing()
     if missing:
         if os.environ.get("CI") == "true":

@@ -86,6 +86,8 @@ RAW_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/registry/models/{namespace}/{name}"): _UPLOAD,
     ("post", "/v1/registry/images"): _UPLOAD,
     ("post", "/v1/training/data/preview"): _JSON_OBJECT,
+    ("post", "/v1/training/recipes"): _JSON_OBJECT,
+    ("post", "/v1/training/recipes/claim"): _JSON_OBJECT,
     ("post", "/v1/training/endpoints/{endpoint_id}/openai/v1/chat/completions"): _JSON_OBJECT,
 }
 
