@@ -31,6 +31,7 @@ AREAS = [
     "service",
     "ui",
     "minifield",
+    "tinker",
 ]
 OUT = Path("bench-results")
 
