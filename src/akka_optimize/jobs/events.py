@@ -72,9 +72,17 @@ def apply_event(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, A
         if ev.get("code") == "unrecorded_save":  # jobs/training.py: a save that was not stored
             lost = sorted({*(run.results.get("unrecordedSaves") or []), int(ev["step"])})
             run.results = {**run.results, "unrecordedSaves": lost}
+    elif kind == "failed" and ev.get("rank"):  # a rank other than 0: rank 0 or the reaper ends it
+        if rank_reason(run, att) is None:
+            first = {"attempt": att.number, "reason": str(ev.get("reason") or "")[:2000]}
+            run.results = {**(run.results or {}), "rankFailure": first}
+            run.failure_detail = ev.get("detail")
     elif kind == "failed":
-        end_attempt(run, att, S.FAILED, ev.get("reason") or "The worker failed without a reason.")
-        run.failure_detail = ev.get("detail")
+        reason = ev.get("reason") or "The worker failed without a reason."
+        cause = rank_reason(run, att) if reason.startswith(GENERIC_FAILURE) else None
+        if cause is None:  # else the failing rank's detail stays
+            run.failure_detail = ev.get("detail")
+        end_attempt(run, att, S.FAILED, cause or reason)
     elif kind == "paused":
         end_attempt(run, att, S.PAUSED)
         run.finished_at = None
@@ -86,6 +94,23 @@ def apply_event(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, A
             log.warning("run %s: ignored an event of unknown type %r", run.id, kind)
             return
         handler(ctx, s, run, att, ev)
+
+
+GENERIC_FAILURE = "The worker failed: "
+"""How :func:`akka_optimize.worker_events.failure_sentence` begins for an error that is not
+one of the platform's own (on rank 0 of a run on several devices, typically the collective
+that broke when another rank failed)."""
+
+
+def rank_reason(run: Run, att: RunAttempt) -> str | None:
+    """The sentence a rank other than 0 of attempt ``att`` reported when it failed ("Rank 1
+    of 2: …"), or None. Rank 0's own failure sentence wins over it unless that one is
+    generic (:data:`GENERIC_FAILURE`: the collective that broke when the other rank went);
+    the reaper uses it when the workers exit without a final event."""
+    got = (run.results or {}).get("rankFailure")
+    if isinstance(got, dict) and got.get("attempt") == att.number:
+        return str(got.get("reason") or "") or None
+    return None
 
 
 def _kind_handler(run: Run, event_type: str) -> Any:

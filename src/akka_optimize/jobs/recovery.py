@@ -17,6 +17,7 @@ from ..db.base import utcnow
 from ..db.models.jobs import Run, RunAttempt
 from . import states as S
 from .address import UNREACHABLE_EXIT, gave_up_after, unreachable_sentence
+from .events import rank_reason
 from .executor import Executor
 from .records import finish
 
@@ -54,6 +55,7 @@ def reap_dead_workers(s: Session, executor: Executor, store: Any = None) -> None
                 run,
                 S.FAILED if run.control != "cancel" else S.CANCELLED,
                 (told(code) if told else None)
+                or rank_reason(run, att)  # a rank's own sentence
                 or (
                     unreachable_sentence(window)
                     if code == UNREACHABLE_EXIT
@@ -61,7 +63,7 @@ def reap_dead_workers(s: Session, executor: Executor, store: Any = None) -> None
                     f"reporting why{_resume_hint(run)}."
                 ),
             )
-            run.failure_detail = _tail(att.log_path)
+            run.failure_detail = _tail(att.log_path) or run.failure_detail
 
 
 def _how(code: int | None) -> str:

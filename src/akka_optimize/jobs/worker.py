@@ -121,17 +121,19 @@ RANK_RETRY_S = 30.0
 def _rank_failed(
     spec: JobSpec, store: BlobStore, rank: int, exc: BaseException, detail: str
 ) -> int:
-    """A rank other than 0 failed: it sends the ``failed`` event itself, its sentence
-    naming the rank, so the run shows why (rank 0 only sees the others go; whichever
-    ``failed`` arrives first ends the attempt and the service ignores later ones). A
-    service it cannot reach within :data:`RANK_RETRY_S` leaves the sentence in its log.
-    Returns the exit code, 1."""
+    """A rank other than 0 failed: it sends a ``failed`` event marked with its rank, its
+    sentence naming the rank. The service keeps it without ending the attempt: rank 0's
+    own failure ends it (its sentence wins unless it is a generic one, such as a broken
+    collective: :func:`akka_optimize.jobs.events.rank_failure_first`), or the reaper does,
+    with the rank's sentence, when the workers exit without a final event. A service it
+    cannot reach within :data:`RANK_RETRY_S` leaves the sentence in its log. Returns the
+    exit code, 1."""
     world = os.environ.get("WORLD_SIZE", "?")
     reason = f"Rank {rank} of {world}: {failure_sentence(exc)}"
     events = EventClient(spec, store)
     events.retry_s = min(events.retry_s, RANK_RETRY_S)
     try:
-        events.send({"type": "failed", "reason": reason, "detail": detail[-20000:]})
+        events.send({"type": "failed", "rank": rank, "reason": reason, "detail": detail[-20000:]})
     except ServiceUnreachable as gone:
         print(f"worker rank {rank}: {gone}", file=sys.stderr, flush=True)
     return 1
