@@ -12,25 +12,16 @@ and clip explicitly. The two registered adapters agree within 1e-5 in every tens
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tinker_kit import TINY, tinker_key
 
-from helpers import BIN, LiveService, base_env, free_port, gsm8k_rows
+from helpers import LiveService, free_port, gsm8k_rows
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
-
-TINY = "akka-optimize/tiny-smollm2"
-
-
-def _key(svc: LiveService) -> str:
-    args = [str(BIN / "akka-optimize"), "server", "token", "create", "--project", "demo"]
-    env = base_env(svc.home, svc.config_dir)
-    out = subprocess.run(args + ["--tinker"], env=env, capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
 
 
 def _plan(path: Path) -> Path:
@@ -89,7 +80,7 @@ def test_an_sdk_loop_reaches_the_plan_driven_adapter(tmp_path: Path) -> None:
         total = total_updates(cfg, len(examples))
         assert total == 4 and not cfg.dynamic_batches and cfg.lora_dropout == 0
 
-        client = tinker.ServiceClient(base_url=svc.url, api_key=_key(svc))
+        client = tinker.ServiceClient(base_url=svc.url, api_key=tinker_key(svc, "demo"))
         trainer = client.create_lora_training_client(TINY, rank=4, seed=7, train_unembed=False)
         trainer = trainer.result() if hasattr(trainer, "result") else trainer
         for update in range(1, total + 1):

@@ -14,20 +14,16 @@ deletes one, and refuses publishing.
 from __future__ import annotations
 
 import math
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-
-from helpers import BIN, LiveService, base_env, free_port
+from tinker_kit import TINY, created, tinker_service
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
-
-TINY = "akka-optimize/tiny-smollm2"
 
 PROMPT = "Question: what is two plus two? Answer:"
 TARGET = " zebra zebra zebra zebra zebra zebra"
@@ -37,14 +33,8 @@ GREEDY = types.SamplingParams(max_tokens=6, temperature=0.0)
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("tinker-sampling")
-    svc = LiveService(home=tmp / "home", config_dir=tmp / "config", port=free_port()).start()
-    try:
-        for name in ("demo", "other"):
-            svc.cli("training", "projects", "create", name, check=True)
-        svc.cli("training", "base-models", "select", TINY, "--wait", check=True)
-        yield {"svc": svc, "keys": {p: _key(svc, p) for p in ("demo", "other")}}
-    finally:
-        svc.stop()
+    with tinker_service(tmp) as (svc, keys):
+        yield {"svc": svc, "keys": keys}
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +42,6 @@ def tokenizer(tiny_model_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-def _key(svc: LiveService, project: str) -> str:
-    args = [str(BIN / "akka-optimize"), "server", "token", "create", "--project", project]
-    env = base_env(svc.home, svc.config_dir)
-    out = subprocess.run(args + ["--tinker"], env=env, capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
-
-
-def _created(made: Any) -> Any:
-    """The client a 0.38 ``create_*`` call returns (a future of it, or it)."""
-    return made.result() if hasattr(made, "result") else made
 
 
 def _fails(call: Any, *words: str) -> str:
@@ -91,9 +69,9 @@ def _greedy(sampler: Any, prompt: list[int]) -> Any:
 
 def test_a_trained_client_changes_its_greedy_answer_and_saves(world: Any, tokenizer: Any) -> None:
     client = _client(world)
-    trainer = _created(client.create_lora_training_client(base_model=TINY, rank=4, seed=3))
+    trainer = created(client.create_lora_training_client(base_model=TINY, rank=4, seed=3))
     prompt = tokenizer.encode(PROMPT)
-    before = _greedy(_created(trainer.save_weights_and_get_sampling_client()), prompt)
+    before = _greedy(created(trainer.save_weights_and_get_sampling_client()), prompt)
     ids = prompt + tokenizer.encode(TARGET)
     weights = [0.0] * (len(prompt) - 1) + [1.0] * (len(ids) - len(prompt))
     datum = types.Datum(
@@ -103,7 +81,7 @@ def test_a_trained_client_changes_its_greedy_answer_and_saves(world: Any, tokeni
     for _ in range(8):
         trainer.forward_backward([datum], "cross_entropy").result()
         trainer.optim_step(types.AdamParams(learning_rate=5e-2)).result()
-    after = _greedy(_created(trainer.save_weights_and_get_sampling_client()), prompt)
+    after = _greedy(created(trainer.save_weights_and_get_sampling_client()), prompt)
     assert after.tokens != before.tokens, (before.tokens, after.tokens)
     path = trainer.save_weights_for_sampler("zebra").result().path
     assert path == f"tinker://{trainer.model_id}/sampler_weights/zebra"

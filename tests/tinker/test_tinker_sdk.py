@@ -17,13 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
+from tinker_kit import TINY, created, tinker_service
 
-from helpers import BIN, LiveService, base_env, free_port
+from helpers import BIN, LiveService, base_env
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
-
-TINY = "akka-optimize/tiny-smollm2"
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -33,39 +32,20 @@ TEXTS = [
 ]
 
 
-def _created(made: Any) -> Any:
-    """The TrainingClient of ``create_lora_training_client`` (0.38 returns a future of it)."""
-    return made.result() if hasattr(made, "result") else made
-
-
 def _tinker_run(svc: LiveService) -> dict[str, Any]:
     runs = svc.api("GET", "/v1/training/runs", params={"project": "demo"}).json()["runs"]
     return next(r for r in runs if r["method"] == "tinker")
 
 
-def _key(svc: LiveService, project: str) -> str:
-    args = [str(BIN / "akka-optimize"), "server", "token", "create", "--project", project]
-    env = base_env(svc.home, svc.config_dir)
-    out = subprocess.run(args + ["--tinker"], env=env, capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1]
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("tinker")
-    svc = LiveService(home=tmp / "home", config_dir=tmp / "config", port=free_port()).start()
-    try:
-        for name in ("demo", "other"):
-            svc.cli("training", "projects", "create", name, check=True)
-        svc.cli("training", "base-models", "select", TINY, "--wait", check=True)
-        keys = {p: _key(svc, p) for p in ("demo", "other")}
+    with tinker_service(tmp) as (svc, keys):
         client = tinker.ServiceClient(base_url=svc.url, api_key=keys["demo"])
         caps = tinker.RestClient(base_url=svc.url, api_key=keys["demo"])
         models = caps.get_server_capabilities().result().supported_models
-        trainer = _created(client.create_lora_training_client(base_model=TINY, rank=4, seed=3))
+        trainer = created(client.create_lora_training_client(base_model=TINY, rank=4, seed=3))
         yield {"svc": svc, "keys": keys, "client": client, "trainer": trainer, "models": models}
-    finally:
-        svc.stop()
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +176,7 @@ def test_rl_loop_samples_the_saved_weights(world: Any, tokenizer: Any) -> None:
     params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=5)
     old = None
     for _ in range(2):  # rl_loop.py: save → sampling client → sample → advantages → update
-        sampler = _created(trainer.save_weights_and_get_sampling_client())
+        sampler = created(trainer.save_weights_and_get_sampling_client())
         if old is not None:  # a client of replaced weights says so instead of sampling them
             stale = lambda o=old: o.sample(types.ModelInput.from_ints(prompt), 1, params).result()  # noqa: E731
             _fails(stale, "save_weights_and_get_sampling_client again")
@@ -286,14 +266,12 @@ def test_bad_inputs_name_the_field_and_the_run_goes_on(world: Any, tokenizer: An
     other = tinker.ServiceClient(base_url=world["svc"].url, api_key=world["keys"]["other"])
     unselected = "HuggingFaceTB/SmolLM2-135M-Instruct"
     _fails(
-        lambda: _created(other.create_lora_training_client(base_model=unselected, rank=4)),
+        lambda: created(other.create_lora_training_client(base_model=unselected, rank=4)),
         "base_model",
         "not selected",
     )
     wrong = tinker.ServiceClient(base_url=world["svc"].url, api_key="tml-not-a-key")
-    _fails(
-        lambda: _created(wrong.create_lora_training_client(base_model=TINY, rank=4)), "not known"
-    )
+    _fails(lambda: created(wrong.create_lora_training_client(base_model=TINY, rank=4)), "not known")
     r = httpx.post(  # another project's key does not reach this client
         world["svc"].url + "/api/v1/get_info",
         json={"model_id": trainer.model_id, "type": "get_info"},
@@ -317,7 +295,7 @@ def test_bad_inputs_name_the_field_and_the_run_goes_on(world: Any, tokenizer: An
 def test_a_client_from_the_state_continues_bitwise(world: Any) -> None:
     client = tinker.ServiceClient(base_url=world["svc"].url, api_key=world["keys"]["demo"])
     made = client.create_training_client_from_state_with_optimizer(world["state"])
-    again = _step_then_forward(_created(made), world["batch"])
+    again = _step_then_forward(created(made), world["batch"])
     assert again == world["after"]  # the same update from the same state, to the bit
     client.close("success").result()
 
@@ -333,7 +311,7 @@ def test_an_idle_client_saves_its_state_and_ends(world: Any, tokenizer: Any) -> 
     (svc.home / "deployment.yaml").write_text(yaml.safe_dump(raw))
     try:
         client = tinker.ServiceClient(base_url=svc.url, api_key=world["keys"]["demo"])
-        trainer = _created(client.create_lora_training_client(base_model=TINY, rank=4))
+        trainer = created(client.create_lora_training_client(base_model=TINY, rank=4))
         trainer.forward(world["batch"], "cross_entropy").result()
         runs = svc.api("GET", "/v1/training/runs", params={"project": "demo"}).json()["runs"]
         run = next(r for r in runs if r["method"] == "tinker" and r["state"] == "RUNNING")
@@ -346,7 +324,7 @@ def test_an_idle_client_saves_its_state_and_ends(world: Any, tokenizer: Any) -> 
     assert run["state"] == "SUCCEEDED", run
     path = f"tinker://{trainer.model_id}/weights/idle"
     assert path in run["results"]["ended"] and "tinkerIdleSeconds" in run["results"]["ended"]
-    again = _created(client.create_training_client_from_state(path))  # it goes on from there
+    again = created(client.create_training_client_from_state(path))  # it goes on from there
     assert again.forward(world["batch"], "cross_entropy").result().loss_fn_outputs
     client.close("success").result()
 
@@ -358,9 +336,9 @@ def test_an_admin_key_names_its_project(world: Any) -> None:
     admin = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
     key = admin.stdout.strip().splitlines()[-1]
     nowhere = tinker.ServiceClient(base_url=svc.url, api_key=key)
-    _fails(lambda: _created(nowhere.create_lora_training_client(TINY, rank=4)), "project_id")
+    _fails(lambda: created(nowhere.create_lora_training_client(TINY, rank=4)), "project_id")
     client = tinker.ServiceClient(base_url=svc.url, api_key=key, project_id="other")
-    trainer = _created(client.create_lora_training_client(TINY, rank=4))
+    trainer = created(client.create_lora_training_client(TINY, rank=4))
     runs = svc.api("GET", "/v1/training/runs", params={"project": "other"}).json()["runs"]
     assert [r["method"] for r in runs] == ["tinker"]
     assert trainer.model_id

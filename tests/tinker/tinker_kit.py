@@ -1,0 +1,43 @@
+"""Shared by the Tinker SDK tests: the tiny base model, ``tml-`` keys, and a live service
+with projects ``demo`` and ``other`` and the tiny model selected."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from helpers import BIN, LiveService, base_env, free_port
+
+TINY = "akka-optimize/tiny-smollm2"
+PROJECTS = ("demo", "other")
+
+
+def tinker_key(svc: LiveService, project: str) -> str:
+    """A new ``tml-`` key acting in ``project`` (``server token create --tinker``)."""
+    args = [str(BIN / "akka-optimize"), "server", "token", "create", "--project", project]
+    env = base_env(svc.home, svc.config_dir)
+    out = subprocess.run(args + ["--tinker"], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def created(made: Any) -> Any:
+    """The client a 0.38 ``create_*`` call returns (a future of it, or it)."""
+    return made.result() if hasattr(made, "result") else made
+
+
+@contextmanager
+def tinker_service(folder: Path) -> Iterator[tuple[LiveService, dict[str, str]]]:
+    """A live service homed in ``folder`` with :data:`PROJECTS` created, :data:`TINY`
+    selected and READY, and a key per project; stopped on exit."""
+    svc = LiveService(home=folder / "home", config_dir=folder / "config", port=free_port())
+    svc.start()
+    try:
+        for name in PROJECTS:
+            svc.cli("training", "projects", "create", name, check=True)
+        svc.cli("training", "base-models", "select", TINY, "--wait", check=True)
+        yield svc, {p: tinker_key(svc, p) for p in PROJECTS}
+    finally:
+        svc.stop()
