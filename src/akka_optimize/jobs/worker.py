@@ -124,7 +124,7 @@ def _rank_failed(
     """A rank other than 0 failed: it sends a ``failed`` event marked with its rank, its
     sentence naming the rank. The service keeps it without ending the attempt: rank 0's
     own failure ends it (its sentence wins unless it is a generic one, such as a broken
-    collective: :func:`akka_optimize.jobs.events.rank_failure_first`), or the reaper does,
+    collective: :func:`akka_optimize.jobs.events.rank_reason`), or the reaper does,
     with the rank's sentence, when the workers exit without a final event. A service it
     cannot reach within :data:`RANK_RETRY_S` leaves the sentence in its log. Returns the
     exit code, 1."""
