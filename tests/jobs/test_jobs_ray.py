@@ -34,7 +34,13 @@ def ray_head() -> Iterator[str]:
     """A one-node Ray cluster on a loopback port; yields its address."""
     port = free_port()
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # A node gives up on a silent control store after this many seconds (Ray's default 60):
+    # the outage test's worker then ends with its node rather than a minute later.
+    env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_gcs_rpc_server_reconnect_timeout_s": "8",
+    }
     cmd = [str(BIN / "ray"), "start", "--head", "--port", str(port), "--num-cpus", "2",
            "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp,
            "--node-ip-address", "127.0.0.1",

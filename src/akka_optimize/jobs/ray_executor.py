@@ -14,8 +14,10 @@ earlier service process launched.
 
 The service never imports Ray: a Ray driver whose cluster stops answering blocks and then
 ends its own process. All Ray calls go through one bridge process
-(:mod:`akka_optimize.jobs.ray_bridge`), each answer awaited at most ``CALL_TIMEOUT_S``;
-a bridge that does not answer is killed and started again on a later call.
+(:mod:`akka_optimize.jobs.ray_bridge`), each answer awaited at most ``CALL_TIMEOUT_S``
+(a launch) or ``executor.outageSeconds`` if shorter (every other call); a bridge that does
+not answer is killed and started again on a later call, its connect bounded by what is left
+of the outage. The outage counts from when the first unanswered call was sent.
 
 - ``alive`` asks whether the actor's worker still runs. An actor that is gone (killed, or
   its node lost) is a worker that has ended, with no exit code: recovery fails the run with
@@ -72,7 +74,7 @@ class ClusterUnreachable(Exception):
 class _BridgeProcess:
     """The bridge subprocess with a reader thread, so every answer has a deadline."""
 
-    def __init__(self, settings: ExecutorSettings) -> None:
+    def __init__(self, settings: ExecutorSettings, connect_timeout: float) -> None:
         arg = json.dumps(
             {
                 "address": settings.address,
@@ -93,7 +95,7 @@ class _BridgeProcess:
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, name="ray-bridge-reader", daemon=True).start()
-        if self._next(CONNECT_TIMEOUT_S) != "ready":
+        if self._next(connect_timeout) != "ready":
             self.stop()
             raise ClusterUnreachable(f"the bridge could not connect to {settings.address}")
 
@@ -109,16 +111,16 @@ class _BridgeProcess:
         except queue.Empty:
             return None
 
-    def call(self, request: dict[str, Any]) -> dict[str, Any]:
+    def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise ClusterUnreachable("the bridge has exited") from exc
-        line = self._next(CALL_TIMEOUT_S)
+        line = self._next(timeout)
         if line is None:
-            raise ClusterUnreachable(f"no answer to {request['op']} in {CALL_TIMEOUT_S:g} s")
+            raise ClusterUnreachable(f"no answer to {request['op']} in {timeout:g} s")
         return json.loads(line)
 
     def stop(self) -> None:
@@ -148,15 +150,28 @@ class RayExecutor:
         self.unreachable_since: float | None = None
         """``time.monotonic()`` of the first unanswered call of the current outage."""
 
+    def _wait(self, usual: float) -> float:
+        """How long the next connect or answer may take, in seconds: ``usual``, but during an
+        outage no longer than what is left of ``executor.outageSeconds`` (at least
+        ``RETRY_AFTER_S``), so an outage ends when it is due rather than one connect later."""
+        if self.unreachable_since is None:
+            return usual
+        left = self.settings.outageSeconds - (time.monotonic() - self.unreachable_since)
+        return min(usual, max(RETRY_AFTER_S, left))
+
     def _call(self, op: str, **args: Any) -> dict[str, Any]:
         """One request to the bridge (started on demand). Raises ClusterUnreachable."""
         with self._lock:
+            sent = time.monotonic()
             try:
                 if self._bridge is None:
                     if time.monotonic() - self._failed_at < RETRY_AFTER_S:
                         raise ClusterUnreachable("the cluster did not answer moments ago")
-                    self._bridge = _BridgeProcess(self.settings)
-                answer = self._bridge.call({"op": op, **args})
+                    self._bridge = _BridgeProcess(self.settings, self._wait(CONNECT_TIMEOUT_S))
+                usual = CALL_TIMEOUT_S
+                if op != "launch":  # a launch starts a process; the rest answer at once
+                    usual = min(usual, self.settings.outageSeconds)
+                answer = self._bridge.call({"op": op, **args}, self._wait(usual))
                 if answer.get("unreachable"):
                     raise ClusterUnreachable(str(answer.get("error")))
             except ClusterUnreachable:
@@ -165,7 +180,7 @@ class RayExecutor:
                     self._bridge = None
                 self._failed_at = time.monotonic()
                 if self.unreachable_since is None:
-                    self.unreachable_since = self._failed_at
+                    self.unreachable_since = sent  # unanswered since it was sent
                 raise
             self.unreachable_since = None
         if not answer.get("ok"):
