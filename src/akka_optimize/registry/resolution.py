@@ -47,7 +47,7 @@ def resolve_ref(s: Session, kind: str, ref: Ref, *, field: str = "ref") -> Resol
         if a is None:
             raise NotFound(f"{label} {ref.repo} has no alias {ref.alias}.", field=field)
         q = q.where(RegistryVersion.id == a.version_id)
-    v = s.scalars(q.order_by(RegistryVersion.version.desc())).first()
+    v = s.scalars(q.order_by(RegistryVersion.version.desc()).limit(1)).first()
     if v is None:
         raise NotFound(
             f"{label} {ref.repo} has no version {ref.selector}; {_versions_phrase(s, n)}.",
@@ -126,6 +126,7 @@ def list_names(session: Session, kind: str, namespace: str | None = None) -> lis
             select(RegistryVersion)
             .where(RegistryVersion.name_id == n.id)
             .order_by(RegistryVersion.version.desc())
+            .limit(1)
         ).first()
         if v is None:
             continue
