@@ -78,6 +78,21 @@ def tiny_model_dir(smollm2_tokenizer_dir: Path) -> Path:
     return _cached("tiny-smollm2", lambda d: build_tiny_model(smollm2_tokenizer_dir, d))
 
 
+@pytest.fixture(scope="module")
+def shared_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveService]:
+    """One started service for the tests of a module that need no fresh home (issue 28
+    item 5: a start costs about 2 s): they only read, or write under names no other test of
+    the module uses, and change nothing the others read (deployment file, saved login)."""
+    tmp = tmp_path_factory.mktemp("shared")
+    svc = LiveService(home=tmp / "home", config_dir=tmp / "config", port=free_port())
+    svc.start()
+    try:
+        yield svc
+    finally:
+        (svc.home / "test-hold").unlink(missing_ok=True)
+        svc.stop()
+
+
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[LiveService]:
     """A started service with its own home and an issued token."""

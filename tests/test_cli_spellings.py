@@ -156,36 +156,36 @@ def test_a_missing_command_is_reported() -> None:
     ],
 )
 def test_removed_commands_name_their_replacement(
-    service: LiveService, args: tuple[str, ...], replacement: str
+    shared_service: LiveService, args: tuple[str, ...], replacement: str
 ) -> None:
     for prog, shown in (("akka-optimize", "akka-optimize"), ("akka", "akka optimize")):
-        out = service.cli(*args, prog=prog)
+        out = shared_service.cli(*args, prog=prog)
         assert out.returncode == 2, out.stderr
         assert f"`{shown} {replacement}" in out.stderr
         tokens = _words(f"{shown} {replacement}")
         assert tokens is not None and _missing(app, tokens) is None
 
 
-def test_workload_flag_names_project(service: LiveService) -> None:
-    out = service.cli("training", "runs", "list", "--workload", "demo")
+def test_workload_flag_names_project(shared_service: LiveService) -> None:
+    out = shared_service.cli("training", "runs", "list", "--workload", "demo")
     assert out.returncode == 2 and "--workload was renamed --project" in out.stderr
 
 
-def _run(service: LiveService, argv: list[str]) -> subprocess.CompletedProcess:
+def _run(svc: LiveService, argv: list[str]) -> subprocess.CompletedProcess:
     cmd = [str(BIN / argv[0]), *argv[1:]]
-    return subprocess.run(cmd, env=service.env(), capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, env=svc.env(), capture_output=True, text=True, timeout=120)
 
 
-def test_akka_training_and_registry_reach_the_same_commands(service: LiveService) -> None:
+def test_akka_training_and_registry_reach_the_same_commands(shared_service: LiveService) -> None:
     """``akka training …`` (0.8 examples) works, and its hints say ``akka``."""
-    service.cli("training", "projects", "create", "demo", check=True)
+    shared_service.cli("training", "projects", "create", "demo", check=True)
     for cmd in (["akka", "optimize"], ["akka"], ["akka-optimize"]):
-        out = _run(service, cmd + ["training", "projects", "list", "-o", "json"])
+        out = _run(shared_service, cmd + ["training", "projects", "list", "-o", "json"])
         assert out.returncode == 0 and '"demo"' in out.stdout, (cmd, out.stderr)
-        out = _run(service, cmd + ["registry", "models", "list", "-o", "json"])
+        out = _run(shared_service, cmd + ["registry", "models", "list", "-o", "json"])
         assert out.returncode == 0, (cmd, out.stderr)
-    out = _run(service, ["akka", "training", "runs", "start", "-f", "/nonexistent.json"])
+    out = _run(shared_service, ["akka", "training", "runs", "start", "-f", "/nonexistent.json"])
     assert out.returncode != 0 and "akka optimize" not in out.stderr
-    out = _run(service, ["akka", "training", "base-models", "select", "nobody/none"])
+    out = _run(shared_service, ["akka", "training", "base-models", "select", "nobody/none"])
     assert out.returncode == 1
     assert "akka training base-models list --all" in out.stderr, out.stderr

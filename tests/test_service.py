@@ -13,29 +13,31 @@ from helpers import BIN, LiveService, base_env, free_port
 from pg import postgres_server
 
 
-def test_healthz_needs_no_token(service: LiveService) -> None:
-    r = httpx.get(service.url + "/healthz")
+def test_healthz_needs_no_token(shared_service: LiveService) -> None:
+    r = httpx.get(shared_service.url + "/healthz")
     assert r.status_code == 200 and r.json() == {"status": "ok"}
 
 
-def test_routes_without_token_get_401_with_a_sentence(service: LiveService) -> None:
-    r = httpx.get(service.url + "/v1/training/info")
+def test_routes_without_token_get_401_with_a_sentence(shared_service: LiveService) -> None:
+    r = httpx.get(shared_service.url + "/v1/training/info")
     assert r.status_code == 401
     err = r.json()["error"]
     assert err["code"] == "unauthorized"
     assert "bearer token" in err["message"]
-    r = httpx.get(service.url + "/v1/training/info", headers={"Authorization": "Bearer ak_nope"})
+    r = httpx.get(
+        shared_service.url + "/v1/training/info", headers={"Authorization": "Bearer ak_nope"}
+    )
     assert r.status_code == 401 and "not known" in r.json()["error"]["message"]
 
 
-def test_unknown_route_answers_the_error_shape(service: LiveService) -> None:
-    r = service.api("GET", "/v1/nothing/here")
+def test_unknown_route_answers_the_error_shape(shared_service: LiveService) -> None:
+    r = shared_service.api("GET", "/v1/nothing/here")
     assert r.status_code == 404
     assert set(r.json()["error"]) >= {"code", "message", "field"}
 
 
-def test_training_info_reports_stores_and_start(service: LiveService) -> None:
-    out = service.cli("training", "info", "-o", "json", check=True)
+def test_training_info_reports_stores_and_start(shared_service: LiveService) -> None:
+    out = shared_service.cli("training", "info", "-o", "json", check=True)
     info = json.loads(out.stdout)
     assert info["startedCompletely"] is True
     if cluster_stores.enabled():  # the second pass (tests/cluster_stores.py)
@@ -47,19 +49,21 @@ def test_training_info_reports_stores_and_start(service: LiveService) -> None:
     assert info["version"]
 
 
-def test_both_commands_agree_and_name_themselves(service: LiveService) -> None:
-    a = json.loads(service.cli("training", "info", "-o", "json", check=True).stdout)
-    b = json.loads(service.cli("training", "info", "-o", "json", prog="akka", check=True).stdout)
+def test_both_commands_agree_and_name_themselves(shared_service: LiveService) -> None:
+    a = json.loads(shared_service.cli("training", "info", "-o", "json", check=True).stdout)
+    b = json.loads(
+        shared_service.cli("training", "info", "-o", "json", prog="akka", check=True).stdout
+    )
     assert a == b
-    help_a = service.cli("training", "info", "--help", check=True).stdout
-    help_b = service.cli("training", "info", "--help", prog="akka", check=True).stdout
+    help_a = shared_service.cli("training", "info", "--help", check=True).stdout
+    help_b = shared_service.cli("training", "info", "--help", prog="akka", check=True).stdout
     assert "akka-optimize training info" in help_a
     assert "akka optimize training info" in help_b
     assert "akka-optimize" not in help_b
 
 
-def test_bad_output_format_is_a_usage_error(service: LiveService) -> None:
-    out = service.cli("training", "info", "-o", "yaml")
+def test_bad_output_format_is_a_usage_error(shared_service: LiveService) -> None:
+    out = shared_service.cli("training", "info", "-o", "yaml")
     assert out.returncode == 2
     assert "text, json or wide" in out.stderr
     assert "Traceback" not in out.stderr
@@ -89,13 +93,15 @@ def test_info_exits_non_zero_until_started(tmp_path) -> None:
         svc.stop()
 
 
-def test_issued_token_is_needed_and_login_saves_it(service: LiveService) -> None:
-    env = service.env()
+def test_issued_token_is_needed_and_login_saves_it(shared_service: LiveService, tmp_path) -> None:
+    env = shared_service.env(AKKA_OPTIMIZE_CONFIG=str(tmp_path / "config"))  # its own login
     env.pop("AKKA_OPTIMIZE_TOKEN")
-    out = service.cli("training", "info", env=env)
+    out = shared_service.cli("training", "info", env=env)
     assert out.returncode == 1 and "login" in out.stderr and "Traceback" not in out.stderr
-    service.cli("login", "--token", service.token, "--url", service.url, env=env, check=True)
-    assert service.cli("training", "info", env=env).returncode == 0
+    shared_service.cli(
+        "login", "--token", shared_service.token, "--url", shared_service.url, env=env, check=True
+    )
+    assert shared_service.cli("training", "info", env=env).returncode == 0
 
 
 def test_dev_token_is_minted_for_localhost_9001_only(tmp_path, monkeypatch) -> None:
@@ -130,22 +136,30 @@ def test_a_saved_login_serves_the_local_trainer_when_no_dev_secret_is_found(
     assert resolve_token("http://localhost:9001") == mint_dev_token(secret)
 
 
-def test_no_token_error_names_the_home_and_the_ways_in(service: LiveService, tmp_path) -> None:
-    env = service.env(AKKA_OPTIMIZE_HOME=str(tmp_path / "not-the-server"))
+def test_no_token_error_names_the_home_and_the_ways_in(
+    shared_service: LiveService, tmp_path
+) -> None:
+    env = shared_service.env(AKKA_OPTIMIZE_HOME=str(tmp_path / "not-the-server"))
     env.pop("AKKA_OPTIMIZE_TOKEN")
-    out = service.cli("training", "info", env=env)
+    out = shared_service.cli("training", "info", env=env)
     assert out.returncode == 1
     assert "has no token" in out.stderr and "login --token TOKEN" in out.stderr
     assert out.stderr.count("login --token") == 1
 
 
-def test_service_accepts_dev_token_of_its_own_home_only(service: LiveService, tmp_path) -> None:
+def test_service_accepts_dev_token_of_its_own_home_only(
+    shared_service: LiveService, tmp_path
+) -> None:
     from akka_optimize.devtoken import ensure_dev_secret, mint_dev_token
 
-    good = mint_dev_token(ensure_dev_secret(service.home))
+    good = mint_dev_token(ensure_dev_secret(shared_service.home))
     other = mint_dev_token(ensure_dev_secret(tmp_path / "other"))
-    ok = httpx.get(service.url + "/v1/training/info", headers={"Authorization": f"Bearer {good}"})
-    bad = httpx.get(service.url + "/v1/training/info", headers={"Authorization": f"Bearer {other}"})
+    ok = httpx.get(
+        shared_service.url + "/v1/training/info", headers={"Authorization": f"Bearer {good}"}
+    )
+    bad = httpx.get(
+        shared_service.url + "/v1/training/info", headers={"Authorization": f"Bearer {other}"}
+    )
     assert ok.status_code == 200 and bad.status_code == 401
 
 
@@ -254,7 +268,7 @@ def test_every_help_example_names_the_command_as_run(tmp_path) -> None:
 
 
 @pytest.mark.local_stores
-def test_a_worker_token_reaches_only_its_own_runs_events(service: LiveService) -> None:
+def test_a_worker_token_reaches_only_its_own_runs_events(shared_service: LiveService) -> None:
     # The scheduler issues attempt tokens itself (`server token create` issues only tokens
     # of existing projects), so this one is stored the way the scheduler stores them.
     import uuid
@@ -264,23 +278,23 @@ def test_a_worker_token_reaches_only_its_own_runs_events(service: LiveService) -
     from akka_optimize.service.auth import hash_token
 
     worker = "ak_worker-token-of-abc123"
-    db = Database(f"sqlite:///{service.home / 'state.db'}")
+    db = Database(f"sqlite:///{shared_service.home / 'state.db'}")
     with db.session() as s:
         s.add(
             ApiToken(id=uuid.uuid4().hex, token_sha256=hash_token(worker), project="worker:abc123")
         )
     db.dispose()
     headers = {"Authorization": f"Bearer {worker}"}
-    r = httpx.get(service.url + "/v1/training/runs", headers=headers)
+    r = httpx.get(shared_service.url + "/v1/training/runs", headers=headers)
     assert r.status_code == 403 and "run abc123" in r.json()["error"]["message"]
     other = httpx.post(
-        service.url + "/v1/training/runs/zzz/attempts/1/events",
+        shared_service.url + "/v1/training/runs/zzz/attempts/1/events",
         headers=headers,
         json={"type": "phase"},
     )
     assert other.status_code == 403
     own = httpx.post(
-        service.url + "/v1/training/runs/abc123/attempts/1/events",
+        shared_service.url + "/v1/training/runs/abc123/attempts/1/events",
         headers=headers,
         json={"type": "phase"},
     )

@@ -17,27 +17,28 @@ def _json(svc: LiveService, *args: str, prog: str = "akka-optimize") -> dict:
     return json.loads(svc.cli(*args, "-o", "json", check=True, prog=prog).stdout)
 
 
-def test_dataset_round_trip(service: LiveService, tmp_path: Path) -> None:
+def test_dataset_round_trip(shared_service: LiveService, tmp_path: Path) -> None:
     f = write_jsonl(tmp_path / "train.jsonl", [row("a"), row("b")])
     reg = ("registry", "datasets", "register")
-    v1 = _json(service, *reg, "triage/train", "-f", str(f), "--alias", "candidate")
+    v1 = _json(shared_service, *reg, "triage/train", "-f", str(f), "--alias", "candidate")
     assert v1["version"] == "v1" and v1["created"] is True and v1["aliases"] == ["candidate"]
-    again = _json(service, *reg, "Triage/Train", "-f", str(f))
+    again = _json(shared_service, *reg, "Triage/Train", "-f", str(f))
     assert again["ref"] == v1["ref"] and again["created"] is False
     f2 = write_jsonl(tmp_path / "train2.jsonl", [row("a"), row("b", "changed")])
-    v2 = _json(service, *reg, "triage/train", "-f", str(f2))
+    v2 = _json(shared_service, *reg, "triage/train", "-f", str(f2))
     assert v2["version"] == "v2"
     # Resolution: latest, alias, digest, case.
-    assert _json(service, "registry", "datasets", "get", "triage/train")["version"] == "v2"
+    assert _json(shared_service, "registry", "datasets", "get", "triage/train")["version"] == "v2"
     assert (
-        _json(service, "registry", "datasets", "get", "triage/train:candidate")["version"] == "v1"
+        _json(shared_service, "registry", "datasets", "get", "triage/train:candidate")["version"]
+        == "v1"
     )
-    by_digest = _json(service, "registry", "datasets", "get", f"triage/train@{v1['digest']}")
+    by_digest = _json(shared_service, "registry", "datasets", "get", f"triage/train@{v1['digest']}")
     assert by_digest["ref"] == v1["ref"]
-    assert _json(service, "registry", "datasets", "get", "Triage/Train")["ref"] == v2["ref"]
+    assert _json(shared_service, "registry", "datasets", "get", "Triage/Train")["ref"] == v2["ref"]
     # The `akka registry …` tree is the same app.
     via_akka = json.loads(
-        service.cli(
+        shared_service.cli(
             "registry",
             "datasets",
             "get",
@@ -49,46 +50,50 @@ def test_dataset_round_trip(service: LiveService, tmp_path: Path) -> None:
         ).stdout  # fmt: skip
     )
     assert via_akka["ref"] == v1["ref"]
-    moved = _json(service, "registry", "datasets", "alias", "set", "triage/train:candidate",
+    moved = _json(shared_service, "registry", "datasets", "alias", "set", "triage/train:candidate",
                   "--version", "v2")  # fmt: skip
     assert moved["version"] == "v2"
     assert (
-        _json(service, "registry", "datasets", "get", "triage/train:candidate")["version"] == "v2"
+        _json(shared_service, "registry", "datasets", "get", "triage/train:candidate")["version"]
+        == "v2"
     )
-    assert _json(service, "registry", "datasets", "get", v1["ref"])["version"] == "v1"
-    versions = _json(service, "registry", "datasets", "versions", "triage/train")["items"]
+    assert _json(shared_service, "registry", "datasets", "get", v1["ref"])["version"] == "v1"
+    versions = _json(shared_service, "registry", "datasets", "versions", "triage/train")["items"]
     assert [v["version"] for v in versions] == ["v1", "v2"]
-    listed = _json(service, "registry", "datasets", "list")["items"]
+    listed = _json(shared_service, "registry", "datasets", "list")["items"]
     assert listed[0]["name"] == "triage/train" and listed[0]["aliases"] == {"candidate": "v2"}
     # object returns the bytes registered.
     out = tmp_path / "back.jsonl"
-    service.cli("registry", "datasets", "object", "triage/train:v1", "-o", str(out), check=True)
+    shared_service.cli(
+        "registry", "datasets", "object", "triage/train:v1", "-o", str(out), check=True
+    )
     assert out.read_bytes() == f.read_bytes()
-    stdout = service.cli("registry", "datasets", "object", "triage/train", check=True).stdout
+    stdout = shared_service.cli("registry", "datasets", "object", "triage/train", check=True).stdout
     assert stdout == f2.read_text()
-    text = service.cli("registry", "datasets", "get", "triage/train", check=True).stdout
+    text = shared_service.cli("registry", "datasets", "get", "triage/train", check=True).stdout
     assert v2["ref"] in text and "rows" in text
 
 
-def test_cli_refusals_are_sentences(service: LiveService, tmp_path: Path) -> None:
+def test_cli_refusals_are_sentences(shared_service: LiveService, tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(row("1")) + "\n" + '{"messages": [\n')
-    out = service.cli("registry", "datasets", "register", "t/bad", "-f", str(bad))
+    before = _json(shared_service, "registry", "datasets", "list")["items"]
+    out = shared_service.cli("registry", "datasets", "register", "t/bad", "-f", str(bad))
     assert out.returncode == 1 and "line 2" in out.stderr and "Traceback" not in out.stderr
-    assert _json(service, "registry", "datasets", "list")["items"] == []
-    out = service.cli("registry", "datasets", "get", "t/missing:v3")
+    assert _json(shared_service, "registry", "datasets", "list")["items"] == before  # nothing
+    out = shared_service.cli("registry", "datasets", "get", "t/missing:v3")
     assert out.returncode == 1 and "t/missing is not in the registry" in out.stderr
-    out = service.cli("registry", "datasets", "get", "a/b/c")
+    out = shared_service.cli("registry", "datasets", "get", "a/b/c")
     assert out.returncode == 1 and "more than one '/'" in out.stderr
 
 
-def test_info_shows_the_build_version(service: LiveService) -> None:
+def test_info_shows_the_build_version(shared_service: LiveService) -> None:
     from akka_optimize import __version__
 
-    info = _json(service, "registry", "info")
+    info = _json(shared_service, "registry", "info")
     assert info["version"] == __version__
     assert info["limits"]["uploadBytes"] == 256 * 1024**2
-    assert __version__ in service.cli("registry", "info", check=True).stdout
+    assert __version__ in shared_service.cli("registry", "info", check=True).stdout
 
 
 def test_upload_over_the_deployment_limit_is_413_naming_it(service: LiveService) -> None:
@@ -110,42 +115,47 @@ def test_upload_over_the_deployment_limit_is_413_naming_it(service: LiveService)
     assert list((service.home / "uploads").iterdir()) == []
 
 
-def test_bundle_round_trip(service: LiveService, tmp_path: Path) -> None:
+def test_bundle_round_trip(shared_service: LiveService, tmp_path: Path) -> None:
     b = tmp_path / "scoring"
     b.mkdir()
     (b / "reward.py").write_text("def compute_score(x):\n    return 1.0\n")
     reg = ("registry", "bundles", "register")
-    v1 = _json(service, *reg, "gsm8k/scoring", "-f", str(b))
-    assert _json(service, *reg, "gsm8k/scoring", "-f", str(b))["ref"] == v1["ref"]
-    assert _json(service, "registry", "bundles", "get", "gsm8k/scoring")["metadata"]["files"] == 1
+    v1 = _json(shared_service, *reg, "gsm8k/scoring", "-f", str(b))
+    assert _json(shared_service, *reg, "gsm8k/scoring", "-f", str(b))["ref"] == v1["ref"]
+    assert (
+        _json(shared_service, "registry", "bundles", "get", "gsm8k/scoring")["metadata"]["files"]
+        == 1
+    )
     # A crafted archive with ../evil.py is refused and registers nothing.
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
         info = tarfile.TarInfo("../evil.py")
         info.size = 2
         tf.addfile(info, io.BytesIO(b"x\n"))
-    r = service.api("POST", "/v1/registry/bundles/t/evil", content=buf.getvalue())
+    r = shared_service.api("POST", "/v1/registry/bundles/t/evil", content=buf.getvalue())
     assert r.status_code == 400 and "escapes the bundle root" in r.json()["error"]["message"]
-    assert service.api("GET", "/v1/registry/bundles/t/evil").status_code == 404
+    assert shared_service.api("GET", "/v1/registry/bundles/t/evil").status_code == 404
 
 
-def test_images_push_and_examples_naming_local_images(service: LiveService, tmp_path: Path):
+def test_images_push_and_examples_naming_local_images(shared_service: LiveService, tmp_path: Path):
     png = tmp_path / "cat.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
-    pushed = _json(service, "registry", "images", "push", str(png))
+    pushed = _json(shared_service, "registry", "images", "push", str(png))
     assert pushed[0]["digest"].startswith("sha256:") and pushed[0]["filename"] == "cat.png"
-    r = service.api("GET", f"/v1/registry/images/{pushed[0]['digest']}")
+    r = shared_service.api("GET", f"/v1/registry/images/{pushed[0]['digest']}")
     assert r.status_code == 200 and r.content == png.read_bytes()
-    out = service.cli("registry", "images", "push", str(tmp_path / "nope.png"))
+    out = shared_service.cli("registry", "images", "push", str(tmp_path / "nope.png"))
     assert out.returncode == 1 and "is not a file" in out.stderr
 
 
-def test_concurrent_cli_registrations_create_one_version(service: LiveService, tmp_path: Path):
+def test_concurrent_cli_registrations_create_one_version(
+    shared_service: LiveService, tmp_path: Path
+):
     f = write_jsonl(tmp_path / "same.jsonl", [row(str(i)) for i in range(200)])
     outs: list = []
 
     def go() -> None:
-        outs.append(service.cli("registry", "datasets", "register", "t/race", "-f", str(f),
+        outs.append(shared_service.cli("registry", "datasets", "register", "t/race", "-f", str(f),
                                 "-o", "json"))  # fmt: skip
 
     threads = [threading.Thread(target=go) for _ in range(3)]
@@ -156,4 +166,4 @@ def test_concurrent_cli_registrations_create_one_version(service: LiveService, t
     assert all(o.returncode == 0 for o in outs), [o.stderr for o in outs]
     refs = {json.loads(o.stdout)["ref"] for o in outs}
     assert len(refs) == 1
-    assert len(_json(service, "registry", "datasets", "versions", "t/race")["items"]) == 1
+    assert len(_json(shared_service, "registry", "datasets", "versions", "t/race")["items"]) == 1
