@@ -84,22 +84,15 @@ def shared_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSer
     item 5: a start costs about 2 s): they only read, or write under names no other test of
     the module uses, and change nothing the others read (deployment file, saved login)."""
     tmp = tmp_path_factory.mktemp("shared")
-    svc = LiveService(home=tmp / "home", config_dir=tmp / "config", port=free_port())
-    svc.start()
-    try:
+    with LiveService(
+        home=tmp / "home", config_dir=tmp / "config", port=free_port()
+    ).running() as svc:
         yield svc
-    finally:
-        (svc.home / "test-hold").unlink(missing_ok=True)
-        svc.stop()
 
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[LiveService]:
     """A started service with its own home and an issued token."""
     svc = LiveService(home=tmp_path / "home", config_dir=tmp_path / "config", port=free_port())
-    svc.start()
-    try:
+    with svc.running():
         yield svc
-    finally:
-        (svc.home / "test-hold").unlink(missing_ok=True)  # no worker stays held
-        svc.stop()

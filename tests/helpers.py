@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,6 +156,16 @@ class LiveService:
         """A raw HTTP request with this service's token."""
         kw.setdefault("timeout", 120)
         return httpx.request(method, self.url + path, headers=self.headers(), **kw)
+
+    @contextmanager
+    def running(self) -> Iterator[LiveService]:
+        """The service started, then stopped; no worker stays held at a test hold point."""
+        self.start()
+        try:
+            yield self
+        finally:
+            (self.home / "test-hold").unlink(missing_ok=True)
+            self.stop()
 
     def stop(self, sig: int | None = None) -> None:
         if self.proc and self.proc.poll() is None:

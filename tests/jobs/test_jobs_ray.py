@@ -68,12 +68,8 @@ def ray_service(ray_head, tmp_path) -> Iterator[LiveService]:
         port=free_port(),
         extra_env={"AKKA_OPTIMIZE_DEPLOYMENT": str(dep), "RAY_USAGE_STATS_ENABLED": "0"},
     )
-    svc.start()
-    try:
+    with svc.running():
         yield svc
-    finally:
-        (svc.home / "test-hold").unlink(missing_ok=True)
-        svc.stop()
 
 
 def _actors(address: str) -> list[str]:
