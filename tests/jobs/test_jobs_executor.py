@@ -1,11 +1,12 @@
-"""The local executor leaves no exited worker behind as a zombie."""
+"""The local executor leaves no exited worker behind as a zombie, whether it started the
+worker itself or forked it from the fork server, and keeps its exit code."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from akka_optimize.jobs.executor import LocalExecutor
+from akka_optimize.jobs.executor import FORK_WORKERS_ENV, LocalExecutor
 
 
 def _state(pid: int) -> str | None:
@@ -16,7 +17,8 @@ def _state(pid: int) -> str | None:
         return None
 
 
-def test_collect_waits_for_exited_workers_and_keeps_their_exit_code(tmp_path) -> None:
+def test_collect_waits_for_exited_workers_and_keeps_their_exit_code(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(FORK_WORKERS_ENV, "0")  # a fresh interpreter, the service's child
     ex = LocalExecutor()
     pid = ex.launch(tmp_path / "missing-spec.json", tmp_path / "worker.log", "cpu")
     deadline = time.monotonic() + 60
@@ -26,3 +28,23 @@ def test_collect_waits_for_exited_workers_and_keeps_their_exit_code(tmp_path) ->
     ex.collect()
     assert _state(pid) is None
     assert ex.exit_code(pid) not in (None, 0) and not ex.alive(pid)
+
+
+def test_a_forked_worker_is_reaped_by_the_fork_server_and_keeps_its_exit_code(
+    tmp_path, monkeypatch
+) -> None:
+    monkeypatch.delenv(FORK_WORKERS_ENV, raising=False)
+    ex = LocalExecutor()
+    try:
+        pid = ex.launch(tmp_path / "missing-spec.json", tmp_path / "worker.log", "cpu")
+        assert ex._fork is not None and pid in ex._forked  # noqa: SLF001 (it was forked)
+        deadline = time.monotonic() + 60
+        while _state(pid) is not None:
+            assert time.monotonic() < deadline, f"worker {pid} not reaped: {_state(pid)}"
+            time.sleep(0.1)
+        assert not ex.alive(pid)
+        assert ex.exit_code(pid) == 1  # the worker's own refusal of a missing spec
+        assert "missing-spec.json" in (tmp_path / "worker.log").read_text()
+    finally:
+        if ex._fork is not None:  # noqa: SLF001
+            ex._fork.stop()  # noqa: SLF001

@@ -9,7 +9,12 @@ import subprocess
 from pathlib import Path
 from typing import Any, Protocol
 
+from .forkserver import ForkServer
 from .spec import spec_ranks, worker_command
+
+FORK_WORKERS_ENV = "AKKA_OPTIMIZE_FORK_WORKERS"
+"""Set to ``0`` to start every CPU job worker as a fresh interpreter instead of forking it
+from the pre-imported fork server (:mod:`.forkserver`)."""
 
 
 class Executor(Protocol):
@@ -46,13 +51,20 @@ class Executor(Protocol):
 class LocalExecutor:
     """One subprocess per attempt, in its own process group (a run on N devices: the
     ``torch.distributed.run`` launcher and its N ranks, :func:`worker_command`); CUDA
-    devices 0..N-1 when on a GPU, unless ``CUDA_VISIBLE_DEVICES`` names them."""
+    devices 0..N-1 when on a GPU, unless ``CUDA_VISIBLE_DEVICES`` names them.
+
+    A single-device CPU attempt is forked from the fork server (:mod:`.forkserver`, started
+    on the first such launch), which has torch, transformers and peft imported already;
+    where it cannot fork, the attempt starts as a fresh interpreter. CUDA attempts always
+    start fresh (a process must not fork after CUDA is initialised)."""
 
     name = "local"
 
     def __init__(self) -> None:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._codes: dict[int, int] = {}
+        self._fork: ForkServer | None = None
+        self._forked: set[int] = set()
 
     def launch(self, spec_path: Path, log_path: Path, device: str) -> int:
         env = dict(os.environ)
@@ -64,7 +76,31 @@ class LocalExecutor:
             env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in ranks))
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
+            if cmd[1:3] == ["-m", "akka_optimize.jobs.worker"]:  # one rank
+                pid = self._fork_worker(cmd[3:], env, log_path)
+                if pid is not None:
+                    return pid
         return self.start(cmd, env, log_path, device)
+
+    def _fork_worker(self, args: list[str], env: dict[str, str], log_path: Path) -> int | None:
+        """The worker forked from the fork server, or None where it cannot be."""
+        if os.environ.get(FORK_WORKERS_ENV, "1") == "0":
+            return None
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if self._fork is None or not self._fork.alive():
+                self._fork = ForkServer(dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+            pid = self._fork.fork("akka_optimize.jobs.worker", args, env, str(log_path))
+        except RuntimeError:
+            self._fork = None
+            return None
+        self._forked.add(pid)
+        return pid
+
+    def _forked_code(self, pid: int, wait: float = 0.0) -> int | None:
+        if pid not in self._forked or self._fork is None:
+            return None
+        return self._fork.exit_code(pid, wait)
 
     def start(self, cmd: list[str], env: dict[str, str], log_path: Path, device: str) -> int:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +115,9 @@ class LocalExecutor:
         proc = self._procs.get(pid)
         if proc is not None:
             return proc.poll() is None
-        try:  # a worker started by an earlier service process
+        if self._forked_code(pid) is not None:
+            return False
+        try:  # a forked worker, or one started by an earlier service process
             os.kill(pid, 0)
         except ProcessLookupError:
             return False
@@ -93,7 +131,11 @@ class LocalExecutor:
 
     def exit_code(self, pid: int) -> int | None:
         proc = self._procs.get(pid)
-        return proc.poll() if proc is not None else self._codes.get(pid)
+        if proc is not None:
+            return proc.poll()
+        if pid in self._forked:  # the fork server reports it within a moment of the end
+            return self._forked_code(pid, wait=0.0 if self.alive(pid) else 5.0)
+        return self._codes.get(pid)
 
     def collect(self) -> None:
         """Wait for every worker that has exited, so none stays a zombie of the service
