@@ -167,8 +167,14 @@ def trl_side(model_dir: Path, cfg, batches, device: str, measure_rss) -> dict:
             ends.append(time.perf_counter())
 
     trainer.add_callback(_Clock())
+    if device == "cuda":
+        # As the other sides measure it: peak allocation above the loaded model.
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
     with measure_rss() as rss:
         trainer.train()
+    peak = (torch.cuda.max_memory_allocated() - base) if device == "cuda" else rss.growth
     updates = len(ends)
     if updates < 2:
         raise RuntimeError(f"TRL packed the rows into {updates} update(s); need at least 2")
@@ -176,7 +182,7 @@ def trl_side(model_dir: Path, cfg, batches, device: str, measure_rss) -> dict:
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return {
         "tokens_per_s": tokens / (ends[-1] - ends[0]),
-        "peak_bytes": rss.growth,
+        "peak_bytes": peak,
         "first_loss": float(losses[0]) if losses else float("nan"),
         "updates": updates,
         "max_length": max_length,

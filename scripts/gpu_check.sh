@@ -7,7 +7,7 @@
 #   peft at this machine's versions) for Python 3.12 into .gpu-wheels/ (git-ignored) and
 #   builds the tiny test model's cache.
 # On the GPU machine (device `run`, carry [".gpu-wheels", ".cache/test-models/tiny-smollm2",
-#   ".cache/test-models/smollm2-tokenizer"], timeout_s 540):
+#   ".cache/test-models/smollm2-tokenizer"], timeout_s 480):
 #                             bash scripts/gpu_check.sh
 #   writes tests.txt, bench.txt and bench.json to $OUT.
 #
@@ -20,12 +20,21 @@ cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--prepare" ]]; then
   rm -rf .gpu-wheels && mkdir -p .gpu-wheels
   # The image's transformers (5.17) is older than the project's floor (5.20): carry the
-  # versions this machine's tests pass with (the image's huggingface_hub and tokenizers fit).
+  # versions this machine's tests pass with, and the huggingface_hub (>= 2.4) and regex
+  # they require (the image's tokenizers fits).
   pinned() { .venv/bin/python -c "import importlib.metadata as m; print('$1=='+m.version('$1'))"; }
   .venv/bin/python -m pip download -q --no-deps -d .gpu-wheels --only-binary=:all: \
     --python-version 3.12 --platform manylinux2014_x86_64 --implementation cp \
     "$(pinned pydantic)" "$(pinned pydantic-core)" "$(pinned annotated-types)" \
-    "$(pinned typing-inspection)" "$(pinned transformers)" "$(pinned peft)"
+    "$(pinned typing-inspection)" "$(pinned transformers)" "$(pinned peft)" \
+    "$(pinned huggingface-hub)" "$(pinned regex)" "$(pinned httpx2)" "$(pinned httpcore2)" \
+    "$(pinned truststore)"
+  # The benchmark's TRL baseline (pyproject's `bench` extra) and what the image lacks of
+  # its needs. datasets asks for pyarrow >= 24 but checks no version at import, so the
+  # image's pyarrow is used (a pyarrow wheel alone is over the 64 MiB that can travel).
+  .venv/bin/python -m pip download -q --no-deps -d .gpu-wheels --only-binary=:all: \
+    --python-version 3.12 --platform manylinux2014_x86_64 --implementation cp \
+    trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
   .venv/bin/python -m pytest -q -p no:cacheprovider tests/engine/test_engine_cuda.py >/dev/null || true
   du -sh .gpu-wheels .cache/test-models/tiny-smollm2 .cache/test-models/smollm2-tokenizer
   exit 0
@@ -36,16 +45,30 @@ mkdir -p "$OUT"
 PY=python3
 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .gpu-wheels/*.whl
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
+# USE_HUB_KERNELS=0: the image holds a `kernels` package that this transformers cannot
+# use, and from_pretrained then refuses to load (hub kernels are never fetched offline).
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false USE_HUB_KERNELS=0 \
   PYTHONPATH="/tmp/site:$PWD/src:$PWD"
+set +e
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   $PY -c "import torch, transformers, peft; print(torch.__version__, transformers.__version__, peft.__version__)"
+  $PY -c "import trl, datasets, pyarrow; print('trl', trl.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__)"
 } 2>&1 | tee "$OUT/versions.txt"
-set +e
-timeout 180 $PY -m pytest -q -p no:cacheprovider -o addopts= \
+$PY -c "import transformers" 2>/dev/null || exit 1
+if [[ "${1:-}" == "--ours" ]]; then
+  # A short check of an engine change: the CUDA tests and the engine side alone.
+  timeout 60 $PY -m pytest -q -p no:cacheprovider -o addopts= tests/engine/test_engine_cuda.py \
+    2>&1 | tee "$OUT/tests.txt"
+  timeout 150 $PY -m benchmarks.engine --ours-on-cuda 2>&1 | grep -v "it/s" | tee "$OUT/ours.txt"
+  exit 0
+fi
+# At most about 8 minutes in all (timeout_s 480 leaves time for a second call).
+timeout 100 $PY -m pytest -q -p no:cacheprovider -o addopts= \
   tests/engine/test_engine_cuda.py tests/engine/test_engine_ranks_cuda.py \
   tests/engine/test_attention.py 2>&1 | tee "$OUT/tests.txt"
-timeout 300 $PY -m benchmarks.run --quick --only engine 2>&1 | tee "$OUT/bench.txt"
+timeout 60 $PY -m benchmarks.engine --profile smollm2 >"$OUT/profile_smollm2.txt" 2>&1
+timeout 240 $PY -m benchmarks.run --quick --only engine 2>&1 | tee "$OUT/bench.txt"
 cp bench-results/latest.json "$OUT/bench.json" 2>/dev/null
+timeout 50 $PY -m benchmarks.engine --profile llama >"$OUT/profile_llama.txt" 2>&1
 exit 0

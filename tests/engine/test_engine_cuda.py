@@ -52,3 +52,48 @@ def test_a_short_cuda_run_lowers_the_loss(tiny_model_dir):
         s.forward_backward([pack_examples(rows[:4]), pack_examples(rows[4:])])
         losses.append(s.optim_step()["loss"])
     assert losses[-1] < losses[0] - 0.25, losses  # fp32 on CPU: 10.82 -> 10.29
+
+
+def test_varlen_attention_on_cuda_matches_the_per_conversation_loop(tiny_model_dir, monkeypatch):
+    """bf16 on CUDA: one ``varlen_attn`` per layer and pass, the same log-probs (within
+    bf16 rounding) as one sdpa call per conversation."""
+    assert attention.varlen_kernel() is not None, "this torch has no varlen_attn"
+    rows = random_rows(12, seed=4)
+    packed = pack_examples(rows)
+    s = TrainingSession(tiny_model_dir, _cuda())
+    calls = []
+    real = attention._varlen
+
+    def counting(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(attention, "_varlen", counting)
+    a = s.forward([packed]).logprobs[0]
+    assert len(calls) == 2  # one per layer
+    monkeypatch.setattr(attention, "_use_varlen", lambda query, dropout: False)
+    b = s.forward([packed]).logprobs[0]
+    assert len(calls) == 2
+    torch.testing.assert_close(a, b, atol=3e-2, rtol=0)
+    # The kernel itself, forward and backward, against fp32 per-conversation sdpa.
+    gen = torch.Generator().manual_seed(0)
+    qkv = [torch.randn(1, h, 300, 64, generator=gen) for h in (4, 2, 2)]
+    q, k, v = (t.cuda().bfloat16().requires_grad_() for t in qkv)
+    q32, k32, v32 = (t.cuda().requires_grad_() for t in qkv)
+    segs = [0, 17, 150, 151, 300]
+    out = real(torch.nn.Module(), q, k, v, segs, None)
+    ref = torch.cat(
+        [
+            torch.nn.functional.scaled_dot_product_attention(
+                q32[:, :, x:y], k32[:, :, x:y], v32[:, :, x:y], is_causal=True, enable_gqa=True
+            )
+            for x, y in zip(segs[:-1], segs[1:], strict=True)
+        ],
+        dim=2,
+    ).transpose(1, 2)
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
+    w = torch.randn(ref.shape, generator=gen).cuda()
+    (out.float() * w).sum().backward()
+    (ref * w).sum().backward()
+    for got, want in ((q, q32), (k, k32), (v, v32)):
+        torch.testing.assert_close(got.grad.float(), want.grad, atol=5e-2, rtol=5e-2)

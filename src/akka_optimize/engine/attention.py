@@ -13,10 +13,17 @@ passes the pass's sequence boundaries (``akka_segments``: the ``cu_seqlens`` lis
 cache, sliding-window layers, soft-capped or sink attention, a batch of several rows)
 it is exactly transformers' ``sdpa`` with transformers' own mask. The result equals
 masked attention up to float rounding (tests/engine/test_attention.py).
+
+On CUDA, with bf16 or fp16 activations, the whole pass goes to one variable-length
+flash-attention call instead (``torch.nn.attention.varlen.varlen_attn``, in torch since
+2.10: the ``cu_seqlens`` are its ``cu_seq_q``/``cu_seq_k``), so a pass of a hundred
+conversations is one kernel, not a hundred or a padded batch (issue 24 item 4).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import torch
@@ -31,6 +38,8 @@ LOOP_SEGMENTS = 8
 batched call (fewer kernel launches on a GPU, same result)."""
 
 _registered = False
+_cu_cache: tuple[tuple[Any, ...], Tensor] | None = None
+"""The last pass's ``cu_seqlens`` on its device: every layer of a pass reuses it."""
 
 
 def register() -> str:
@@ -103,6 +112,8 @@ def packed_attention_forward(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
+    if _use_varlen(query, dropout):
+        return _varlen(module, query, key, value, segments, scaling), None
     if len(segments) - 1 <= LOOP_SEGMENTS:
         outs = [
             sdpa_attention_forward(
@@ -161,3 +172,81 @@ def _padded(
         **kwargs,
     )[0]  # [n, Lmax, H, D]
     return out[valid][None]  # [1, T, H, D] in pass order
+
+
+def varlen_kernel() -> Any | None:
+    """torch's variable-length flash attention (``varlen_attn``), or None where this torch
+    has none (before 2.10)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+@functools.lru_cache(maxsize=4)
+def _keywords(kernel: Any) -> frozenset[str]:
+    return frozenset(inspect.signature(kernel).parameters)
+
+
+def _use_varlen(query: Tensor, dropout: float) -> bool:
+    """The flash kernel runs on CUDA in half precision and has no attention dropout."""
+    return (
+        query.is_cuda
+        and query.dtype in (torch.bfloat16, torch.float16)
+        and not dropout
+        and varlen_kernel() is not None
+    )
+
+
+def _cu_seqlens(segments: list[int], device: torch.device) -> Tensor:
+    global _cu_cache
+    key = (tuple(segments), device)
+    if _cu_cache is None or _cu_cache[0] != key:
+        _cu_cache = (key, torch.tensor(segments, dtype=torch.int32, device=device))
+    return _cu_cache[1]
+
+
+def _varlen(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    segments: list[int],
+    scaling: float | None,
+) -> Tensor:
+    """One ``varlen_attn`` call over a packed pass: query [1, Hq, T, D], key/value
+    [1, Hkv, T, D] → [1, T, Hq, D], causal within each conversation.
+
+    The keyword set of ``varlen_attn`` changed between torch releases (``is_causal`` in
+    2.10, ``window_size=(-1, 0)`` later; ``scale`` and ``enable_gqa`` added later), so
+    what the installed kernel lacks is done here: grouped key/value heads are repeated
+    for each query head, and a scale other than ``D^-1/2`` is folded into the query.
+    """
+    kernel = varlen_kernel()
+    assert kernel is not None
+    params = _keywords(kernel)
+    q = query[0].transpose(0, 1).contiguous()  # [T, Hq, D]
+    k = key[0].transpose(0, 1).contiguous()  # [T, Hkv, D]
+    v = value[0].transpose(0, 1).contiguous()
+    kw: dict[str, Any] = {}
+    if q.shape[1] != k.shape[1]:
+        if "enable_gqa" in params:
+            kw["enable_gqa"] = True
+        else:
+            groups = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    default_scale = q.shape[-1] ** -0.5
+    if scaling is not None and abs(scaling - default_scale) > 1e-12 * default_scale:
+        if "scale" in params:
+            kw["scale"] = scaling
+        else:
+            q = q * (scaling / default_scale)
+    if "is_causal" in params:
+        kw["is_causal"] = True
+    else:
+        kw["window_size"] = (-1, 0)
+    cu = _cu_seqlens(segments, q.device)
+    longest = max(b - a for a, b in zip(segments[:-1], segments[1:], strict=True))
+    out = kernel(q, k, v, cu, cu, longest, longest, **kw)
+    return out[None]
