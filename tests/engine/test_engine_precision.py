@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from engine_testkit import fp32_config, random_rows
 
@@ -76,3 +78,47 @@ def test_bf16_weight_precision_keeps_the_adapter_and_its_optimizer_state_in_bf16
     s.optim_step()
     first = next(iter(s.params.values()))
     assert s.optimizer.state[first]["exp_avg"].dtype == torch.bfloat16
+
+
+def test_mixed_precision_passes_skip_peft_input_casts_with_the_same_numbers(
+    tiny_model_dir, monkeypatch
+):
+    """An fp32 adapter over a bf16 base: PEFT's cast of each LoRA input to fp32 is off
+    inside a pass (autocast casts it straight back), on again after it, and the pass's
+    log-probs and adapter gradients are bit for bit those of the casting path."""
+    from akka_optimize.engine import session_passes
+
+    cfg = fp32_config(precision="bf16", weight_precision="fp32", seed=5)
+    rows = random_rows(4, seed=2)
+    passes = [pack_examples(rows)]
+
+    def run():
+        s = TrainingSession(tiny_model_dir, cfg)
+        seen = []
+        for m in s.model.modules():
+            if hasattr(m, "cast_input_dtype_enabled"):
+                m.register_forward_pre_hook(
+                    lambda mod, args: seen.append(mod.cast_input_dtype_enabled)
+                )
+        lp = s.forward_backward(passes).logprobs[0]
+        grads = {n: p.grad.clone() for n, p in s.params.items()}
+        layers = [m for m in s.model.modules() if hasattr(m, "cast_input_dtype_enabled")]
+        return lp, grads, seen, layers
+
+    lp, grads, seen, layers = run()
+    assert seen and not any(seen)  # every LoRA layer ran without its input cast
+    assert layers and all(m.cast_input_dtype_enabled for m in layers)  # restored after
+    monkeypatch.setattr(session_passes, "_mixed_precision", _autocast_only)
+    lp_ref, grads_ref, seen_ref, _ = run()
+    assert seen_ref and all(seen_ref)
+    assert torch.equal(lp, lp_ref)
+    assert grads.keys() == grads_ref.keys()
+    for n in grads:
+        assert torch.equal(grads[n], grads_ref[n]), n
+
+
+@contextlib.contextmanager
+def _autocast_only(session):
+    """The mixed-precision context as it was: autocast alone, PEFT casting each input."""
+    with torch.autocast(session.device.type, dtype=session.dtype):
+        yield

@@ -183,9 +183,11 @@ class TrainingSession(PassesMixin, StateMixin, RanksMixin):
             raise EngineError(f"update {update} has no supervised token; refusing a silent 0 loss.")
         loss = pend.loss_sum / pend.supervised
         params = list(self.params.values())
-        for p in params:
-            if p.grad is not None:
-                p.grad.div_(pend.supervised)
+        # One foreach kernel per list instead of one launch per adapter tensor (a GPU update
+        # is bound by launches: about 2,500 per update went to this bookkeeping).
+        grads = [p.grad for p in params if p.grad is not None]
+        if grads:
+            torch._foreach_div_(grads, float(pend.supervised))
         max_norm = c.max_grad_norm if c.max_grad_norm > 0 else math.inf
         if self.sharded:
             grad_norm = self._clip_sharded(params, max_norm)
@@ -197,14 +199,14 @@ class TrainingSession(PassesMixin, StateMixin, RanksMixin):
                 f"update {update} produced a non-finite loss ({loss}) or gradient norm ({grad_norm}); "
                 "lower config.hyperparams.optimizer.learningRate or use config.model.precision fp32."
             )
-        before = [p.detach().clone() for p in params]
+        before = torch._foreach_mul([p.detach() for p in params], 1.0)  # copies
         norm = self._norm if self.world > 1 else _global_norm
         adapter_norm = float(norm(before))
         lr = self.learning_rate(update)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
-        delta = float(norm([p.detach() - b for p, b in zip(params, before, strict=True)]))
+        delta = float(norm(torch._foreach_sub([p.detach() for p in params], before)))
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - (pend.started or time.perf_counter())
@@ -336,4 +338,6 @@ class TrainingSession(PassesMixin, StateMixin, RanksMixin):
 
 def _global_norm(tensors: list[Tensor]) -> Tensor:
     """L2 norm over all ``tensors`` together (one device sync when read)."""
-    return torch.linalg.vector_norm(torch.stack([t.float().norm() for t in tensors]))
+    return torch.linalg.vector_norm(
+        torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float32))
+    )
