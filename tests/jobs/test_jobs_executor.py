@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from akka_optimize import forkserver
 from akka_optimize.jobs.executor import FORK_WORKERS_ENV, LocalExecutor
 
 
@@ -34,10 +35,11 @@ def test_a_forked_worker_is_reaped_by_the_fork_server_and_keeps_its_exit_code(
     tmp_path, monkeypatch
 ) -> None:
     monkeypatch.delenv(FORK_WORKERS_ENV, raising=False)
+    monkeypatch.setattr(forkserver, "_shared", None)  # this test's own fork server
     ex = LocalExecutor()
     try:
         pid = ex.launch(tmp_path / "missing-spec.json", tmp_path / "worker.log", "cpu")
-        assert ex._fork is not None and pid in ex._forked  # noqa: SLF001 (it was forked)
+        assert pid in ex._forked  # noqa: SLF001 (it was forked)
         deadline = time.monotonic() + 60
         while _state(pid) is not None:
             assert time.monotonic() < deadline, f"worker {pid} not reaped: {_state(pid)}"
@@ -46,5 +48,5 @@ def test_a_forked_worker_is_reaped_by_the_fork_server_and_keeps_its_exit_code(
         assert ex.exit_code(pid) == 1  # the worker's own refusal of a missing spec
         assert "missing-spec.json" in (tmp_path / "worker.log").read_text()
     finally:
-        if ex._fork is not None:  # noqa: SLF001
-            ex._fork.stop()  # noqa: SLF001
+        if forkserver._shared is not None:  # noqa: SLF001
+            forkserver._shared.stop()  # noqa: SLF001

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from serving_assets import CALL_TEXT, FINAL_ANSWER, INSTRUCTIONS, TOOLS
 
+from akka_optimize import forkserver
 from akka_optimize.serving.check import CHECK_PROMPTS, trainer_greedy
 
 
@@ -26,6 +28,18 @@ def greedy(client: openai.OpenAI, model: str, prompt: str, **kw) -> str:
         **kw,
     )
     return r.choices[0].message.content
+
+
+@pytest.mark.skipif(
+    any(Path(n).exists() for n in forkserver._GPU_NODES), reason="a GPU worker starts fresh"
+)
+def test_the_worker_is_forked_with_its_imports_done_where_it_can_use_no_gpu(worker, client):
+    """On a machine without a GPU the worker comes from the fork server (its torch,
+    transformers and peft imported once), and is what `ps` shows as the worker."""
+    assert isinstance(worker.proc, forkserver.ForkedProcess)
+    cmdline = Path(f"/proc/{worker.proc.pid}/cmdline").read_bytes().decode()
+    assert "-m akka_optimize.serving.worker --spec" in cmdline
+    assert worker.proc.poll() is None and client.models.list().data
 
 
 def test_models_lists_the_base_and_every_adapter_by_name(client):

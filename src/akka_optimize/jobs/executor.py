@@ -9,12 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Any, Protocol
 
-from .forkserver import ForkServer
+from .. import forkserver
+from ..forkserver import FORK_WORKERS_ENV as FORK_WORKERS_ENV
 from .spec import spec_ranks, worker_command
-
-FORK_WORKERS_ENV = "AKKA_OPTIMIZE_FORK_WORKERS"
-"""Set to ``0`` to start every CPU job worker as a fresh interpreter instead of forking it
-from the pre-imported fork server (:mod:`.forkserver`)."""
 
 
 class Executor(Protocol):
@@ -53,18 +50,18 @@ class LocalExecutor:
     ``torch.distributed.run`` launcher and its N ranks, :func:`worker_command`); CUDA
     devices 0..N-1 when on a GPU, unless ``CUDA_VISIBLE_DEVICES`` names them.
 
-    A single-device CPU attempt is forked from the fork server (:mod:`.forkserver`, started
-    on the first such launch), which has torch, transformers and peft imported already;
-    where it cannot fork, the attempt starts as a fresh interpreter. CUDA attempts always
-    start fresh (a process must not fork after CUDA is initialised)."""
+    A single-device CPU attempt is forked from the fork server
+    (:mod:`akka_optimize.forkserver`, started on the first such launch), which has torch,
+    transformers and peft imported already; where it cannot fork, the attempt starts as a
+    fresh interpreter. CUDA attempts always start fresh (a process must not fork after
+    CUDA is initialised)."""
 
     name = "local"
 
     def __init__(self) -> None:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._codes: dict[int, int] = {}
-        self._fork: ForkServer | None = None
-        self._forked: set[int] = set()
+        self._forked: dict[int, forkserver.ForkedProcess] = {}
 
     def launch(self, spec_path: Path, log_path: Path, device: str) -> int:
         env = dict(os.environ)
@@ -84,23 +81,19 @@ class LocalExecutor:
 
     def _fork_worker(self, args: list[str], env: dict[str, str], log_path: Path) -> int | None:
         """The worker forked from the fork server, or None where it cannot be."""
-        if os.environ.get(FORK_WORKERS_ENV, "1") == "0":
+        if not forkserver.may_fork(env):
             return None
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            if self._fork is None or not self._fork.alive():
-                self._fork = ForkServer(dict(os.environ, CUDA_VISIBLE_DEVICES=""))
-            pid = self._fork.fork("akka_optimize.jobs.worker", args, env, str(log_path))
-        except RuntimeError:
-            self._fork = None
+        proc = forkserver.fork("akka_optimize.jobs.worker", args, env, log_path)
+        if proc is None:
             return None
-        self._forked.add(pid)
-        return pid
+        self._forked[proc.pid] = proc
+        return proc.pid
 
     def _forked_code(self, pid: int, wait: float = 0.0) -> int | None:
-        if pid not in self._forked or self._fork is None:
+        proc = self._forked.get(pid)
+        if proc is None:
             return None
-        return self._fork.exit_code(pid, wait)
+        return proc.poll() if wait <= 0 else _wait_or_none(proc, wait)
 
     def start(self, cmd: list[str], env: dict[str, str], log_path: Path, device: str) -> int:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,6 +144,13 @@ class LocalExecutor:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _wait_or_none(proc: forkserver.ForkedProcess, timeout: float) -> int | None:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def make_executor(settings: Any) -> Executor:

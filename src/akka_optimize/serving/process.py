@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 import httpx
 
+from .. import forkserver
+
 
 class Placer(Protocol):
     """What places a serving worker elsewhere than this machine: a job executor's ``start``,
@@ -81,7 +83,7 @@ class WorkerProcess:
 
     folder: Path
     token: str
-    proc: subprocess.Popen | PlacedProcess
+    proc: subprocess.Popen | PlacedProcess | forkserver.ForkedProcess
     port: int | None = None
     started_at: float = field(default_factory=time.monotonic)
     host: str = "127.0.0.1"
@@ -196,7 +198,8 @@ def start_worker(
     placer: Placer | None = None,
     device: str = "cpu",
 ) -> WorkerProcess:
-    """Write ``spec`` to ``folder`` and start ``python -m akka_optimize.serving.worker``.
+    """Write ``spec`` to ``folder`` and start ``python -m akka_optimize.serving.worker``
+    (forked from the fork server, :mod:`akka_optimize.forkserver`, where it can use no GPU).
 
     The worker gets a fresh random token (``AKKA_SERVING_TOKEN``); its output goes
     to ``folder/worker.log``. With ``placer`` (a cluster executor) the worker runs where
@@ -224,6 +227,10 @@ def start_worker(
     if placer is not None:
         handle = placer.start(cmd, penv, folder / "worker.log", device)
         return WorkerProcess(folder=folder, token=token, proc=PlacedProcess(placer, handle))
+    if forkserver.may_fork(penv):  # no GPU it could use: fork it, its imports already done
+        forked = forkserver.fork(cmd[2], cmd[3:], penv, folder / "worker.log")
+        if forked is not None:
+            return WorkerProcess(folder=folder, token=token, proc=forked)
     with open(folder / "worker.log", "ab") as log:
         proc = subprocess.Popen(
             cmd, env=penv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
