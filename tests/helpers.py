@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+import forked_cli
+from akka_optimize.forkserver import ForkedProcess
 from cluster_stores import store_env
 from ports import free_port  # noqa: F401 (tests import it from here)
 
@@ -70,7 +72,7 @@ class LiveService:
     config_dir: Path
     port: int
     extra_env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | ForkedProcess | None = None
     token: str | None = None
     log_path: Path | None = None
 
@@ -93,22 +95,16 @@ class LiveService:
         env = base_env(self.home, self.config_dir)
         env.update(self.extra_env)
         self.log_path = self.home / "server.log"
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [
-                str(BIN / "akka-optimize"),
-                "server",
-                "start",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        cmd = [
+            str(BIN / "akka-optimize"),
+            *("server", "start", "--port", str(self.port), "--log-level", "warning"),
+        ]
+        self.proc = forked_cli.start(cmd, env, self.log_path)  # its imports done (issue 28)
+        if self.proc is None:
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
         try:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
@@ -137,7 +133,9 @@ class LiveService:
             args += ["--project", project]
         env = base_env(self.home, self.config_dir)
         env.update(self.extra_env)
-        out = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+        out = forked_cli.run(args, env, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} exited {out.returncode}:\n{out.stderr}")
         return out.stdout.strip().splitlines()[-1]
 
     def wait_started(self, timeout: float = 180) -> None:
@@ -197,14 +195,7 @@ class LiveService:
         )
         if prog == "akka-registry":
             cmd = [str(BIN / "akka")]
-        out = subprocess.run(
-            cmd + list(args),
-            env=env or self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            input=input,
-        )
+        out = forked_cli.run(cmd + list(args), env or self.env(), timeout, input)
         if check and out.returncode != 0:
             raise AssertionError(
                 f"{' '.join(cmd + list(args))} exited {out.returncode}\n"
