@@ -61,6 +61,8 @@ PRELOAD = (
 """Modules imported before the first fork."""
 FORK_WORKERS_ENV = "AKKA_OPTIMIZE_FORK_WORKERS"
 """``0`` starts every worker as a fresh interpreter (README, "Environment")."""
+REPORT_WAIT_S = 5.0
+"""How long a handle waits for the server's report of a worker already reaped."""
 _GPU_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
 """Device files of an NVIDIA, AMD or WSL GPU driver: where none exists, no worker of
 this machine can use a GPU."""
@@ -272,8 +274,10 @@ class ForkServer:
 class ForkedProcess:
     """A forked worker, answering as much of :class:`subprocess.Popen` as the service's
     worker handles use (``pid``, ``returncode``, ``poll``, ``wait``, ``terminate``,
-    ``kill``). Its exit code is the fork server's report; if the server itself is gone, a
-    worker that no longer exists reads as killed (``-SIGKILL``: its code is lost)."""
+    ``kill``). Its exit code is the fork server's report. As with ``Popen.poll``, a worker
+    that no longer exists has a code: the server reaps it and reports within moments, so
+    ``poll`` then waits up to :data:`REPORT_WAIT_S` for the report; with the server gone
+    too, the code is lost and reads as killed (``-SIGKILL``)."""
 
     def __init__(self, server: ForkServer, pid: int) -> None:
         self.server, self.pid = server, pid
@@ -308,8 +312,9 @@ class ForkedProcess:
     def _code(self, timeout: float) -> int | None:
         if self.returncode is None:
             self.returncode = self.server.exit_code(self.pid, timeout)
-        if self.returncode is None and not self.server.alive() and not _exists(self.pid):
-            self.returncode = -signal.SIGKILL
+        if self.returncode is None and not _exists(self.pid):  # reaped: its report is due
+            code = self.server.exit_code(self.pid, REPORT_WAIT_S)
+            self.returncode = -signal.SIGKILL if code is None else code
         return self.returncode
 
 

@@ -39,7 +39,7 @@ def test_a_forked_worker_is_reaped_by_the_fork_server_and_keeps_its_exit_code(
     ex = LocalExecutor()
     try:
         pid = ex.launch(tmp_path / "missing-spec.json", tmp_path / "worker.log", "cpu")
-        assert pid in ex._forked  # noqa: SLF001 (it was forked)
+        assert isinstance(ex._procs[pid], forkserver.ForkedProcess)  # noqa: SLF001 (forked)
         deadline = time.monotonic() + 60
         while _state(pid) is not None:
             assert time.monotonic() < deadline, f"worker {pid} not reaped: {_state(pid)}"

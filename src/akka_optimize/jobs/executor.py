@@ -59,9 +59,8 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self) -> None:
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._procs: dict[int, subprocess.Popen[bytes] | forkserver.ForkedProcess] = {}
         self._codes: dict[int, int] = {}
-        self._forked: dict[int, forkserver.ForkedProcess] = {}
 
     def launch(self, spec_path: Path, log_path: Path, device: str) -> int:
         env = dict(os.environ)
@@ -86,14 +85,8 @@ class LocalExecutor:
         proc = forkserver.fork("akka_optimize.jobs.worker", args, env, log_path)
         if proc is None:
             return None
-        self._forked[proc.pid] = proc
+        self._procs[proc.pid] = proc  # watched like a Popen (ForkedProcess.poll)
         return proc.pid
-
-    def _forked_code(self, pid: int, wait: float = 0.0) -> int | None:
-        proc = self._forked.get(pid)
-        if proc is None:
-            return None
-        return proc.poll() if wait <= 0 else _wait_or_none(proc, wait)
 
     def start(self, cmd: list[str], env: dict[str, str], log_path: Path, device: str) -> int:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,9 +101,7 @@ class LocalExecutor:
         proc = self._procs.get(pid)
         if proc is not None:
             return proc.poll() is None
-        if self._forked_code(pid) is not None:
-            return False
-        try:  # a forked worker, or one started by an earlier service process
+        try:  # a worker started by an earlier service process
             os.kill(pid, 0)
         except ProcessLookupError:
             return False
@@ -126,8 +117,6 @@ class LocalExecutor:
         proc = self._procs.get(pid)
         if proc is not None:
             return proc.poll()
-        if pid in self._forked:  # the fork server reports it within a moment of the end
-            return self._forked_code(pid, wait=0.0 if self.alive(pid) else 5.0)
         return self._codes.get(pid)
 
     def collect(self) -> None:
@@ -144,13 +133,6 @@ class LocalExecutor:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def _wait_or_none(proc: forkserver.ForkedProcess, timeout: float) -> int | None:
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        return None
 
 
 def make_executor(settings: Any) -> Executor:
