@@ -162,6 +162,34 @@ def _left_padded(rows: list[_Row], lengths: list[int], tokenizer: Any) -> tuple[
     return ids, mask
 
 
+def _choose(logits: Any, rows: list[_Row], spans: list, stop_ids: set[int]) -> Any:
+    """The next token of every row (int64 ``[rows]``) from ``logits`` (``[rows, V]``
+    float32): each request picks with its own sampling settings and generator."""
+    import torch
+
+    nxt = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+    for r, idx in spans:
+        part = logits[idx]
+        if r.choice_ids is not None:
+            part = _guide(part, rows, idx, stop_ids)
+        nxt[idx] = pick(part, r.params, r.generator)
+    return nxt
+
+
+def _emit(rows: list[_Row], chosen: list[int], step: int, stop_ids: set[int], tok: Any) -> None:
+    """Feed each unfinished row its chosen token and send what it now says (a cancelled
+    request's rows end without a word)."""
+    for b, row in enumerate(rows):
+        if row.done:
+            continue
+        if row.req.cancelled:
+            row.done = True
+            continue
+        ev = _feed(row, chosen[b], step, stop_ids, tok)
+        if ev is not None:
+            row.req.out.put(ev)
+
+
 def decode_batch(
     model: Any,
     tokenizer: Any,
@@ -169,16 +197,25 @@ def decode_batch(
     cache_kw: str,
     device: str,
     requests: list[Request],
-) -> None:
+    lean: bool = True,
+) -> bool:
     """Decode every request of ``requests`` (same adapter, already selected) together.
 
     Prompts are left-padded; with equal prompt lengths no mask is passed, so a lone
     request runs exactly as an unbatched one. An answer that ends leaves the batch (its
     rows of the KV cache are dropped), so short answers do not keep paying for the
-    longest one.
+    longest one. The prompt is read by the model's forward; with ``lean`` the steps after
+    it run as :class:`~akka_optimize.serving.lean_decode.LeanDecoder` steps where the
+    model's architecture allows (same answers, less per-token overhead).
+
+    Returns:
+        Whether the lean steps decoded this batch.
     """
     import torch
 
+    from .lean_decode import LeanDecoder
+
+    fast = LeanDecoder.for_model(model) if lean else None
     rows, spans = _batch_rows(requests, tokenizer, device)
     lengths = [len(row.req.prompt_ids) for row in rows]
     width, n = max(lengths), len(rows)
@@ -192,33 +229,31 @@ def decode_batch(
     steps = max(r.params.max_tokens for r in requests)
     with torch.inference_mode():
         for step in range(steps):
-            if past is not None:
-                kw[cache_kw] = past
-            out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **kw)
-            past = out.cache if cache_kw == "cache" else out.past_key_values
-            logits = out.logits[:, -1, :].float()
-            nxt = torch.empty(n, dtype=torch.long, device=logits.device)
-            for r, idx in spans:
-                part = logits[idx]
-                if r.choice_ids is not None:
-                    part = _guide(part, rows, idx, stop_ids)
-                nxt[idx] = pick(part, r.params, r.generator)
-            chosen = nxt.tolist()
-            for b, row in enumerate(rows):
-                if row.done:
-                    continue
-                if row.req.cancelled:
-                    row.done = True
-                    continue
-                ev = _feed(row, chosen[b], step, stop_ids, tokenizer)
-                if ev is not None:
-                    row.req.out.put(ev)
+            if fast is not None and past is None and step > 0:
+                logits = fast.step(ids, last_pos if padded else None, mask if padded else None)
+                logits = logits.float()
+            else:
+                if past is not None:
+                    kw[cache_kw] = past
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **kw)
+                past = out.cache if cache_kw == "cache" else out.past_key_values
+                logits = out.logits[:, -1, :].float()
+                if fast is not None and step == 0:
+                    if fast.start(past, steps):
+                        past = None  # the lean steps hold the KV cache from here
+                    else:
+                        fast = None
+            nxt = _choose(logits, rows, spans, stop_ids)
+            _emit(rows, nxt.tolist(), step, stop_ids, tokenizer)
             if all(row.done for row in rows):
-                return
+                break
             keep = [b for b, row in enumerate(rows) if not row.done]
             if len(keep) < n:  # finished answers leave the batch (and the KV cache)
                 sel = torch.tensor(keep, device=nxt.device)
-                past.batch_select_indices(sel)
+                if past is None:
+                    fast.keep(sel)
+                else:
+                    past.batch_select_indices(sel)
                 nxt, rows, n = nxt[sel], [rows[b] for b in keep], len(keep)
                 if padded:
                     mask, last_pos = mask[sel], last_pos[sel]
@@ -229,3 +264,4 @@ def decode_batch(
                 mask = torch.cat([mask, mask.new_ones((n, 1))], dim=1)
                 last_pos = last_pos + 1
                 kw.update(attention_mask=mask, position_ids=last_pos)
+    return fast is not None and steps > 1
