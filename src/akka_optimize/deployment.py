@@ -21,8 +21,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from .deployment_plan import MEMORY_SETTINGS as MEMORY_SETTINGS
+from .deployment_plan import EngineSettingsPolicy, MemorySettingsPolicy
+from .deployment_plan import Strict as _Strict
+from .deployment_plan import ValueRange as ValueRange
 from .errors import InvalidRequest
 
 
@@ -37,10 +41,6 @@ def cuda_available() -> bool:
 
 
 DEFAULT_FILE = Path(__file__).with_name("deployment.yaml")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class DeviceProfile(_Strict):
@@ -68,6 +68,14 @@ class ServingLimits(_Strict):
         "(an adapter then decodes as fast as the base model; costs a copy of the adapted "
         "modules' weights and one merge per switch between models).",
     )
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto",
+        description="transformers engine: the dtype endpoint and evaluation weights are "
+        "held and decoded in. auto: bf16 on cuda, fp32 on cpu. bf16 on a CPU halves the "
+        "bytes a decoding step reads (about 2x the fp32 tokens/s where the CPU has bf16 "
+        "instructions); answers then follow bf16 rounding, and the post-deploy check "
+        "compares them with the trainer's sampling in bf16.",
+    )
     reservedDevices: int = Field(0, ge=0)
     deviceProfile: str | None = Field(
         None,
@@ -81,6 +89,15 @@ class ServingLimits(_Strict):
         "start, starting or ready (an idle-stopped endpoint claims none); None: 1 on a cuda "
         "pool, 0 on a cpu pool, where an endpoint shares the host with the jobs.",
     )
+
+    @model_validator(mode="after")
+    def _precision_is_the_transformers_engines(self) -> ServingLimits:
+        if self.engine == "vllm" and self.precision != "auto":
+            raise ValueError(
+                f"serving.precision: {self.precision} applies to the transformers engine; "
+                "vLLM chooses its own dtype (set auto)"
+            )
+        return self
 
 
 class RegistryLimits(_Strict):
@@ -234,79 +251,6 @@ class Quotas(_Strict):
         if pool in mine:
             return mine[pool]
         return self.default.get(pool)
-
-
-MEMORY_SETTINGS: tuple[str, ...] = (
-    "execution.memory.offload.weights",
-    "execution.memory.offload.optimizer",
-    "execution.memory.offload.activations",
-    "execution.memory.sharding",
-    "execution.rollout.memoryShare",
-    "config.model.weightPrecision",
-)
-"""The memory settings of seeds/001 "Choose a run's memory settings", by plan path."""
-
-
-class ValueRange(_Strict):
-    """An inclusive numeric range of allowed values."""
-
-    min: float
-    max: float
-
-
-class MemorySettingsPolicy(_Strict):
-    """``memorySettings``: which memory settings a plan may state, and their defaults.
-
-    ``allowed`` maps a plan path of :data:`MEMORY_SETTINGS` to the values a plan may give
-    it (a list, or ``{min, max}`` for ``execution.rollout.memoryShare``); a setting not
-    listed is refused when stated, naming the setting. ``defaults`` holds the configured
-    default of each setting (a run that omits a setting takes it; seeds/001).
-    """
-
-    allowed: dict[str, list[bool | str | float] | ValueRange] = Field(default_factory=dict)
-    defaults: dict[str, bool | str | float] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _known_paths(self) -> MemorySettingsPolicy:
-        for section in ("allowed", "defaults"):
-            for key in getattr(self, section):
-                if key not in MEMORY_SETTINGS:
-                    raise ValueError(
-                        f"{section}.{key} is not a memory setting; the settings are "
-                        + ", ".join(MEMORY_SETTINGS)
-                    )
-        return self
-
-
-class EngineSettingsPolicy(_Strict):
-    """``engineSettings``: which ``config.engineSettings`` keys a plan may state.
-
-    ``allowed`` lists keys (``"*"`` allows every declared key; ``"checks.*"`` a group);
-    ``defaults`` overrides declared defaults (keys and types declared in
-    :mod:`akka_optimize.plan.engine_settings`).
-    """
-
-    allowed: list[str] = Field(default_factory=list)
-    defaults: dict[str, bool | int | float | str | None] = Field(default_factory=dict)
-
-    def allows(self, key: str) -> bool:
-        """Whether a plan may state ``key``."""
-        for pat in self.allowed:
-            if pat == "*" or pat == key or (pat.endswith(".*") and key.startswith(pat[:-1])):
-                return True
-        return False
-
-    @model_validator(mode="after")
-    def _known_keys(self) -> EngineSettingsPolicy:
-        from .plan.engine_settings import BY_KEY, coerce
-
-        for key, value in self.defaults.items():
-            if key not in BY_KEY:
-                raise ValueError(f"defaults.{key} is not a declared engine setting")
-            _, why = coerce(BY_KEY[key], value)
-            if why:
-                raise ValueError(f"defaults.{key} {why}")
-        return self
 
 
 class Deployment(_Strict):

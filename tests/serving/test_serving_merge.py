@@ -130,3 +130,32 @@ def test_the_check_reports_a_served_adapter_that_changes_nothing(tiny_model_dir,
     assert served == trainer["adapter"] == trainer["base"] == _answers(engine, None)
     result = compare(served, trainer["adapter"], trainer["base"], trainer["shortfall"])
     assert [f.split(":")[0] for f in result["findings"]] == ["adapter_changes_nothing"]
+
+
+def test_a_bf16_endpoint_passes_the_check_in_bf16_and_a_wrong_adapter_still_fails(
+    tiny_model_dir, lora_dirs
+):
+    """``serving.precision: bf16``: the endpoint merges alpha into bf16 weights; the check
+    takes the trainer's sampling over bf16 base weights and passes. Beta's answers served
+    for alpha still fail it: the wider bf16 tie (0.25 nats) does not hide another adapter."""
+    from akka_optimize.serving.check import TIE_NATS_BF16
+
+    engine = TransformersEngine(tiny_model_dir, precision="bf16", batch_window_s=0.0)
+    assert engine.model.get_input_embeddings().weight.dtype == torch.bfloat16
+    engine.load_adapter("alpha", lora_dirs["alpha"])
+    engine.load_adapter("beta", lora_dirs["beta"])
+    served = _answers(engine, "alpha")
+    assert engine.merged == "alpha" and engine.lean_batches > 0
+    got = trainer_greedy(tiny_model_dir, lora_dirs["alpha"], served=served, precision="bf16")
+    verdict = compare(served, got["adapter"], got["base"], got["shortfall"], precision="bf16")
+    assert verdict["state"] == "passed", verdict
+    wrong = _answers(engine, "beta")
+    assert wrong != served
+    got = trainer_greedy(tiny_model_dir, lora_dirs["alpha"], served=wrong, precision="bf16")
+    verdict = compare(wrong, got["adapter"], got["base"], got["shortfall"], precision="bf16")
+    assert verdict["state"] == "failed"
+    assert max(g for g in got["shortfall"] if g is not None) > TIE_NATS_BF16
+    trainer, base = ["a", "b", "c"], ["x", "y", "z"]
+    tie = compare(["a", "B", "c"], trainer, base, [None, 0.2, None], precision="bf16")
+    assert tie["state"] == "passed"
+    assert compare(["a", "B", "c"], trainer, base, [None, 0.2, None])["state"] == "failed"

@@ -70,6 +70,14 @@ def eval_device_kind(settings: Any) -> str:
     return prof.kind if prof is not None else ("cuda" if cuda_available() else "cpu")
 
 
+def serving_precision(ctx: Any) -> str:
+    """The deployment's ``serving.precision``: the dtype an evaluation's answers are
+    generated in (pinned in its resolved settings when it is created)."""
+    from ..deployment import load_deployment
+
+    return load_deployment(ctx.settings.resolved_deployment_file()).serving.precision
+
+
 def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
     """The evaluation's pinned settings (what the worker runs and ``get`` shows)."""
     sc = check_scoring(
@@ -91,6 +99,7 @@ def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str,
         "graderInstructions": sc.instructions,
         "instructionsSource": sc.source,
         "sampling": req.sampling,
+        "precision": serving_precision(ctx),
         "limit": req.limit,
         "maxErrorShare": MAX_ERROR_SHARE,
         **({"trigger": req.trigger} if req.trigger else {}),
@@ -236,6 +245,7 @@ def build_spec(launch: Launch) -> JobSpec:
         "fan": r.get("kind") == "sweep",
         "grader": _grader_spec(s, r),
         "sampling": r["sampling"],
+        "precision": r.get("precision", "auto"),
         "limit": r["limit"],
         "limits": limits,
     }

@@ -26,7 +26,7 @@ from ..db.models.jobs import Run, Snapshot
 from ..errors import InvalidRequest
 from ..jobs import states as S
 from ..jobs.scheduler import wake
-from .kind import COMPARE, MAX_ERROR_SHARE, check_scoring, comparison_view
+from .kind import COMPARE, MAX_ERROR_SHARE, check_scoring, comparison_view, serving_precision
 
 
 def start_sweep_comparison(
@@ -68,6 +68,7 @@ def start_sweep_comparison(
     sc = check_scoring(ctx, s, grader, grader_instructions, dataset, resolve)
     branches = [{"run": p["run"]["id"], "point": p["point"]} for p in points]
     resolved = _resolved(source, step, snap.adapter_key, branches, sc, sampling)
+    resolved["precision"] = serving_precision(ctx)
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
     run = Run(
         id=uuid.uuid4().hex[:16],

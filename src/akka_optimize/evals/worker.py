@@ -103,11 +103,12 @@ def _limits(ev: dict[str, Any]) -> Any:
 def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     """The worker function of evaluations and comparisons (see the module docstring).
 
-    ``spec.extra`` holds ``evaluation`` (the resolved job: ``sides``, one entry per model
-    with its ``model`` and ``adapter`` record or None — one side for an evaluation, two for
-    a comparison, the candidate first —, ``grader`` with its bundle record, ``sampling``,
-    ``limit``, ``limits``) and ``hidden`` (folders the grader must not see: the service's
-    home). Every side answers every row on one engine (the sides share a base model).
+        ``spec.extra`` holds ``evaluation`` (the resolved job: ``sides``, one entry per model
+        with its ``model`` and ``adapter`` record or None — one side for an evaluation, two for
+        a comparison, the candidate first —, ``grader`` with its bundle record, ``sampling``,
+        ``limit``, ``limits``, ``precision``: the deployment's ``serving.precision`` when the
+    evaluation was created) and ``hidden`` (folders the grader must not see: the service's
+        home). Every side answers every row on one engine (the sides share a base model).
     """
     from ..registry import download_bundle, load_dataset_rows
     from ..serving.transformers_engine import TransformersEngine
@@ -133,6 +134,7 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
         device=spec.device,
         max_context=int(ev.get("maxContext") or 8192),
         max_batch_rows=rows_at_once,
+        precision=str(ev.get("precision") or "auto"),
     )
     names = _load_sides(engine, sides, store, work)
     answers = _answer_sides(engine, names, examples, ev, events, rows_at_once)

@@ -11,7 +11,10 @@ runs no model), and from the base model. Findings:
   through the trainer's model, some served token's log-probability falls more than
   :data:`TIE_NATS` below that position's best. (An endpoint that merges the adapter
   into the weights, or computes in bf16, rounds differently from the trainer and may
-  break a near-tie the other way; that is not a different adapter.)
+  break a near-tie the other way; that is not a different adapter.) An endpoint that
+  serves in bf16 (``serving.precision: bf16``) is compared with the trainer's sampling
+  over bf16 base weights (the adapter fp32, as a bf16 training run holds it), and a
+  near-tie there spans :data:`TIE_NATS_BF16`.
 - ``adapter_changes_nothing``: with the adapter, every answer equals the base
   model's.
 
@@ -40,6 +43,9 @@ CHECK_MAX_TOKENS = 16
 #: How far (nats) below the trainer's best token a served token may be and still count
 #: as the same greedy choice broken by rounding.
 TIE_NATS = 0.05
+#: The same for an endpoint serving in bf16: merging an adapter into bf16 weights rounds
+#: each weight to 8 significant bits, which moves logits by a few hundredths of a nat.
+TIE_NATS_BF16 = 0.25
 
 
 def _messages(prompt: str, instructions: str | None) -> list[dict[str, str]]:
@@ -56,6 +62,7 @@ def trainer_greedy(
     instructions: str | None = None,
     prompts: tuple[str, ...] = CHECK_PROMPTS,
     max_tokens: int = CHECK_MAX_TOKENS,
+    precision: str = "fp32",
     served: list[str] | None = None,
 ) -> dict[str, Any]:
     """Greedy answers from the trainer's sampling (plain transformers + PEFT).
@@ -63,6 +70,9 @@ def trainer_greedy(
     Args:
         served: the endpoint's answers to ``prompts``; for each one that differs from
             the trainer's, its largest shortfall is measured (see :func:`shortfall`).
+        precision: the endpoint's ``serving.precision``: ``bf16`` loads the base
+            weights in bf16, anything else in fp32 (the check runs on the CPU, where
+            ``auto`` serves fp32).
 
     Returns:
         ``{"adapter": [...], "base": [...], "shortfall": [...]}``, one entry per prompt
@@ -79,7 +89,8 @@ def trainer_greedy(
     from .engine import stop_token_ids
 
     tok = AutoTokenizer.from_pretrained(base_dir)
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype).eval()
     stops = stop_token_ids(tok, model.generation_config.to_dict())
 
     def run(m: Any) -> list[str]:
@@ -139,18 +150,22 @@ def compare(
     trainer: list[str],
     base: list[str],
     shortfalls: list[float | None] | None = None,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """The endpoint's ``checks`` entry for one adapter.
 
     Args:
         shortfalls: per prompt, :func:`shortfall` of a served answer that differs from
             the trainer's (None or missing: not measured, so any difference counts).
+        precision: the endpoint's ``serving.precision`` (``bf16``: a near-tie spans
+            :data:`TIE_NATS_BF16`, else :data:`TIE_NATS`).
 
     Returns:
         ``{"state": "passed"|"failed", "findings": [sentences], "prompts": [{"prompt",
         "served", "trainer", "base", "shortfall"}]}``.
     """
     findings = []
+    tie = TIE_NATS_BF16 if precision == "bf16" else TIE_NATS
     gaps = list(shortfalls or [])
     rows = [
         {
@@ -165,7 +180,7 @@ def compare(
     differs = [
         r["prompt"]
         for r in rows
-        if r["served"] != r["trainer"] and (r["shortfall"] is None or r["shortfall"] > TIE_NATS)
+        if r["served"] != r["trainer"] and (r["shortfall"] is None or r["shortfall"] > tie)
     ]
     if differs:
         worst = max((r["shortfall"] or 0.0) for r in rows if r["prompt"] in differs)
@@ -184,8 +199,8 @@ def compare(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``--spec FILE`` with ``{"baseDir", "adapterDir", "instructions", "served"}``;
-    prints JSON."""
+    """``--spec FILE`` with ``{"baseDir", "adapterDir", "instructions", "served",
+    "precision"}``; prints JSON."""
     ap = argparse.ArgumentParser(prog="python -m akka_optimize.serving.check")
     ap.add_argument("--spec", required=True, type=Path)
     args = ap.parse_args(argv)
@@ -195,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(spec["adapterDir"]) if spec.get("adapterDir") else None,
         instructions=spec.get("instructions"),
         served=spec.get("served"),
+        precision=str(spec.get("precision", "fp32")),
     )
     sys.stdout.write(json.dumps(res) + "\n")
     return 0

@@ -21,15 +21,27 @@ def make_engine(
     max_adapters: int,
     max_rank: int,
     merge_adapters: bool = True,
+    precision: str = "auto",
     progress: Any = None,
 ) -> ServingEngine:
     """The engine named by the deployment's ``serving.engine``.
 
+    ``precision`` (``serving.precision``) names the transformers engine's dtype; vLLM
+    picks its own (``auto``) and refuses another.
+
     Raises:
-        RuntimeError: ``vllm`` was asked for and is not installed.
+        RuntimeError: ``vllm`` was asked for and is not installed, or with a precision
+            other than ``auto``.
+        ValueError: an unknown precision.
     """
     if engine == "vllm":
         from .vllm_engine import VLLMEngine
+
+        if precision != "auto":
+            raise RuntimeError(
+                f"serving.precision is {precision} but serving.engine vllm chooses its own "
+                "dtype; set serving.precision: auto or serving.engine: transformers."
+            )
 
         return VLLMEngine(
             base_dir,
@@ -44,4 +56,5 @@ def make_engine(
         max_adapters=max_adapters,
         progress=progress,
         merge_adapters=merge_adapters,
+        precision=precision,
     )

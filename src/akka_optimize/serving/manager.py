@@ -223,6 +223,7 @@ class EndpointManager:
                 "maxAdapters": self.limits.maxAdaptersLoaded,
                 "maxRank": self.limits.maxLoraRank,
                 "mergeAdapters": self.limits.mergeAdapters,
+                "precision": self.limits.precision,
             }
             folder = self.settings.home / "serving" / "workers" / base.replace("/", "_")[:80]
             placer, device = self.placement()
@@ -319,6 +320,7 @@ class EndpointManager:
                     "adapterDir": adapter["path"],
                     "instructions": adapter.get("instructions"),
                     "served": served,
+                    "precision": self.limits.precision,
                 }
             )
         )
@@ -331,7 +333,13 @@ class EndpointManager:
         if out.returncode != 0:
             raise RuntimeError(out.stderr.strip()[-500:])
         trainer = json.loads(out.stdout.strip().splitlines()[-1])
-        return compare(served, trainer["adapter"], trainer["base"], trainer.get("shortfall"))
+        return compare(
+            served,
+            trainer["adapter"],
+            trainer["base"],
+            trainer.get("shortfall"),
+            precision=self.limits.precision,
+        )
 
     # stopping ------------------------------------------------------------------
     def _idle_loop(self) -> None:

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     The spec is JSON: ``{"base": {"name", "dir", "instructions"}, "adapters":
     [{"name", "path", "instructions"}], "engine", "maxContext", "maxAdapters",
-    "maxRank", "mergeAdapters", "host", "port"}`` (port 0 picks a free one; no host:
+    "maxRank", "mergeAdapters", "precision", "host", "port"}`` (port 0 picks a free one; no host:
     ``AKKA_NODE_IP``, which a cluster's actor sets to its node's address, else
     ``127.0.0.1``). The status file's ``host`` and ``port`` say where it listens.
     """
@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             max_adapters=int(spec.get("maxAdapters", 8)),
             max_rank=int(spec.get("maxRank", 64)),
             merge_adapters=bool(spec.get("mergeAdapters", True)),
+            precision=str(spec.get("precision", "auto")),
             progress=say,
         )
         state = WorkerState(

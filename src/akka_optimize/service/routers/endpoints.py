@@ -182,6 +182,7 @@ def endpoints_info(ctx: CtxDep) -> dict[str, Any]:
         "maxContextTokens": lim.maxContextTokens,
         "idleSeconds": lim.idleSeconds,
         "mergeAdapters": lim.mergeAdapters and lim.engine == "transformers",
+        "precision": lim.precision,
         "parsers": parsers_table(),
     }
 

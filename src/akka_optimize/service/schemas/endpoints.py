@@ -69,6 +69,10 @@ class EndpointsInfo(View):
     mergeAdapters: bool = Field(
         description="Whether the adapter being served is merged into the base weights."
     )
+    precision: str = Field(
+        description="The dtype endpoints hold and decode the weights in (serving.precision): "
+        "auto (bf16 on cuda, fp32 on cpu), bf16 or fp32."
+    )
     parsers: dict[str, Parsers] = Field(description="Architecture → its parsers.")
 
 
