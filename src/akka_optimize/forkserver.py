@@ -343,11 +343,13 @@ def may_fork(env: dict[str, str]) -> bool:
     )
 
 
-def fork(module: str, args: list[str], env: dict[str, str], log: Path) -> ForkedProcess | None:
+def fork(
+    module: str, args: list[str], env: dict[str, str], log: Path, **options: str
+) -> ForkedProcess | None:
     """``python -m module args`` forked from this process's fork server (started on the
     first call, restarted if it has died), or None where it cannot fork (the caller then
     starts a fresh interpreter). The server runs with this process's environment, every
-    GPU hidden."""
+    GPU hidden. ``options``: as :meth:`ForkServer.fork`'s."""
     global _shared
     log.parent.mkdir(parents=True, exist_ok=True)
     with _shared_lock:
@@ -355,7 +357,7 @@ def fork(module: str, args: list[str], env: dict[str, str], log: Path) -> Forked
             if _shared is None or not _shared.alive():
                 _shared = ForkServer(dict(os.environ, CUDA_VISIBLE_DEVICES=""))
             server = _shared
-            return ForkedProcess(server, server.fork(module, args, env, str(log)))
+            return ForkedProcess(server, server.fork(module, args, env, str(log), **options))
         except RuntimeError:
             _shared = None
             return None

@@ -159,3 +159,27 @@ def test_a_bf16_endpoint_passes_the_check_in_bf16_and_a_wrong_adapter_still_fail
     tie = compare(["a", "B", "c"], trainer, base, [None, 0.2, None], precision="bf16")
     assert tie["state"] == "passed"
     assert compare(["a", "B", "c"], trainer, base, [None, 0.2, None])["state"] == "failed"
+
+
+@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked", "fresh-interpreter"])
+def test_the_checks_trainer_side_runs_in_its_own_process(
+    tiny_model_dir, lora_dirs, tmp_path, monkeypatch, fork
+):
+    """The service runs the trainer side through ``run_check``: forked from the fork
+    server, or a fresh interpreter with ``AKKA_OPTIMIZE_FORK_WORKERS=0``; the same answers
+    as in this process, and a failing check raises with the end of its stderr."""
+    import json
+
+    from akka_optimize.serving.process import run_check
+
+    monkeypatch.setenv("AKKA_OPTIMIZE_FORK_WORKERS", fork)
+    spec = tmp_path / "check.json"
+    spec.write_text(
+        json.dumps({"baseDir": str(tiny_model_dir), "adapterDir": str(lora_dirs["alpha"])})
+    )
+    got = run_check(spec)
+    want = trainer_greedy(tiny_model_dir, lora_dirs["alpha"])
+    assert (got["adapter"], got["base"]) == (want["adapter"], want["base"])
+    spec.write_text(json.dumps({"baseDir": str(tmp_path / "no-model"), "adapterDir": None}))
+    with pytest.raises(RuntimeError, match="no-model"):
+        run_check(spec)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +31,7 @@ from ..deployment import ServingLimits
 from ..settings import Settings
 from ..store import BlobStore
 from .check import CHECK_MAX_TOKENS, CHECK_PROMPTS, compare
-from .process import Placer, WorkerProcess, start_worker
+from .process import Placer, WorkerProcess, run_check, start_worker
 
 log = logging.getLogger("akka_optimize.serving")
 
@@ -324,15 +322,7 @@ class EndpointManager:
                 }
             )
         )
-        out = subprocess.run(
-            [sys.executable, "-m", "akka_optimize.serving.check", "--spec", str(spec)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(out.stderr.strip()[-500:])
-        trainer = json.loads(out.stdout.strip().splitlines()[-1])
+        trainer = run_check(spec)
         return compare(
             served,
             trainer["adapter"],

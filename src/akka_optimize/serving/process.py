@@ -236,3 +236,46 @@ def start_worker(
             cmd, env=penv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
     return WorkerProcess(folder=folder, token=token, proc=proc)
+
+
+def run_check(spec: Path, timeout: float = 900.0) -> dict[str, Any]:
+    """The post-deploy check's trainer side (``python -m akka_optimize.serving.check
+    --spec SPEC``) in its own process, on the CPU: forked from the fork server where it may
+    fork (its torch, transformers and PEFT imports already done: about 5 s less per
+    check), else a fresh interpreter. Returns the JSON it prints.
+
+    Raises:
+        RuntimeError: the check failed (the end of its stderr) or ran past ``timeout``
+            seconds (it is killed).
+    """
+    out, err = spec.with_suffix(".out"), spec.with_suffix(".err")
+    for f in (out, err):
+        f.unlink(missing_ok=True)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    args = ["--spec", str(spec)]
+    forked = None
+    if forkserver.may_fork(env):
+        forked = forkserver.fork("akka_optimize.serving.check", args, env, out, err=str(err))
+    if forked is not None:
+        try:
+            code = forked.wait(timeout)
+        except subprocess.TimeoutExpired:
+            forked.kill()
+            raise RuntimeError(f"the post-deploy check ran past {timeout:.0f} s") from None
+        stdout = out.read_text() if out.exists() else ""
+        stderr = err.read_text() if err.exists() else ""
+    else:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "akka_optimize.serving.check", *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the post-deploy check ran past {timeout:.0f} s") from None
+        code, stdout, stderr = done.returncode, done.stdout, done.stderr
+    if code != 0 or not stdout.strip():
+        raise RuntimeError(stderr.strip()[-500:] or f"the post-deploy check exited {code}")
+    return json.loads(stdout.strip().splitlines()[-1])
