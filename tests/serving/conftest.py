@@ -15,8 +15,8 @@ from serving_assets import CACHE, INSTRUCTIONS, make_random_adapter, train_tool_
 def lora_dirs(tiny_model_dir: Path, tmp_path_factory) -> dict[str, Path]:
     """Two random-init LoRA adapters (``alpha``, ``beta``) and the trained tool adapter."""
     root = tmp_path_factory.mktemp("adapters")
-    tools = CACHE / "serving-tool-adapter-v2"
-    with FileLock(str(CACHE / "serving-tool-adapter-v2.lock")):
+    tools = CACHE / "serving-tool-adapter-v3"
+    with FileLock(str(CACHE / "serving-tool-adapter-v3.lock")):
         if not (tools / "adapter_config.json").exists():
             train_tool_adapter(tiny_model_dir, tools)
     return {
