@@ -16,7 +16,7 @@ from pathlib import Path
 from engine_testkit import fp32_config, random_rows
 from safetensors.torch import load_file
 
-from akka_optimize.engine.distributed import finish_ranks, world
+from akka_optimize.engine.distributed import exit_rank, finish_ranks, world
 from akka_optimize.engine.errors import EngineError
 from akka_optimize.engine.sft import SftResult, run_sft, state_path
 
@@ -62,3 +62,4 @@ def main(model_dir: str, plan_path: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+    exit_rank(0)  # as the service's worker: no interpreter teardown after the group

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import Tensor
@@ -240,6 +240,28 @@ def finish_ranks() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def exit_rank(code: int) -> NoReturn:
+    """End a rank's process with ``code`` once its work is done and the group left: the
+    exit handlers run and the streams are flushed, as at a normal exit, but the
+    interpreter's teardown is skipped. That teardown, after a gloo group, can abort the
+    process (libstdc++ "terminate called without an active exception", exit -6: seen once
+    in CI on two CPU ranks under load, torch 2.13; pytorch/pytorch#179291 describes
+    gloo's worker threads outliving the interpreter), and ``torch.distributed.run`` then
+    reports a finished launch as failed."""
+    import atexit
+    import sys
+
+    try:
+        atexit._run_exitfuncs()  # noqa: SLF001 (CPython's own exit path)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 (exiting regardless)
+                pass
+        os._exit(code)
 
 
 def torch_dtype(name: str) -> torch.dtype:

@@ -154,7 +154,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     spec = JobSpec.read(Path(args[0]))
     print(json.dumps({"run": spec.run_id, "attempt": spec.attempt}), flush=True)
-    sys.exit(run(spec))
+    code = run(spec)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank of torch.distributed.run
+        from ..engine.distributed import exit_rank
+
+        exit_rank(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
