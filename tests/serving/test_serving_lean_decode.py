@@ -83,6 +83,18 @@ def test_lean_steps_equal_the_models_forward(arch: str, dtype: torch.dtype) -> N
         assert lean.length == 7 + 12
 
 
+def test_a_large_max_tokens_reserves_one_block_up_front() -> None:
+    """Room for 100,000 tokens asked: the buffers start at the prompt plus one block."""
+    from akka_optimize.serving.lean_decode import GROW_BLOCK
+
+    model = _model("llama", torch.float32)
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([[5, 6, 7]]), use_cache=True)
+        lean = LeanDecoder.for_model(model)
+        assert lean is not None and lean.start(out.past_key_values, room=100_000)
+    assert lean.keys[0].shape[2] == 3 + GROW_BLOCK
+
+
 def test_lean_steps_without_padding_equal_the_models_forward() -> None:
     """One unpadded row: no mask on either side (grouped heads through ``enable_gqa``)."""
     model = _model("llama", torch.float32)

@@ -158,7 +158,9 @@ class LeanDecoder:
     def start(self, cache: Any, room: int) -> bool:
         """Seed the buffers from a transformers KV cache after the prompt (keys and values
         of shape ``[rows, kv_heads, prompt, head_dim]`` per layer), with ``room`` more
-        positions free. False (and nothing kept) when ``cache`` is not laid out that way."""
+        positions free, at most :data:`GROW_BLOCK` (the buffers grow as the answers do, so
+        a large ``max_tokens`` reserves nothing up front). False (and nothing kept) when
+        ``cache`` is not laid out that way."""
         torch = self._torch
         layers = getattr(cache, "layers", None)
         if layers is None or len(layers) != len(self.layers):
@@ -168,7 +170,7 @@ class LeanDecoder:
             if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor) or k.dim() != 4:
                 return False
         self.length = int(layers[0].keys.shape[2])
-        cap = self.length + max(int(room), 1)
+        cap = self.length + min(max(int(room), 1), GROW_BLOCK)
         self.keys, self.values = [], []
         for entry in layers:
             k, v = entry.keys, entry.values
