@@ -47,7 +47,7 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from setproctitle import getproctitle, setproctitle
 
@@ -112,16 +112,22 @@ def _child(req: dict[str, Any]) -> None:
         traceback.print_exc()
         code = 1
     finally:
-        try:  # what an interpreter does at exit: temporary folders, finalizers
-            atexit._run_exitfuncs()  # noqa: SLF001 (CPython's own exit path)
-        except BaseException:  # noqa: BLE001
-            traceback.print_exc()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        os._exit(code)
+        exit_now(code)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exit with ``code`` as an interpreter does at a normal exit (exit handlers:
+    temporary folders, finalizers; flushed streams), but without its teardown."""
+    try:
+        atexit._run_exitfuncs()  # noqa: SLF001 (CPython's own exit path)
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(code)
 
 
 def _say(out: io.TextIOBase, answer: dict[str, Any]) -> None:

@@ -250,18 +250,9 @@ def exit_rank(code: int) -> NoReturn:
     in CI on two CPU ranks under load, torch 2.13; pytorch/pytorch#179291 describes
     gloo's worker threads outliving the interpreter), and ``torch.distributed.run`` then
     reports a finished launch as failed."""
-    import atexit
-    import sys
+    from ..forkserver import exit_now
 
-    try:
-        atexit._run_exitfuncs()  # noqa: SLF001 (CPython's own exit path)
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 (exiting regardless)
-                pass
-        os._exit(code)
+    exit_now(code)
 
 
 def torch_dtype(name: str) -> torch.dtype:
