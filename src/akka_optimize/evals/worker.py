@@ -103,12 +103,12 @@ def _limits(ev: dict[str, Any]) -> Any:
 def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     """The worker function of evaluations and comparisons (see the module docstring).
 
-        ``spec.extra`` holds ``evaluation`` (the resolved job: ``sides``, one entry per model
-        with its ``model`` and ``adapter`` record or None — one side for an evaluation, two for
-        a comparison, the candidate first —, ``grader`` with its bundle record, ``sampling``,
-        ``limit``, ``limits``, ``precision``: the deployment's ``serving.precision`` when the
+    ``spec.extra`` holds ``evaluation`` (the resolved job: ``sides``, one entry per model
+    with its ``model`` and ``adapter`` record or None — one side for an evaluation, two for
+    a comparison, the candidate first —, ``grader`` with its bundle record, ``sampling``,
+    ``limit``, ``limits``, ``precision``: the deployment's ``serving.precision`` when the
     evaluation was created) and ``hidden`` (folders the grader must not see: the service's
-        home). Every side answers every row on one engine (the sides share a base model).
+    home). Every side answers every row on one engine (the sides share a base model).
     """
     from ..registry import download_bundle, load_dataset_rows
     from ..serving.transformers_engine import TransformersEngine
