@@ -102,3 +102,88 @@ def test_a_transaction_ended_on_another_thread_does_not_count_on_the_first(tmp_p
     with db.session() as s3:
         assert sorted(s3.execute(text("SELECT v FROM t")).scalars()) == [1, 2]
     db.dispose()
+
+
+def _no_busy_wait(db: Database) -> None:
+    """SQLite's busy handler off on every new connection: a writer that reached
+    ``BEGIN IMMEDIATE`` while another held the lock would fail at once."""
+    from sqlalchemy import event
+
+    def _off(dbapi_conn, _record) -> None:
+        dbapi_conn.execute("PRAGMA busy_timeout=0")
+
+    event.listen(db.engine, "connect", _off)
+    db.engine.dispose()
+
+
+def _second_writer(db: Database, out: list[object]) -> threading.Thread:
+    """A started thread that inserts 2 in its own session and appends 2, or the exception
+    it met (never hidden), to ``out``."""
+
+    def write() -> None:
+        try:
+            with db.session() as s:
+                s.execute(text("INSERT INTO t VALUES (2)"))
+            out.append(2)
+        except Exception as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=write)
+    t.start()
+    return t
+
+
+def test_writers_queue_at_the_gate_not_in_sqlites_busy_handler(tmp_path) -> None:
+    """Issue 14 (load): a second writer of the process waits on the WriteGate, woken when
+    the first one's COMMIT has run, instead of polling in SQLite's busy handler (which
+    sleeps up to 100 ms between tries). With the busy handler off, a writer that got past
+    the gate early would fail with 'database is locked'."""
+    db = _db(tmp_path)
+    _no_busy_wait(db)
+    done: list[object] = []
+    with db.session() as outer:
+        outer.execute(text("INSERT INTO t VALUES (1)"))
+        t = _second_writer(db, done)
+        t.join(0.3)
+        assert done == [] and t.is_alive()  # queued at the gate, no error
+    t.join(30)
+    assert not t.is_alive(), "the queued writer never ran"
+    assert done == [2]
+    with db.session() as s:
+        assert sorted(s.execute(text("SELECT v FROM t")).scalars()) == [1, 2]
+    db.dispose()
+
+
+def test_the_gate_opens_on_rollback_and_on_a_session_closed_mid_write(tmp_path) -> None:
+    db = _db(tmp_path)
+    _no_busy_wait(db)
+    db.write_gate.timeout = 2.0  # a gate left shut would fail the next write in 2 s
+    with pytest.raises(ValueError):
+        with db.session() as s:
+            s.execute(text("INSERT INTO t VALUES (1)"))
+            raise ValueError("refused")
+    s = db._sessions()
+    s.execute(text("INSERT INTO t VALUES (2)"))
+    s.close()  # neither committed nor rolled back by the caller: the pool rolls it back
+    with db.session() as s:
+        s.execute(text("INSERT INTO t VALUES (3)"))
+    with db.session() as s:
+        assert s.execute(text("SELECT v FROM t")).scalars().all() == [3]
+    db.dispose()
+
+
+def test_a_writer_held_past_the_gate_timeout_is_refused_with_a_sentence(tmp_path) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    db = _db(tmp_path)
+    db.write_gate.timeout = 0.2
+    errors: list[object] = []
+    with db.session() as outer:
+        outer.execute(text("INSERT INTO t VALUES (1)"))
+        _second_writer(db, errors).join(30)
+    assert len(errors) == 1 and isinstance(errors[0], OperationalError)
+    assert "database is locked: another writer of this service held it for 0.2 s" in str(errors[0])
+    with db.session() as s:  # the holder's write stands and the gate is open again
+        s.execute(text("INSERT INTO t VALUES (3)"))
+        assert sorted(s.execute(text("SELECT v FROM t")).scalars()) == [1, 3]
+    db.dispose()

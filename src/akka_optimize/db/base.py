@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -101,7 +102,44 @@ def _dbapi_id(conn: Any) -> int:
     return id(conn.connection.dbapi_connection)
 
 
-def _sqlite_begin(conn: Any) -> None:
+class WriteGate:
+    """One writing transaction at a time per engine, queued in this process.
+
+    SQLite lets one transaction write; a second ``BEGIN IMMEDIATE`` waits in SQLite's busy
+    handler, which sleeps and polls (up to 100 ms between tries), so under concurrent
+    registrations a writer waited up to a second after the lock was free (issue 14, load:
+    register p99 1.4 s). Writers of this process wait here instead, on a lock that wakes
+    the next one when the holder's COMMIT or ROLLBACK has run; the busy timeout still
+    covers writers of other processes (the CLI's ``server token create``).
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._holder: int | None = None
+
+    def enter(self, dbapi_id: int) -> None:
+        """Wait for the gate (at most ``timeout`` s), held by DB-API connection
+        ``dbapi_id``. Raises sqlalchemy's OperationalError ("database is locked", what
+        SQLite's busy timeout raises) on timeout: the service answers it with 503."""
+        if not self._lock.acquire(timeout=self.timeout):
+            import sqlite3
+
+            from sqlalchemy.exc import OperationalError
+
+            held = f"another writer of this service held it for {self.timeout:g} s"
+            reason = sqlite3.OperationalError(f"database is locked: {held}")
+            raise OperationalError("BEGIN IMMEDIATE", None, reason)
+        self._holder = dbapi_id
+
+    def leave(self, dbapi_id: int) -> None:
+        """Open the gate if ``dbapi_id`` holds it (its transaction has ended)."""
+        if self._holder == dbapi_id:
+            self._holder = None
+            self._lock.release()
+
+
+def _sqlite_begin(gate: WriteGate, conn: Any) -> None:
     write = write_intent.get()
     if write:
         me, this = _owner(), _dbapi_id(conn)
@@ -112,10 +150,16 @@ def _sqlite_begin(conn: Any) -> None:
                 "This thread already holds a writing transaction open on the state store; "
                 "a second one would wait on it until 'database is locked'."
             )
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-    if write:
+        gate.enter(this)
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            gate.leave(this)
+            raise
         with _open_lock:
-            _open_writes[_dbapi_id(conn)] = _owner()
+            _open_writes[this] = _owner()
+        return
+    conn.exec_driver_sql("BEGIN")
 
 
 def _sqlite_end(conn: Any) -> None:
@@ -123,13 +167,42 @@ def _sqlite_end(conn: Any) -> None:
         _open_writes.pop(_dbapi_id(conn), None)
 
 
-def _sqlite_checkin(dbapi_conn: Any, _record: Any) -> None:
+def _sqlite_checkin(gate: WriteGate, dbapi_conn: Any, _record: Any) -> None:
     with _open_lock:
         _open_writes.pop(id(dbapi_conn), None)
+    gate.leave(id(dbapi_conn))
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL mode, a busy timeout and foreign keys.
+def _sqlite_gone(gate: WriteGate, dbapi_conn: Any, record: Any, _exc: Any) -> None:
+    _sqlite_checkin(gate, dbapi_conn, record)
+
+
+def _gate_transaction_ends(eng: Engine, gate: WriteGate) -> None:
+    """Open ``gate`` after the DB-API COMMIT or ROLLBACK itself (SQLAlchemy's ``commit``
+    event runs before it, when the write lock is still held)."""
+    dialect = eng.dialect
+    commit, rollback = dialect.do_commit, dialect.do_rollback
+
+    def do_commit(conn: Any) -> None:  # the pool's proxy of the DB-API connection
+        try:
+            commit(conn)
+        finally:
+            gate.leave(id(getattr(conn, "dbapi_connection", conn)))
+
+    def do_rollback(conn: Any) -> None:
+        try:
+            rollback(conn)
+        finally:
+            gate.leave(id(getattr(conn, "dbapi_connection", conn)))
+
+    dialect.do_commit = do_commit  # type: ignore[method-assign]
+    dialect.do_rollback = do_rollback  # type: ignore[method-assign]
+
+
+def make_engine(url: str, gate: WriteGate | None = None) -> Engine:
+    """An engine for ``url``; SQLite gets WAL mode, a busy timeout, foreign keys and a
+    :class:`WriteGate` (``gate``, or a new one with a 30 s timeout) that queues this
+    process's writers.
 
     SQLite's pool holds up to 64 connections (16 kept open): in WAL mode readers never
     wait for a writer, so every request thread of the service (40) gets its own
@@ -142,11 +215,16 @@ def make_engine(url: str) -> Engine:
             connect_args={"check_same_thread": False, "timeout": 30},
             **({} if ":memory:" in url else {"pool_size": 16, "max_overflow": 48}),
         )
+        gate = gate or WriteGate(timeout=30.0)
         event.listen(eng, "connect", _sqlite_pragmas)
-        event.listen(eng, "begin", _sqlite_begin)
+        event.listen(eng, "begin", functools.partial(_sqlite_begin, gate))
         event.listen(eng, "commit", _sqlite_end)
         event.listen(eng, "rollback", _sqlite_end)
-        event.listen(eng.pool, "checkin", _sqlite_checkin)
+        event.listen(eng.pool, "checkin", functools.partial(_sqlite_checkin, gate))
+        # A connection closed or invalidated inside its transaction lost SQLite's lock too.
+        event.listen(eng.pool, "close", functools.partial(_sqlite_checkin, gate))
+        event.listen(eng.pool, "invalidate", functools.partial(_sqlite_gone, gate))
+        _gate_transaction_ends(eng, gate)
         return eng
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
@@ -158,7 +236,9 @@ class Database:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        #: The SQLite engine's :class:`WriteGate` (None on other backends).
+        self.write_gate = WriteGate(timeout=30.0) if url.startswith("sqlite") else None
+        self.engine = make_engine(url, self.write_gate)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -168,10 +248,28 @@ class Database:
         The whole session is one transaction on every backend: a refusal raised
         anywhere inside it stores nothing, savepoints included.
         """
-        s = self._sessions()
+        s = self.open_session()
         try:
             yield s
-            s.commit()
+        except BaseException:
+            self.end_session(s, commit=False)
+            raise
+        self.end_session(s, commit=True)
+
+    def open_session(self) -> Session:
+        """A new session (no connection until its first statement); end it with
+        :meth:`end_session`, as :meth:`session` does."""
+        return self._sessions()
+
+    @staticmethod
+    def end_session(s: Session, commit: bool) -> None:
+        """Commit ``s`` (or roll it back when ``commit`` is False, or when the commit
+        fails, re-raising) and close it."""
+        try:
+            if commit:
+                s.commit()
+            else:
+                s.rollback()
         except BaseException:
             s.rollback()
             raise

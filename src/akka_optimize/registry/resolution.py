@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from ..db.models.registry import RegistryAlias, RegistryName, RegistryVersion
@@ -111,39 +111,64 @@ def list_versions(
     return [_to_resolved(session, kind, n, v, aliases.get(v.id, [])) for v in rows]
 
 
+_LATEST = (
+    select(RegistryVersion.name_id, func.max(RegistryVersion.version).label("top"))
+    .group_by(RegistryVersion.name_id)
+    .subquery()
+)
+_NAMES = (
+    select(
+        RegistryName.id,
+        RegistryName.namespace,
+        RegistryName.name,
+        RegistryVersion.version,
+        RegistryVersion.digest,
+        RegistryVersion.created_at,
+    )
+    .join(_LATEST, _LATEST.c.name_id == RegistryName.id)
+    .join(
+        RegistryVersion,
+        (RegistryVersion.name_id == RegistryName.id) & (RegistryVersion.version == _LATEST.c.top),
+    )
+    .where(RegistryName.kind == bindparam("kind"))
+    .order_by(RegistryName.namespace, RegistryName.name)
+)
+_NAMES_IN = _NAMES.where(RegistryName.namespace == bindparam("namespace"))
+_ALIASES_OF = (
+    select(RegistryAlias.name_id, RegistryAlias.alias, RegistryVersion.version)
+    .join(RegistryVersion, RegistryVersion.id == RegistryAlias.version_id)
+    .where(RegistryAlias.name_id.in_(bindparam("ids", expanding=True)))
+    .order_by(RegistryAlias.name_id, RegistryAlias.alias)
+)
+
+
 def list_names(session: Session, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
     """Named artifacts of ``kind`` (optionally in one namespace) with their latest version.
+
+    Two statements whatever the number of names (names with their latest version, then
+    the aliases of all of them), each built once, not two queries per name (issue 14,
+    load).
 
     Returns:
         ``[{"name", "versions", "latest", "digest", "aliases", "updatedAt"}]`` sorted by name.
     """
-    q = select(RegistryName).where(RegistryName.kind == check_kind(kind))
     if namespace:
-        q = q.where(RegistryName.namespace == validate_name(namespace, "namespace"))
-    out = []
-    for n in session.scalars(q.order_by(RegistryName.namespace, RegistryName.name)).all():
-        v = session.scalars(
-            select(RegistryVersion)
-            .where(RegistryVersion.name_id == n.id)
-            .order_by(RegistryVersion.version.desc())
-            .limit(1)
-        ).first()
-        if v is None:
-            continue
-        aliases = session.execute(
-            select(RegistryAlias.alias, RegistryVersion.version)
-            .join(RegistryVersion, RegistryVersion.id == RegistryAlias.version_id)
-            .where(RegistryAlias.name_id == n.id)
-            .order_by(RegistryAlias.alias)
-        ).all()
-        out.append(
-            {
-                "name": f"{n.namespace}/{n.name}",
-                "versions": v.version,
-                "latest": f"v{v.version}",
-                "digest": v.digest,
-                "aliases": {a: f"v{ver}" for a, ver in aliases},
-                "updatedAt": v.created_at.isoformat() if v.created_at else None,
-            }
-        )
-    return out
+        params = {"kind": check_kind(kind), "namespace": validate_name(namespace, "namespace")}
+        rows = session.execute(_NAMES_IN, params).all()
+    else:
+        rows = session.execute(_NAMES, {"kind": check_kind(kind)}).all()
+    aliases: dict[int, dict[str, str]] = {}
+    if rows:
+        for name_id, alias, ver in session.execute(_ALIASES_OF, {"ids": [r[0] for r in rows]}):
+            aliases.setdefault(name_id, {})[alias] = f"v{ver}"
+    return [
+        {
+            "name": f"{ns}/{name}",
+            "versions": version,
+            "latest": f"v{version}",
+            "digest": digest,
+            "aliases": aliases.get(name_id, {}),
+            "updatedAt": created.isoformat() if created else None,
+        }
+        for name_id, ns, name, version, digest, created in rows
+    ]

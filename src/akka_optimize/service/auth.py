@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..db.base import utcnow, write_intent
@@ -181,21 +181,37 @@ def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
         write_intent.reset(reading)
 
 
-def _token_row(s: Any, token: str) -> ApiToken:
+_TOKEN_LOOKUP = (
+    select(ApiToken.id, ApiToken.project, ApiToken.revoked_at, Project.id)
+    .outerjoin(Project, Project.name == ApiToken.project)
+    .where(ApiToken.token_sha256 == bindparam("digest"))
+)
+"""One statement per request for the token and its project (built once: its SQL and cache
+key are computed once, issue 14 load)."""
+
+
+@dataclass(frozen=True)
+class _TokenRow:
+    id: str
+    project: str | None
+
+
+def _token_row(s: Any, token: str) -> _TokenRow:
     """The stored row of a live token. Raises Unauthorized: unknown, revoked, or acting in
     a project that no longer exists."""
-    row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(token)))
+    row = s.execute(_TOKEN_LOOKUP, {"digest": hash_token(token)}).first()
     if row is None:
         raise Unauthorized("The bearer token is not known to this service.")
-    if row.revoked_at is not None:
+    token_id, project, revoked_at, project_id = row
+    if revoked_at is not None:
         raise Unauthorized(
-            f"The bearer token {row.id} was revoked at {row.revoked_at.isoformat()}; "
+            f"The bearer token {token_id} was revoked at {revoked_at.isoformat()}; "
             "ask for a new one (`server token create`)."
         )
-    scoped = row.project and not row.project.startswith("worker:")
-    if scoped and s.scalar(select(Project.id).where(Project.name == row.project)) is None:
+    scoped = project and not project.startswith("worker:")
+    if scoped and project_id is None:
         raise Unauthorized(
-            f"The bearer token {row.id} acts in training project {row.project!r}, which "
+            f"The bearer token {token_id} acts in training project {project!r}, which "
             "does not exist on this service; ask for a token of an existing project."
         )
-    return row
+    return _TokenRow(token_id, project)

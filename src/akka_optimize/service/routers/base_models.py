@@ -33,9 +33,10 @@ from ...catalog.selection import (
 from ...deployment import load_deployment
 from ..context import ServiceContext
 from ..deps import CtxDep
+from ..routing import JsonRoute
 from ..schemas import BaseModelList, BaseModelView, CandidateList, answers
 
-router = APIRouter(prefix="/v1/training/base-models", tags=["base-models"])
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training/base-models", tags=["base-models"])
 
 _MANAGER = "base_models"
 

@@ -11,9 +11,10 @@ from ...deployment import load_deployment
 from ...jobs import capacity
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..routing import JsonRoute
 from ..schemas import CapacityReport, answers
 
-router = APIRouter(prefix="/v1/training")
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
 
 
 @router.get("/capacity", **answers(CapacityReport))

@@ -21,10 +21,11 @@ from ...evals import kind as evals
 from ...jobs import control
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..routing import JsonRoute
 from ..schemas import ComparisonList, ComparisonView, answers
 from .evaluations import EvaluationCreate, prepare
 
-router = APIRouter(prefix="/v1/training/comparisons")
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training/comparisons")
 
 
 class ComparisonCreate(EvaluationCreate):

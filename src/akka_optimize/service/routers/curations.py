@@ -20,9 +20,10 @@ from ...jobs import control
 from ...plan.pipeline import CurationRequest
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..routing import JsonRoute
 from ..schemas import CurationList, CurationView, answers
 
-router = APIRouter(prefix="/v1/training/curations")
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training/curations")
 
 
 CurationCreate = CurationRequest

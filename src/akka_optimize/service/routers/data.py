@@ -30,9 +30,10 @@ from ..auth import Principal
 from ..connected import while_connected
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
+from ..routing import JsonRoute
 from ..schemas import Preview, answers
 
-router = APIRouter()
+router = APIRouter(route_class=JsonRoute)
 MAX_PREVIEW_ROWS = 100
 
 

@@ -16,7 +16,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
-router = APIRouter(include_in_schema=False)
+from ..routing import JsonRoute
+
+router = APIRouter(route_class=JsonRoute, include_in_schema=False)
 
 _SWAGGER = """<!DOCTYPE html>
 <html><head><title>{title} - Swagger UI</title>

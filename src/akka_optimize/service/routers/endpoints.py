@@ -38,6 +38,7 @@ from .. import access
 from ..auth import Principal
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..routing import JsonRoute
 from ..schemas import (
     ChatCompletion,
     EndpointList,
@@ -55,7 +56,7 @@ from .endpoint_records import manager as manager
 from .endpoint_records import refuse_endpoint_claim as refuse_endpoint_claim
 from .endpoint_records import view as view
 
-router = APIRouter(prefix="/v1/training/endpoints", tags=["endpoints"])
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training/endpoints", tags=["endpoints"])
 
 
 class EndpointCreate(BaseModel):

@@ -20,9 +20,10 @@ from ...jobs import control
 from ...plan.pipeline import EvaluationRequest
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..routing import JsonRoute
 from ..schemas import EvaluationList, EvaluationView, answers
 
-router = APIRouter(prefix="/v1/training/evaluations")
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training/evaluations")
 
 
 EvaluationCreate = EvaluationRequest

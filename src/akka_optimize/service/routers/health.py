@@ -8,10 +8,11 @@ from fastapi import APIRouter
 
 from ... import __version__
 from ..deps import RawCtxDep
+from ..routing import JsonRoute
 from ..schemas import Health, TrainingInfo
 
-public_router = APIRouter()
-router = APIRouter()
+public_router = APIRouter(route_class=JsonRoute)
+router = APIRouter(route_class=JsonRoute)
 
 
 def _redact(url: str) -> str:

@@ -20,10 +20,11 @@ from .. import access
 from .. import pipelines as P
 from ..connected import while_connected
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..routing import JsonRoute
 from ..schemas import PipelineDryRun, PipelineList, PipelineView, answers
 from .runs import read_json_body
 
-router = APIRouter(prefix="/v1/training/pipelines")
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training/pipelines")
 
 
 def on_startup(ctx: Any) -> None:

@@ -27,10 +27,11 @@ from .. import access
 from ..access import find_project
 from ..auth import Principal
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..routing import JsonRoute
 from ..schemas import ProjectList, ProjectView, ScoresTable, answers
 from .sampling import Sampling
 
-router = APIRouter(prefix="/v1/training/projects", tags=["projects"])
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training/projects", tags=["projects"])
 
 
 class EvaluationSettings(BaseModel):

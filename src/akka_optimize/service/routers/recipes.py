@@ -15,10 +15,11 @@ from starlette.concurrency import run_in_threadpool
 
 from .. import recipe_runs
 from ..deps import CtxDep, PrincipalDep
+from ..routing import JsonRoute
 from ..schemas import RecipeClaimAnswer, RunView, answers
 from .runs import read_json_body
 
-router = APIRouter(prefix="/v1/training")
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
 
 
 @router.post("/recipes", status_code=201, **answers(RunView, 201, "The recipe run, queued."))

@@ -40,6 +40,7 @@ from ...store import content_key
 from .. import access
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
+from ..routing import JsonRoute
 from ..schemas import (
     ImagePush,
     NameList,
@@ -62,7 +63,7 @@ from .registry_transfer import (
 )
 from .registry_transfer import check_upload as check_upload
 
-router = APIRouter(prefix="/v1/registry", tags=["registry"])
+router = APIRouter(route_class=JsonRoute, prefix="/v1/registry", tags=["registry"])
 PLURAL = {"datasets": "dataset", "bundles": "bundle", "models": "model"}
 #: A registration's answers: 201 for a new version, 200 for content already stored.
 _STORED = answers(

@@ -28,6 +28,7 @@ from ...jsonvalues import MAX_INT
 from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..inputs import check_worker_event, whole_number
+from ..routing import JsonRoute
 from ..schemas import (
     ChatCompletion,
     EndpointView,
@@ -49,7 +50,7 @@ from ..schemas import (
 from .sweep_body import SWEEP_FIELDS as SWEEP_FIELDS
 from .sweep_body import _sweep_scoring
 
-router = APIRouter(prefix="/v1/training")
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
 
 
 def on_startup(ctx: Any) -> None:

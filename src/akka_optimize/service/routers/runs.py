@@ -22,9 +22,10 @@ from ...jsonvalues import loads
 from ..connected import while_connected
 from ..deps import CtxDep, PrincipalDep
 from ..plans import dry_run, resolve_run_plan
+from ..routing import JsonRoute
 from ..schemas import DryRunReport, RunView, answers
 
-router = APIRouter()
+router = APIRouter(route_class=JsonRoute)
 
 
 async def read_json_body(request: Request) -> Any:

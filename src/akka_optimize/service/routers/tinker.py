@@ -32,8 +32,9 @@ from ...tinker.wire import (
 )
 from ..auth import Principal, authenticate
 from ..deps import CtxDep
+from ..routing import JsonRoute
 
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(route_class=JsonRoute, prefix="/api/v1")
 JsonBody = Annotated[dict[str, Any], Body()]
 
 

@@ -19,9 +19,10 @@ from ...errors import Forbidden, InvalidRequest
 from ...tinker import rest
 from ..auth import Principal
 from ..deps import CtxDep
+from ..routing import JsonRoute
 from .tinker import Caller, JsonBody
 
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(route_class=JsonRoute, prefix="/api/v1")
 
 
 def _scope(p: Principal, project_id: str | None) -> str | None:

@@ -19,9 +19,10 @@ from fastapi import APIRouter
 from ...errors import AkkaError, InvalidRequest, NotFound
 from ...tinker.broker import Model, broker_of
 from ..deps import CtxDep
+from ..routing import JsonRoute
 from .tinker import Caller, JsonBody, _int, _session
 
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(route_class=JsonRoute, prefix="/api/v1")
 
 
 @router.post("/create_sampling_session")

@@ -22,8 +22,9 @@ from ...jobs import states as S
 from ...tinker import kind as _kind  # noqa: F401 (registers the "tinker" job kind)
 from ...tinker.broker import POLL_SECONDS, Broker, Model, broker_of
 from ..deps import CtxDep
+from ..routing import JsonRoute
 
-router = APIRouter(prefix="/v1/training")
+router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
 MAX_INT = 2**31 - 1
 
 
