@@ -52,11 +52,11 @@ def run(quick: bool) -> list[dict[str, Any]]:
         session = TrainingSession(base, cfg, total_updates=1)
         total = prompts_n * group * tokens
 
-        def loop() -> float:
+        def loop(lean: bool = True, sess: Any = session) -> float:
             gen = torch.Generator().manual_seed(0)
             t0 = time.perf_counter()
             for p in prompts:
-                sample_group(session, p.prompt_ids, group, tokens, 1.0, set(), gen)
+                sample_group(sess, p.prompt_ids, group, tokens, 1.0, set(), gen, lean=lean)
             return time.perf_counter() - t0
 
         model = session.model
@@ -78,7 +78,15 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
         loop()  # warm-up
         loop_s = min(loop() for _ in range(2))
+        steps_s = min(loop(lean=False) for _ in range(2))  # transformers' forward per token
         seq_s = min(sequential() for _ in range(2 if quick else 1))
+        bf16 = TrainingSession(
+            base, EngineConfig(device="cpu", precision="bf16", weight_precision="bf16",
+                               lora_rank=16, lora_alpha=32), total_updates=1,
+        )  # fmt: skip
+        loop(sess=bf16)  # warm-up
+        bf16_s = min(loop(sess=bf16) for _ in range(2))
+        del bf16
 
         timing: dict[str, float] = {}
 
@@ -109,6 +117,25 @@ def run(quick: bool) -> list[dict[str, Any]]:
             "ratio": round(seq_s / loop_s, 3),
             "goal": "ratio >= 2 on CPU (baseline: model.generate one completion at a time)",
             "detail": f"{prompts_n} prompts x {group} samples x {tokens} tokens, temperature 1",
+        },
+        {
+            "name": "rl_rollout_lean_steps",
+            "value": round(total / loop_s, 1),
+            "unit": "tokens/s",
+            "baseline": round(total / steps_s, 1),
+            "ratio": round(steps_s / loop_s, 3),
+            "detail": "the loop's sampler with the lean decoding steps vs the same sampler "
+            "decoding through transformers' forward (lean=False), fp32, same samples",
+        },
+        {
+            "name": "rl_rollout_bf16",
+            "value": round(total / bf16_s, 1),
+            "unit": "tokens/s",
+            "baseline": round(total / steps_s, 1),
+            "ratio": round(steps_s / bf16_s, 3),
+            "goal": "ratio >= 2 (issue 24 item 3: twice the sampler before the lean steps)",
+            "detail": "a bf16 session (bf16 base and adapter) with the lean steps vs the fp32 "
+            "sampler through transformers' forward",
         },
         {
             "name": "rl_update_seconds",

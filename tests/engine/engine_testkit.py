@@ -33,6 +33,18 @@ def random_rows(n: int, seed: int = 0, vocab: int = 2000) -> list[Example]:
     ]
 
 
+TINY_LLAMA = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
+"""A random Llama's shape for tests that need no tokenizer (add ``vocab_size`` and
+``tie_word_embeddings``)."""
+
+
 def fp32_config(**kw) -> EngineConfig:
     """A CPU fp32 config for tiny-model tests (dropout off unless given)."""
     base = dict(device="cpu", precision="fp32", lora_rank=4, lora_alpha=8, learning_rate=1e-3)

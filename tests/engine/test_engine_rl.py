@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from engine_testkit import fp32_config
+from engine_testkit import TINY_LLAMA, fp32_config
 
 from akka_optimize.engine.rl import (
     RLPrompt,
@@ -160,16 +160,7 @@ def _toy_model(dest):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-    )
+    cfg = LlamaConfig(vocab_size=256, tie_word_embeddings=False, **TINY_LLAMA)
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([TOY_PROMPT])).logits[0, -1].float()
@@ -262,20 +253,37 @@ def test_a_groups_samples_packed_in_one_pass_score_as_they_do_alone(tiny_model_d
     assert flat_two == pytest.approx(flat_one, abs=1e-5)
 
 
+def _sampler_passes(session, seen: list, monkeypatch):
+    """Record ``(rows, tokens)`` of each of the sampler's passes in ``seen``: the model's
+    forward passes with a KV cache (the prompt) and the lean decoding steps (one token per
+    row, :class:`~akka_optimize.engine.lean_decode.LeanDecoder`). Returns the forward hook
+    (remove it when done)."""
+    from akka_optimize.engine.lean_decode import LeanDecoder
+
+    step = LeanDecoder.step
+
+    def lean_step(self, ids, *a, **kw):
+        seen.append((*tuple(ids.shape), "lean"))
+        return step(self, ids, *a, **kw)
+
+    monkeypatch.setattr(LeanDecoder, "step", lean_step)
+    return session.model.register_forward_pre_hook(
+        lambda _m, _a, kw: (
+            seen.append(tuple(kw["input_ids"].shape)) if kw.get("use_cache") else None
+        ),
+        with_kwargs=True,
+    )
+
+
 def test_the_rollout_settings_bound_each_forward_pass_and_keep_the_logprobs(
-    tiny_model_dir,
+    tiny_model_dir, monkeypatch
 ) -> None:
     """``rollout.max_num_seqs``, ``max_num_batched_tokens`` and ``enable_prefix_caching``
     take effect: no sampler forward pass reads more rows or tokens than they allow, a long
     prompt is read in pieces, and the sampled log-probs are still the trainer's."""
     session = TrainingSession(tiny_model_dir, fp32_config())
     seen: list[tuple[int, int]] = []
-    hook = session.model.register_forward_pre_hook(  # the sampler's passes (with a cache)
-        lambda _m, _a, kw: (
-            seen.append(tuple(kw["input_ids"].shape)) if kw.get("use_cache") else None
-        ),
-        with_kwargs=True,
-    )
+    hook = _sampler_passes(session, seen, monkeypatch)
 
     def score(_prompts, samples):  # equal rewards: no update, so the weights stay the sampler's
         for s in samples:
@@ -293,9 +301,10 @@ def test_the_rollout_settings_bound_each_forward_pass_and_keep_the_logprobs(
             seen.clear()
             _m, samples = rl_update(session, prompts, score, settings, stop_ids=set())
             sampler = list(seen)
-            assert max(r for r, _ in sampler) == rows, (extra, sampler)
-            assert max(r * n for r, n in sampler) <= tokens, (extra, sampler)
+            assert max(p[0] for p in sampler) == rows, (extra, sampler)
+            assert max(p[0] * p[1] for p in sampler) <= tokens, (extra, sampler)
             assert sampler[0][0] == reads  # the first prompt's first piece: 1 row or every row
+            assert sum(p[-1] == "lean" for p in sampler) > 0  # the steps after the prompt
             passes, _ = rollout_passes(prompts, samples)
             trainer = session.forward(passes).logprobs
             for s, lp in zip(samples, trainer, strict=True):
@@ -313,7 +322,9 @@ def _cache_bytes(cache) -> int:
     return sum(k.nbytes + v.nbytes for k, v in zip(cache.key_cache, cache.value_cache, strict=True))
 
 
-def test_the_memory_share_bounds_the_rows_the_sampler_decodes_at_once(tiny_model_dir) -> None:
+def test_the_memory_share_bounds_the_rows_the_sampler_decodes_at_once(
+    tiny_model_dir, monkeypatch
+) -> None:
     """``execution.rollout.memoryShare`` takes effect as the sampler's KV-cache budget: the
     bytes per token are the model's own cache's, a group is decoded in batches of the rows
     that fit, and a budget below one row is refused naming memoryShare."""
@@ -331,16 +342,13 @@ def test_the_memory_share_bounds_the_rows_the_sampler_decodes_at_once(tiny_model
     settings = RLSettings(samples_per_prompt=4, max_new_tokens=3, seed=5, kv_cache_bytes=budget)
     assert rows_that_fit(settings, per, len(PROMPT)) == 2
     assert rows_that_fit(settings, per, 1) == budget // (per * 4)  # a short prompt: more fit
-    seen: list[int] = []
-    hook = session.model.register_forward_pre_hook(
-        lambda _m, _a, kw: seen.append(kw["input_ids"].shape[0]) if kw.get("use_cache") else None,
-        with_kwargs=True,
-    )
+    seen: list[tuple] = []
+    hook = _sampler_passes(session, seen, monkeypatch)
     try:
         rl_update(session, [RLPrompt(PROMPT)], lambda _p, ss: None, settings, stop_ids=set())
     finally:
         hook.remove()
-    assert max(seen) == 2
+    assert max(p[0] for p in seen) == 2
     with pytest.raises(EngineError, match="memoryShare leaves"):
         rows_that_fit(RLSettings(samples_per_prompt=4, max_new_tokens=3, kv_cache_bytes=per),
                       per, len(PROMPT))  # fmt: skip

@@ -17,8 +17,8 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from akka_optimize.engine.lean_decode import LeanDecoder
 from akka_optimize.serving.engine import SamplingParams
-from akka_optimize.serving.lean_decode import LeanDecoder
 from akka_optimize.serving.transformers_engine import TransformersEngine
 
 SHAPE = {
@@ -85,7 +85,7 @@ def test_lean_steps_equal_the_models_forward(arch: str, dtype: torch.dtype) -> N
 
 def test_a_large_max_tokens_reserves_one_block_up_front() -> None:
     """Room for 100,000 tokens asked: the buffers start at the prompt plus one block."""
-    from akka_optimize.serving.lean_decode import GROW_BLOCK
+    from akka_optimize.engine.lean_decode import GROW_BLOCK
 
     model = _model("llama", torch.float32)
     with torch.inference_mode():
@@ -112,23 +112,13 @@ def test_lean_steps_without_padding_equal_the_models_forward() -> None:
 
 
 def test_lean_decoder_declines_what_it_would_compute_differently() -> None:
-    """An adapter computing beside its base modules, a sliding window, another
-    architecture: None. A merged or disabled adapter decodes lean."""
-    from peft import LoraConfig, get_peft_model
-
+    """A sliding window, another architecture: None. Adapters (computed beside the base
+    modules, merged, disabled, or of a kind the steps do not reproduce) are tested in
+    tests/engine/test_engine_lean_rollout.py."""
     assert LeanDecoder.for_model(_model("qwen3", torch.float32, use_sliding_window=True)) is None
     torch.manual_seed(0)
     mistral = MistralForCausalLM(MistralConfig(**SHAPE)).eval()
     assert LeanDecoder.for_model(mistral) is None
-
-    peft = get_peft_model(
-        _model("llama", torch.float32), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
-    )
-    assert LeanDecoder.for_model(peft) is None  # unmerged: LoRA computes beside q and v
-    with peft.disable_adapter():
-        assert LeanDecoder.for_model(peft) is not None
-    peft.merge_adapter()
-    assert LeanDecoder.for_model(peft) is not None
 
 
 def _ids(engine: TransformersEngine, text: str) -> list[int]:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..data.types import Pass
+from .lean_decode import LeanDecoder
 from .rl_settings import RLPrompt, RLSettings, Sample, kv_bytes_per_token, rows_that_fit
 from .sampling import kv_cache
 
@@ -26,13 +27,18 @@ def sample_group(
     generator: torch.Generator,
     prefix_caching: bool = True,
     max_batched_tokens: int | None = None,
+    lean: bool = True,
 ) -> list[tuple[list[int], list[float]]]:
     """``n`` completions of one prompt, decoded together with a KV cache: per completion
     its tokens and the sampler's log-probs (see the module docstring, step 1). With
     ``prefix_caching`` the prompt is read once and its cache copied to the ``n`` rows (a
     shared prefix); without, the ``n`` rows read it side by side. The prompt is read in
     pieces so that no forward pass reads more than ``max_batched_tokens`` tokens (all rows
-    together; None: no limit).
+    together; None: no limit). With ``lean`` the tokens after the prompt are decoded by
+    :class:`~akka_optimize.engine.lean_decode.LeanDecoder` steps where the model allows:
+    the same logits bit for bit (the session's adapter computed beside the base weights,
+    in its mixed precision), so the same samples from the same generator, with less
+    per-token overhead (issue 24 item 3).
 
     Raises:
         ValueError: an empty prompt, ``n`` < 1, ``max_new_tokens`` < 1, ``temperature`` ≤ 0,
@@ -67,7 +73,10 @@ def sample_group(
             if rows == 1 and n > 1:
                 next(iter(cache.values())).batch_repeat_interleave(n)
             logits = out.logits[:, -1, :].expand(n, -1)
-            for _ in range(max_new_tokens):
+            fast = LeanDecoder.for_model(model) if lean and max_new_tokens > 1 else None
+            if fast is not None and not fast.start(next(iter(cache.values())), max_new_tokens):
+                fast = None
+            for i in range(max_new_tokens):
                 logq = torch.log_softmax(logits.float().cpu() / temperature, dim=-1)
                 picked = torch.multinomial(logq.exp(), 1, generator=generator).view(-1)
                 for b in range(n):
@@ -77,11 +86,14 @@ def sample_group(
                     tokens[b].append(tok)
                     lps[b].append(float(logq[b, tok]))
                     done[b] = tok in stop_ids
-                if all(done):
-                    break
+                if all(done) or i == max_new_tokens - 1:
+                    break  # nothing more to sample: no step for a token never drawn
                 step = picked.view(n, 1).to(device)
-                out = model(input_ids=step, use_cache=True, **kv_cache(out))
-                logits = out.logits[:, -1, :]
+                if fast is not None:
+                    logits = fast.step(step)
+                else:
+                    out = model(input_ids=step, use_cache=True, **kv_cache(out))
+                    logits = out.logits[:, -1, :]
     finally:
         model.train(was_training)
     return list(zip(tokens, lps, strict=True))

@@ -205,7 +205,7 @@ def decode_batch(
     request runs exactly as an unbatched one. An answer that ends leaves the batch (its
     rows of the KV cache are dropped), so short answers do not keep paying for the
     longest one. The prompt is read by the model's forward; with ``lean`` the steps after
-    it run as :class:`~akka_optimize.serving.lean_decode.LeanDecoder` steps where the
+    it run as :class:`~akka_optimize.engine.lean_decode.LeanDecoder` steps where the
     model's architecture allows (same answers, less per-token overhead).
 
     Returns:
@@ -213,7 +213,7 @@ def decode_batch(
     """
     import torch
 
-    from .lean_decode import LeanDecoder
+    from ..engine.lean_decode import LeanDecoder
 
     fast = LeanDecoder.for_model(model) if lean else None
     rows, spans = _batch_rows(requests, tokenizer, device)

@@ -50,7 +50,7 @@ class TransformersEngine:
             for a rounding tie, :mod:`akka_optimize.serving.check`). Costs memory for
             that copy (about the size of the adapted modules' weights).
         lean_decode: decode the tokens after the prompt with
-            :class:`~akka_optimize.serving.lean_decode.LeanDecoder` where the
+            :class:`~akka_optimize.engine.lean_decode.LeanDecoder` where the
             architecture allows (same answers, less overhead per token).
 
     Raises:
@@ -110,7 +110,7 @@ class TransformersEngine:
         self.batch_sizes: list[int] = []
         """Answers (rows) decoded together, per batch, in order: what batching achieved."""
         self.lean_batches = 0
-        """Batches decoded by the lean steps (:mod:`akka_optimize.serving.lean_decode`)."""
+        """Batches decoded by the lean steps (:mod:`akka_optimize.engine.lean_decode`)."""
         self.merge_adapters = merge_adapters
         self.merged: str | None = None
         self._pristine: dict[int, tuple[Any, Any, Any]] = {}

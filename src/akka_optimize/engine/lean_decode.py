@@ -1,4 +1,5 @@
-"""Lean decoding steps for Llama-family models (issue 24 item 3).
+"""Lean decoding steps for Llama-family models (issue 24 item 3): endpoints, evaluations
+and reinforcement rollouts decode with them.
 
 Decoding one token of a small model on a CPU is bound by reading the weights and by
 Python: transformers' generic forward (mask building, cache classes, the attention
@@ -13,19 +14,27 @@ gated MLP; then the final norm and the output head. The prompt itself is read by
 model's own forward (transformers), whose KV cache seeds the buffers.
 
 It reads the weights of the model's modules when a batch starts, so an adapter merged
-into the base weights (``serving.mergeAdapters``) is decoded as merged; it declines
-(:meth:`LeanDecoder.for_model` returns None) where a LoRA layer computes beside its base
-module (an unmerged adapter), and for every architecture it does not reproduce exactly:
-``llama`` (SmolLM2, Llama 3) and ``qwen3`` (Llama plus a per-head RMSNorm of queries and
-keys) with SiLU MLPs and full attention in every layer. Anything else decodes through
-transformers as before.
+into the base weights (``serving.mergeAdapters``) is decoded as merged. An adapter
+beside its base modules (a training session's, during a rollout; an endpoint's with
+``mergeAdapters: false``) is computed as PEFT's ``lora.Linear`` computes it: the base
+product, then for each active adapter ``B(A(x)) · scaling`` added, with the input cast to
+the adapter's dtype unless the layer's ``cast_input_dtype_enabled`` is off (the engine's
+mixed precision turns it off), and the sum cast back to the base product's dtype. It
+declines (:meth:`LeanDecoder.for_model` returns None) for adapters it does not reproduce
+(DoRA and other LoRA variants, LoRA on embeddings, ``modules_to_save`` copies, dropout in
+training mode, a merged adapter that is disabled) and for every architecture it does not
+reproduce exactly: ``llama`` (SmolLM2, Llama 3) and ``qwen3`` (Llama plus a per-head
+RMSNorm of queries and keys) with SiLU MLPs and full attention in every layer. Anything
+else decodes through transformers as before.
 
 Answers: the same operations in the same order as transformers' sdpa path, including
 its way of attending with grouped heads (``enable_gqa`` without a mask; with a padding
 mask, each group's queries as positions over its key/value head), so the logits are bit
 for bit those of the model's forward, in fp32 and in bf16
 (``tests/serving/test_serving_lean_decode.py``: both architectures, left padding, rows
-leaving, buffers growing; and an engine's answers with and without the lean steps).
+leaving, buffers growing; and an engine's answers with and without the lean steps;
+``tests/engine/test_engine_lean_rollout.py``: an unmerged adapter in fp32 and under the
+engine's bf16 mixed precision, and a rollout's samples with and without the lean steps).
 """
 
 from __future__ import annotations
@@ -46,38 +55,90 @@ class _Layer:
 
     norm_in: Any
     norm_post: Any
-    q: tuple[Any, Any]
-    k: tuple[Any, Any]
-    v: tuple[Any, Any]
-    o: tuple[Any, Any]
-    gate: tuple[Any, Any]
-    up: tuple[Any, Any]
-    down: tuple[Any, Any]
+    q: _Linear
+    k: _Linear
+    v: _Linear
+    o: _Linear
+    gate: _Linear
+    up: _Linear
+    down: _Linear
     q_norm: Any = None
     k_norm: Any = None
 
 
-def _linear(module: Any) -> tuple[Any, Any]:
-    """``(weight, bias)`` of a linear module, or of the base module of a LoRA layer."""
-    base = module.get_base_layer() if hasattr(module, "get_base_layer") else module
-    return base.weight, getattr(base, "bias", None)
+@dataclass
+class _Linear:
+    """A linear module's base ``weight`` and ``bias`` and, for a LoRA layer whose adapters
+    compute beside it, ``lora``: per active adapter ``(layer, A, B, B's bias, scaling)``."""
+
+    weight: Any
+    bias: Any = None
+    lora: tuple[tuple[Any, Any, Any, Any, float], ...] = ()
 
 
-def _lora_computes(model: Any) -> bool:
-    """Whether some LoRA layer of ``model`` computes other than its base module's weights
-    now: an active adapter not merged, or a merged one with adapters disabled (PEFT then
-    unmerges it in the forward)."""
+class _Declined(Exception):
+    """A module the lean steps would not compute as the model's forward does."""
+
+
+def _linear(module: Any) -> _Linear:
+    """The :class:`_Linear` of a linear module or of a PEFT LoRA layer around one.
+
+    Raises:
+        _Declined: a LoRA layer computed otherwise than vanilla LoRA (see the module
+            docstring).
+    """
+    if not hasattr(module, "lora_A"):
+        return _Linear(module.weight, getattr(module, "bias", None))
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    if not isinstance(module, LoraLinear):
+        raise _Declined(type(module).__name__)
+    base = module.get_base_layer()
+    if module.disable_adapters:
+        if module.merged:  # PEFT unmerges it in the forward
+            raise _Declined("a merged adapter, disabled")
+        return _Linear(base.weight, base.bias)
+    if module.merged:  # the forward is the base layer's, merged weights and all
+        return _Linear(base.weight, base.bias)
+    lora = []
+    for name in module.active_adapters:
+        if name not in module.lora_A:
+            continue
+        if name in getattr(module, "lora_variant", {}) or module.use_dora.get(name):
+            raise _Declined(f"LoRA variant of adapter {name}")
+        drop = module.lora_dropout[name]
+        if drop.training and float(getattr(drop, "p", 0.0)) > 0:
+            raise _Declined("dropout in training mode")
+        a, b = module.lora_A[name], module.lora_B[name]
+        lora.append((module, a.weight, b.weight, b.bias, module.scaling[name]))
+    return _Linear(base.weight, base.bias, tuple(lora))
+
+
+def _apply(x: Any, lin: _Linear) -> Any:
+    """``lin`` applied to ``x`` as the model's forward applies it: ``F.linear``, then, for
+    a LoRA layer, PEFT's ``lora.Linear.forward`` (peft 0.21) step for step."""
+    import torch.nn.functional as fn
+
+    out = fn.linear(x, lin.weight, lin.bias)
+    if not lin.lora:
+        return out
+    dtype = out.dtype
+    for layer, a, b, b_bias, scaling in lin.lora:
+        if getattr(layer, "cast_input_dtype_enabled", True) and x.dtype != a.dtype:
+            x = x.to(a.dtype)
+        out = out + fn.linear(fn.linear(x, a), b, b_bias) * scaling
+    return out.to(dtype)
+
+
+def _other_adapters(model: Any, covered: set[int]) -> bool:
+    """Whether ``model`` holds an adapter piece the lean steps do not read: a LoRA layer
+    other than the layers' projections and the head (an embedding's), or a
+    ``modules_to_save`` / trainable-tokens wrapper."""
     for m in model.modules():
-        lora_a = getattr(m, "lora_A", None)
-        if lora_a is None or not hasattr(m, "merged"):
-            continue
-        if m.disable_adapters:
-            if m.merged:
-                return True
-            continue
-        if m.merged:
-            continue
-        if any(a in lora_a for a in m.active_adapters):
+        kind = type(m).__name__
+        if kind in ("ModulesToSaveWrapper", "TrainableTokensWrapper", "TrainableTokensLayer"):
+            return True
+        if hasattr(m, "lora_A") and id(m) not in covered:
             return True
     return False
 
@@ -116,7 +177,8 @@ class LeanDecoder:
         self.embed = body.embed_tokens.weight
         self.rotary = body.rotary_emb
         self.final_norm = body.norm.weight
-        self.head = _linear(inner.lm_head)
+        self._read: set[int] = set()  # ids of the linear modules read
+        self.head = self._linear(inner.lm_head)
         self.layers: list[_Layer] = []
         for layer in body.layers:
             a, mlp = layer.self_attn, layer.mlp
@@ -124,13 +186,13 @@ class LeanDecoder:
                 _Layer(
                     norm_in=layer.input_layernorm.weight,
                     norm_post=layer.post_attention_layernorm.weight,
-                    q=_linear(a.q_proj),
-                    k=_linear(a.k_proj),
-                    v=_linear(a.v_proj),
-                    o=_linear(a.o_proj),
-                    gate=_linear(mlp.gate_proj),
-                    up=_linear(mlp.up_proj),
-                    down=_linear(mlp.down_proj),
+                    q=self._linear(a.q_proj),
+                    k=self._linear(a.k_proj),
+                    v=self._linear(a.v_proj),
+                    o=self._linear(a.o_proj),
+                    gate=self._linear(mlp.gate_proj),
+                    up=self._linear(mlp.up_proj),
+                    down=self._linear(mlp.down_proj),
                     q_norm=a.q_norm.weight if hasattr(a, "q_norm") else None,
                     k_norm=a.k_norm.weight if hasattr(a, "k_norm") else None,
                 )
@@ -139,6 +201,10 @@ class LeanDecoder:
         self.values: list[Any] = []
         self.length = 0
         self._torch = torch
+
+    def _linear(self, module: Any) -> _Linear:
+        self._read.add(id(module))
+        return _linear(module)
 
     @classmethod
     def for_model(cls, model: Any) -> LeanDecoder | None:
@@ -150,9 +216,13 @@ class LeanDecoder:
         body = getattr(inner, "model", None)
         if body is None or not hasattr(body, "rotary_emb") or not hasattr(body, "layers"):
             return None
-        if _lora_computes(model):
+        try:
+            dec = cls(model)
+        except _Declined:
             return None
-        return cls(model)
+        if _other_adapters(model, dec._read):
+            return None
+        return dec
 
     # the KV cache ---------------------------------------------------------------
     def start(self, cache: Any, room: int) -> bool:
@@ -239,9 +309,9 @@ class LeanDecoder:
         hd, heads, kvh = self.head_dim, self.heads, self.kv_heads
         for i, w in enumerate(self.layers):
             x = self._norm(h, w.norm_in)
-            q = fn.linear(x, *w.q).view(rows, 1, heads, hd)
-            k = fn.linear(x, *w.k).view(rows, 1, kvh, hd)
-            v = fn.linear(x, *w.v).view(rows, 1, kvh, hd).transpose(1, 2)
+            q = _apply(x, w.q).view(rows, 1, heads, hd)
+            k = _apply(x, w.k).view(rows, 1, kvh, hd)
+            v = _apply(x, w.v).view(rows, 1, kvh, hd).transpose(1, 2)
             if w.q_norm is not None:
                 q, k = self._norm(q, w.q_norm), self._norm(k, w.k_norm)
             q = self._rope(q.transpose(1, 2), cos, sin)
@@ -257,8 +327,8 @@ class LeanDecoder:
                 o = fn.scaled_dot_product_attention(
                     q.reshape(rows, kvh, heads // kvh, hd), keys, values, attn_mask=attn_mask
                 ).reshape(rows, heads, 1, hd)
-            h = h + fn.linear(o.transpose(1, 2).reshape(rows, 1, heads * hd), *w.o)
+            h = h + _apply(o.transpose(1, 2).reshape(rows, 1, heads * hd), w.o)
             x = self._norm(h, w.norm_post)
-            h = h + fn.linear(fn.silu(fn.linear(x, *w.gate)) * fn.linear(x, *w.up), *w.down)
+            h = h + _apply(fn.silu(_apply(x, w.gate)) * _apply(x, w.up), w.down)
         self.length = t + 1
-        return fn.linear(self._norm(h, self.final_norm), *self.head)[:, -1, :]
+        return _apply(self._norm(h, self.final_norm), self.head)[:, -1, :]
