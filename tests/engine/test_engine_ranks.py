@@ -50,6 +50,9 @@ def two_ranks(tiny_model_dir, tmp_path_factory) -> dict[str, dict]:
     plan = [
         dict(base, name="full", config=two, state_dir=str(root / "full")),
         dict(base, name="none", config=dict(two, sharding="none"), state_dir=str(root / "none")),
+        dict(
+            base, name="offload", config=dict(two, offload_weights=True), state_dir=str(root / "o")
+        ),
         dict(base, name="paused", config=two, state_dir=str(root / "r"), stop_after_step=3),
         dict(base, name="resumed", config=two, state_dir=str(root / "r"), resume_step=3),
         dict(base, name="settings", config=dict(two, **SETTINGS), state_dir=str(root / "s")),
@@ -87,8 +90,10 @@ def _metrics(record: dict) -> list[dict]:
     return [e for e in record["events"] if e["type"] == "metrics"]
 
 
-@pytest.mark.parametrize("sharding", ["full", "none"])
+@pytest.mark.parametrize("sharding", ["full", "none", "offload"])
 def test_two_ranks_equal_one_device(two_ranks, one_device, sharding):
+    """FSDP2 shards, full replicas, and shards kept in host memory (offload.weights and
+    .optimizer): the same losses, gradient norms and adapter as one device."""
     two, one = _metrics(two_ranks[sharding]), _metrics(one_device)
     # 9 rows, 4 per update: 3 updates an epoch, the third trains the one remaining row
     # (rank 1 has none and runs an idle pass); 2 epochs.
@@ -159,3 +164,26 @@ def test_replicas_that_drift_apart_fail_before_the_save(two_ranks):
         "the ranks hold different optimizer state before the save at step 2" in drifted["failure"]
     )
     assert "largest difference 0.001" in drifted["failure"]
+
+
+def test_offload_puts_every_shard_under_fsdp2s_host_memory_policy(tiny_model_dir, tmp_path):
+    """``offload_weights``: every FSDP2 unit of the body (each decoder layer and the body)
+    holds its shards under ``CPUOffloadPolicy``; without it none does. One gloo rank in
+    this process (the two-rank run above shows it trains as one device does)."""
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from akka_optimize.engine import distributed as D
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        for offload in (True, False):
+            body = AutoModelForCausalLM.from_pretrained(tiny_model_dir).model
+            D.shard_model(body, "full", offload=offload)
+            units = [m for m in body.modules() if hasattr(m, "_get_fsdp_state")]
+            assert len(units) == len(body.layers) + 1
+            assert D.offloaded(body) is offload
+            out = body(input_ids=torch.tensor([[1, 2, 3]])).last_hidden_state
+            assert out.shape == (1, 3, body.config.hidden_size)
+    finally:
+        dist.destroy_process_group()

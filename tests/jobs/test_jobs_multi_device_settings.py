@@ -96,6 +96,18 @@ REFUSED = [
         "execution.memory.offload.optimizer",
     ),
     (
+        "offload-weights-alone",
+        _plan(2, memory={"offload": {"weights": True, "optimizer": False}}),
+        {},
+        "execution.memory.offload.weights",
+    ),
+    (
+        "offload-without-shards",
+        _plan(2, memory={"sharding": "none", "offload": {"weights": True, "optimizer": True}}),
+        {},
+        "execution.memory.offload.weights",
+    ),
+    (
         "compile",
         _plan(2, {"compile.recompile_limit": 4}),
         {},
@@ -135,3 +147,6 @@ def test_flex_attention_is_refused_and_one_device_is_left_alone() -> None:
     defaults = {"compile.recompile_limit": 8, "engine.prefetch_weights": True}
     assert _refusal(_plan(2, defaults, memory={"sharding": "full"})) is None
     assert _refusal(_plan(2, memory={"offload": {"activations": True}})) is None
+    both = {"sharding": "full", "offload": {"weights": True, "optimizer": True}}
+    assert _refusal(_plan(2, memory=both)) is None
+    assert EngineConfig(**engine_settings(_plan(2, memory=both), ["q_proj"])).offload_weights

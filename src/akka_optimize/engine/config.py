@@ -140,6 +140,12 @@ class EngineConfig:
     compare_replicas: bool = True
     """``checkpoint.compare_replicas``: with sharding ``none``, check before the first save
     that every rank holds the same optimizer state."""
+    offload_weights: bool = False
+    """``execution.memory.offload.weights`` with ``.optimizer`` (FSDP2 moves them together):
+    each rank's shard of the weights and gradients lives in host memory between passes
+    (FSDP2's ``CPUOffloadPolicy``), gathered to the device for each layer's compute, and
+    the optimizer steps there, so its state stays in host memory too. Several ranks with
+    sharding ``full`` only."""
     offload_activations: bool = False
     """``execution.memory.offload.activations``: keep the activations saved for the
     backward pass in host memory (``torch.autograd.graph.save_on_cpu``, pinned on CUDA)."""
@@ -240,6 +246,11 @@ class EngineConfig:
                 self.sharding in ("full", "none"),
                 "execution.memory.sharding",
                 "must be full or none",
+            ),
+            (
+                not self.offload_weights or (self.ranks > 1 and self.sharding == "full"),
+                "execution.memory.offload.weights",
+                "needs several ranks with sharding full (FSDP2 offloads the shards)",
             ),
             (
                 self.micro_batch >= 1,

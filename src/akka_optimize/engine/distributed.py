@@ -122,7 +122,11 @@ def _comm_device() -> torch.device:
 
 
 def shard_model(
-    body: Any, sharding: str, reduce_dtype: torch.dtype = torch.float32, prefetch: bool = True
+    body: Any,
+    sharding: str,
+    reduce_dtype: torch.dtype = torch.float32,
+    prefetch: bool = True,
+    offload: bool = False,
 ) -> None:
     """Shard ``body`` (the transformer body the engine calls) with FSDP2: each decoder layer
     and then the body itself, so parameters, gradients and optimizer state are split across
@@ -130,19 +134,25 @@ def shard_model(
     (the engine divides by the update's supervised tokens). ``prefetch``
     (``engine.prefetch_weights``) gathers the next layer's weights while the current one
     runs, forward and backward; false gathers each layer when it runs (no implicit backward
-    prefetch either). ``sharding == "none"`` leaves a full replica on every rank.
+    prefetch either). ``offload`` (``execution.memory.offload.weights`` and ``.optimizer``)
+    keeps each shard and its gradient in host memory (FSDP2's ``CPUOffloadPolicy``, pinned
+    on CUDA): the layer's weights are gathered to the device when it runs, and the
+    optimizer steps on the host shards. ``sharding == "none"`` leaves a full replica on
+    every rank.
 
     The tied output head shares the body's embedding, which the body (the root) keeps
     gathered after its forward, so the head reads the full matrix."""
     if sharding == "none":
         return
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-    policy = MixedPrecisionPolicy(reduce_dtype=reduce_dtype)
+    kw: dict[str, Any] = {"mp_policy": MixedPrecisionPolicy(reduce_dtype=reduce_dtype)}
+    if offload:
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
     layers = list(body.layers)
     for layer in layers:
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(body, mp_policy=policy)
+        fully_shard(layer, **kw)
+    fully_shard(body, **kw)
     for module in [*layers, body]:  # each FSDP module has its own reduction
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
@@ -150,6 +160,18 @@ def shard_model(
         nxt, prev = layers[i + 1 : i + 2], layers[i - 1 : i] if i else []
         layer.set_modules_to_forward_prefetch(nxt if prefetch else [])
         layer.set_modules_to_backward_prefetch(prev if prefetch else [])
+
+
+def offloaded(body: Any) -> bool:
+    """Whether FSDP2 keeps ``body``'s shards in host memory (:func:`shard_model`)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    for m in body.modules():
+        state = getattr(m, "_get_fsdp_state", None)
+        group = getattr(state(), "_fsdp_param_group", None) if state else None
+        if group is not None and isinstance(group.offload_policy, CPUOffloadPolicy):
+            return True
+    return False
 
 
 def set_gradient_sync(body: Any, sync: bool) -> None:

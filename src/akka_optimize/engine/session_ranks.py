@@ -57,7 +57,7 @@ class RanksMixin:
                         module._buffers[name] = buf.to(D.torch_dtype(c.buffer_dtype))
         if self.world > 1:
             reduce = D.torch_dtype(c.reduce_dtype)
-            D.shard_model(self._body, c.sharding, reduce, c.prefetch_weights)
+            D.shard_model(self._body, c.sharding, reduce, c.prefetch_weights, c.offload_weights)
 
     @property
     def is_main(self) -> bool:

@@ -111,6 +111,8 @@ def engine_settings(
         # several devices (engine/distributed.py): ranks, sharding, gradient sync, replicas
         "ranks": 1 if rl else int(_get(plan, "execution.gpus", 1) or 1),
         "offload_activations": bool(_get(plan, "execution.memory.offload.activations", False)),
+        # weights and optimizer go together (jobs/multi_device.py refuses them apart)
+        "offload_weights": bool(_get(plan, "execution.memory.offload.weights", False)),
         "sharding": _get(plan, "execution.memory.sharding", None) or "full",
         "sync_once_per_update": bool(es.get("engine.use_no_sync_for_gradient_accumulation", True)),
         "compare_replicas": bool(es.get("checkpoint.compare_replicas", True)),

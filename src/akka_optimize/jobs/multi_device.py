@@ -34,8 +34,8 @@ def _refuse(field: str, why: str) -> InvalidRequest:
 def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
     """The first setting a run on several devices cannot honour, or None (also None for a
     run on one device). Checked: the method (supervised only), the executor (local only),
-    the smoke check, flex_attention, weight and optimizer offload (not available), and each engine
-    setting that would not take effect (:func:`_engine_setting_refusal`)."""
+    the smoke check, flex_attention, weight and optimizer offload (:func:`_offload_refusal`),
+    and each engine setting that would not take effect (:func:`_engine_setting_refusal`)."""
     r = f["resolved"]
     ranks = run_ranks(r)
     if ranks <= 1:
@@ -65,19 +65,37 @@ def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
             "use sdpa.",
         )
     memory = (r.get("execution") or {}).get("memory") or {}
-    for what, on in sorted((memory.get("offload") or {}).items()):
-        if on and what != "activations":  # activations: torch.autograd.graph.save_on_cpu
-            return _refuse(
-                f"execution.memory.offload.{what}",
-                "offloading weights or optimizer state to host memory is not available on "
-                "several devices in this release (offload.activations is); "
-                "set it to false.",
-            )
+    refused = _offload_refusal(memory)
+    if refused is not None:
+        return refused
     settings = ((r.get("config") or {}).get("engineSettings")) or {}
     for key in sorted(settings):
         why = _engine_setting_refusal(key, settings[key], settings, memory.get("sharding"))
         if why:
             return _refuse(f"config.engineSettings.{key}", why)
+    return None
+
+
+def _offload_refusal(memory: dict[str, Any]) -> AkkaError | None:
+    """``offload.weights`` and ``offload.optimizer`` take effect together, as FSDP2's
+    ``CPUOffloadPolicy`` (the optimizer steps on the offloaded shards, so its state lives
+    with them): refused apart, and with sharding ``none`` (no shards to offload).
+    ``offload.activations`` is ``torch.autograd.graph.save_on_cpu`` and goes with any."""
+    offload = memory.get("offload") or {}
+    weights, optimizer = bool(offload.get("weights")), bool(offload.get("optimizer"))
+    if weights != optimizer:
+        on, off = ("weights", "optimizer") if weights else ("optimizer", "weights")
+        return _refuse(
+            f"execution.memory.offload.{on}",
+            f"FSDP2 offloads the weights and the optimizer state together; set "
+            f"execution.memory.offload.{off} to true as well, or this one to false.",
+        )
+    if weights and memory.get("sharding") == "none":
+        return _refuse(
+            "execution.memory.offload.weights",
+            "with execution.memory.sharding none there are no shards to offload; use "
+            "sharding full or set offload.weights and offload.optimizer to false.",
+        )
     return None
 
 

@@ -19,10 +19,14 @@ class OffloadGroup(_Group):
     """``execution.memory.offload``: what moves to host memory."""
 
     weights: bool | None = Field(
-        None, description="Move the weights to host memory between passes."
+        None,
+        description="Move the weights (each device's shards) to host memory between passes. "
+        "Set together with `optimizer`: FSDP2 offloads both or neither.",
     )
     optimizer: bool | None = Field(
-        None, description="Keep optimizer state in host memory between updates."
+        None,
+        description="Keep optimizer state in host memory between updates. Set together "
+        "with `weights`.",
     )
     activations: bool | None = Field(
         None, description="Store activations in host memory until the backward pass."
