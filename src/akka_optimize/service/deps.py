@@ -78,18 +78,15 @@ async def get_session(
     wait behind requests that wait for that lock.
     """
     s = ctx.db.open_session()
+    handled = False
     try:
         yield s
-    except BaseException:
+        handled = True
+    finally:  # commit when the handler returned, roll back when it raised
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(
-                ctx.db.end_session, s, False, limiter=anyio.CapacityLimiter(1)
+                ctx.db.end_session, s, handled, limiter=anyio.CapacityLimiter(1)
             )
-        raise
-    with anyio.CancelScope(shield=True):
-        await anyio.to_thread.run_sync(
-            ctx.db.end_session, s, True, limiter=anyio.CapacityLimiter(1)
-        )
 
 
 CtxDep = Annotated[ServiceContext, Depends(require_started)]
