@@ -66,7 +66,7 @@ fi
 # At most about 8 minutes in all (timeout_s 480 leaves time for a second call).
 timeout 100 $PY -m pytest -q -p no:cacheprovider -o addopts= \
   tests/engine/test_engine_cuda.py tests/engine/test_engine_ranks_cuda.py \
-  tests/engine/test_attention.py 2>&1 | tee "$OUT/tests.txt"
+  tests/engine/test_attention.py tests/engine/test_flex.py 2>&1 | tee "$OUT/tests.txt"
 timeout 60 $PY -m benchmarks.engine --profile smollm2 >"$OUT/profile_smollm2.txt" 2>&1
 timeout 240 $PY -m benchmarks.run --quick --only engine 2>&1 | tee "$OUT/bench.txt"
 cp bench-results/latest.json "$OUT/bench.json" 2>/dev/null

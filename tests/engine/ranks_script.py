@@ -2,7 +2,8 @@
 
 ``python -m torch.distributed.run --standalone --nproc-per-node N ranks_script.py MODEL PLAN``
 reads PLAN (JSON: a list of scenarios ``{name, rows, rows_seed, config, state_dir,
-stop_after_step, resume_step, validation_rows, init_adapter}``), runs :func:`run_sft` for
+stop_after_step, resume_step, validation_rows, init_adapter, model_dir, vocab}``: MODEL
+unless the scenario names its own ``model_dir``), runs :func:`run_sft` for
 each on every rank, and rank 0 writes ``<name>.json`` next to PLAN with its events, checks
 and the final adapter tensors, or with the sentence of the EngineError every rank raised.
 """
@@ -22,11 +23,14 @@ from akka_optimize.engine.sft import SftResult, run_sft, state_path
 
 
 def _run(model_dir: str, sc: dict, events: list[dict]) -> SftResult:
+    vocab = sc.get("vocab", 2000)
     return run_sft(
         fp32_config(**sc["config"]),
-        Path(model_dir),
-        random_rows(sc["rows"], seed=sc["rows_seed"]),
-        random_rows(sc["validation_rows"], seed=99) if sc.get("validation_rows") else None,
+        Path(sc.get("model_dir") or model_dir),
+        random_rows(sc["rows"], seed=sc["rows_seed"], vocab=vocab),
+        random_rows(sc["validation_rows"], seed=99, vocab=vocab)
+        if sc.get("validation_rows")
+        else None,
         Path(sc["state_dir"]),
         events.append,
         stop_after_step=sc.get("stop_after_step"),

@@ -76,12 +76,20 @@ def test_varlen_attention_on_cuda_matches_the_per_conversation_loop(tiny_model_d
     assert len(calls) == 2
     torch.testing.assert_close(a, b, atol=3e-2, rtol=0)
     # The kernel itself, forward and backward, against fp32 per-conversation sdpa.
+    _kernel_equals_each_conversation_alone(
+        lambda q, k, v, segs: real(torch.nn.Module(), q, k, v, segs, None),
+        [0, 17, 150, 151, 300],
+    )
+
+
+def _kernel_equals_each_conversation_alone(kernel, segs: list[int]) -> None:
+    """``kernel(q, k, v, segs)`` in bf16 ([1, T, Hq, D] out), forward and backward, against
+    fp32 sdpa run on each conversation alone."""
     gen = torch.Generator().manual_seed(0)
-    qkv = [torch.randn(1, h, 300, 64, generator=gen) for h in (4, 2, 2)]
+    qkv = [torch.randn(1, h, segs[-1], 64, generator=gen) for h in (4, 2, 2)]
     q, k, v = (t.cuda().bfloat16().requires_grad_() for t in qkv)
     q32, k32, v32 = (t.cuda().requires_grad_() for t in qkv)
-    segs = [0, 17, 150, 151, 300]
-    out = real(torch.nn.Module(), q, k, v, segs, None)
+    out = kernel(q, k, v, segs)
     ref = torch.cat(
         [
             torch.nn.functional.scaled_dot_product_attention(
@@ -97,3 +105,20 @@ def test_varlen_attention_on_cuda_matches_the_per_conversation_loop(tiny_model_d
     (ref * w).sum().backward()
     for got, want in ((q, q32), (k, k32), (v, v32)):
         torch.testing.assert_close(got.grad.float(), want.grad, atol=5e-2, rtol=5e-2)
+
+
+def test_flex_attention_on_cuda_compiles_and_matches_each_conversation_alone():
+    """bf16 on CUDA: the compiled flex kernel with a pass's document mask (engine/flex.py),
+    forward and backward, against fp32 per-conversation sdpa; the start-up probe passes
+    at Gemma 4's head dimensions on this GPU."""
+    from akka_optimize.engine import flex
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    flex.check_device(device, [256, 512], torch.bfloat16)
+    module = torch.nn.Module()
+    _kernel_equals_each_conversation_alone(
+        lambda q, k, v, segs: flex.flex_attention_forward(
+            module, q, k, v, None, akka_segments=segs
+        )[0],
+        [0, 17, 150, 151, 256],  # padded to the 128-token blocks the kernel uses
+    )

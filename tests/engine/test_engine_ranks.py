@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 from engine_testkit import fp32_config, random_rows, run_on_ranks
+from families import FAMILIES, VOCAB, build
 from safetensors.torch import load_file
 
+from akka_optimize.catalog import load_catalog
 from akka_optimize.engine.sft import run_sft, state_path
 from helpers import make_random_adapter
 
@@ -38,6 +40,7 @@ SETTINGS = dict(
     offload_activations=True,  # saved activations through torch.autograd.graph.save_on_cpu
 )
 VALIDATION_ROWS = 5
+GEMMA4 = next(f for f in FAMILIES if f.name == "gemma4")
 WARM_TARGETS = ["q_proj", "v_proj", "o_proj"]  # the modules helpers.make_random_adapter adapts
 
 
@@ -71,7 +74,34 @@ def two_ranks(tiny_model_dir, tmp_path_factory) -> dict[str, dict]:
     plan.append(
         dict(base, name="warm", config=warm_cfg, state_dir=str(root / "w"), init_adapter=str(warm))
     )
+    plan += _gemma4_scenarios(root, two, base)
     return run_on_ranks(tiny_model_dir, root, plan)
+
+
+def _gemma4_scenarios(root: Path, two: dict, base: dict) -> list[dict]:
+    """A tiny Gemma 4 (sliding and full layers, head dimensions 8 and 512) on two ranks with
+    sdpa and with flex_attention (passes padded to 128 tokens), validated, checked."""
+    entry = load_catalog(None).get(GEMMA4.repository)
+    model = build(GEMMA4, root / "gemma4")
+    cfg = dict(
+        two,
+        target_modules=entry.target_modules(),
+        auto_class=entry.auto_class,
+        pad_bucket=128,
+        start_checks=CHECKS,
+    )
+    return [
+        dict(
+            base,
+            name=f"gemma4-{attn}",
+            config=dict(cfg, attn_implementation=attn),
+            state_dir=str(root / f"g4-{attn}"),
+            model_dir=str(model),
+            vocab=VOCAB,
+            validation_rows=VALIDATION_ROWS,
+        )
+        for attn in ("sdpa", "flex_attention")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +183,28 @@ def test_a_warm_start_loads_into_the_shards(two_ranks, tiny_model_dir, tmp_path)
     first = _metrics(two_ranks["warm"])[0]
     assert first["loss"] == pytest.approx(one["loss"], rel=1e-5)
     assert first["loss"] != _metrics(two_ranks["full"])[0]["loss"]  # not a fresh adapter
+
+
+def test_flex_attention_trains_gemma4_as_sdpa_does(two_ranks):
+    """``attentionImplementation: flex_attention`` (engine/flex.py): every pass padded to a
+    multiple of 128 tokens, one document mask per pass; the losses, gradient norms,
+    validation and adapter equal the sdpa run's (each conversation attends to itself
+    alone either way), and the checks before the first update pass."""
+    flex, sdpa = two_ranks["gemma4-flex_attention"], two_ranks["gemma4-sdpa"]
+    assert [m["step"] for m in _metrics(flex)] == [1, 2, 3, 4, 5, 6]
+    for a, b in zip(_metrics(flex), _metrics(sdpa), strict=True):
+        assert a["totalTokens"] % 128 == 0
+        assert a["supervisedTokens"] == b["supervisedTokens"]
+        for key in ("loss", "gradNorm", "adapterNorm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-5), (a["step"], key)
+    assert all(c["passed"] for c in flex["checks"]), flex["checks"]
+    (val,) = [e for e in flex["events"] if e["type"] == "validation"]
+    (ref,) = [e for e in sdpa["events"] if e["type"] == "validation"]
+    assert val["loss"] == pytest.approx(ref["loss"], rel=1e-5)
+    for name, tensor in sdpa["adapter"].items():
+        torch.testing.assert_close(
+            torch.tensor(flex["adapter"][name]), torch.tensor(tensor), rtol=0, atol=1e-5
+        )
 
 
 def test_replicas_that_drift_apart_fail_before_the_save(two_ranks):

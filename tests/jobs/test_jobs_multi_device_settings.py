@@ -139,10 +139,14 @@ def test_what_a_run_on_several_devices_cannot_honour_is_refused_naming_it(
     assert err.message.startswith(field), err.message
 
 
-def test_flex_attention_is_refused_and_one_device_is_left_alone() -> None:
-    plan = _plan(2)
+def test_flex_attention_is_admitted_and_one_device_is_left_alone() -> None:
+    """flex_attention takes effect on several devices (engine/flex.py); which models may
+    ask is the plan's rule (plan/rules_engine.py)."""
+    plan = _plan(2, {"engine.pad_to_length": True, "engine.pad_to_length_bucket": 1024})
     plan["config"]["model"]["attentionImplementation"] = "flex_attention"
-    assert _refusal(plan).field == "config.model.attentionImplementation"
+    assert _refusal(plan) is None
+    cfg = EngineConfig(**engine_settings(plan, ["q_proj"]))
+    assert cfg.attn_implementation == "flex_attention" and cfg.pad_bucket == 1024
     assert _refusal(_plan(1, {"kernels.liger.geglu": True}), method="rl") is None
     defaults = {"compile.recompile_limit": 8, "engine.prefetch_weights": True}
     assert _refusal(_plan(2, defaults, memory={"sharding": "full"})) is None

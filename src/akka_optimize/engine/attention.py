@@ -37,23 +37,28 @@ LOOP_SEGMENTS = 8
 """Up to this many conversations run one ``sdpa`` call each; more are padded into one
 batched call (fewer kernel launches on a GPU, same result)."""
 
-_registered = False
+_registered: set[str] = set()
 _cu_cache: tuple[tuple[Any, ...], Tensor] | None = None
 """The last pass's ``cu_seqlens`` on its device: every layer of a pass reuses it."""
 
 
-def register() -> str:
-    """Register ``akka_packed`` with transformers (idempotent) and return its name."""
-    global _registered
-    if not _registered:
+def register_with_transformers(name: str, forward: Any) -> str:
+    """Register attention implementation ``name`` (``forward`` follows transformers'
+    attention interface) with sdpa's masks, so every call that carries no segments is
+    plain sdpa (idempotent); returns ``name``."""
+    if name not in _registered:
         from transformers import AttentionInterface
         from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-        AttentionInterface.register(PACKED_ATTENTION, packed_attention_forward)
-        # Same masks as sdpa, so every path that does not pass segments is plain sdpa.
-        ALL_MASK_ATTENTION_FUNCTIONS.register(PACKED_ATTENTION, sdpa_mask)
-        _registered = True
-    return PACKED_ATTENTION
+        AttentionInterface.register(name, forward)
+        ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
+        _registered.add(name)
+    return name
+
+
+def register() -> str:
+    """Register ``akka_packed`` with transformers (idempotent) and return its name."""
+    return register_with_transformers(PACKED_ATTENTION, packed_attention_forward)
 
 
 def implementation_for(config: Any, name: str) -> str | dict[str, str]:
@@ -81,6 +86,21 @@ def supports_packed(config: Any) -> bool:
     return not getattr(text, "attn_logit_softcapping", None)
 
 
+def one_packed_pass(
+    module: nn.Module, query: Tensor, key: Tensor, segments: Any, kwargs: dict[str, Any]
+) -> bool:
+    """Whether an attention call is one packed pass a segment-aware kernel may take: its
+    ``cu_seqlens`` given, one row, no KV cache (queries as long as keys), a causal layer
+    without learned sinks. Anything else goes to transformers' own sdpa."""
+    return (
+        segments is not None
+        and query.shape[0] == 1
+        and query.shape[2] == key.shape[2]
+        and kwargs.get("s_aux") is None
+        and getattr(module, "is_causal", True)
+    )
+
+
 def packed_attention_forward(
     module: nn.Module,
     query: Tensor,
@@ -99,16 +119,11 @@ def packed_attention_forward(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     segments = kwargs.pop(SEGMENTS_KWARG, None)
-    plain = (
-        segments is None
-        or query.shape[0] != 1
-        or query.shape[2] != key.shape[2]
+    if (
+        not one_packed_pass(module, query, key, segments, kwargs)
         or kwargs.get("sliding_window")
         or kwargs.get("softcap") is not None
-        or kwargs.get("s_aux") is not None
-        or not getattr(module, "is_causal", True)
-    )
-    if plain:
+    ):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
@@ -250,3 +265,44 @@ def _varlen(
     longest = max(b - a for a, b in zip(segments[:-1], segments[1:], strict=True))
     out = kernel(q, k, v, cu, cu, longest, longest, **kw)
     return out[None]
+
+
+FLASH_HEAD_DIM_LIMIT = 256
+"""The largest head dimension flash-attention 2's kernels take (DATA-AND-TRAINING-RULES.md
+§2 rule 16; a limit of the flash-attn kernels, not of PyTorch)."""
+
+
+def flash_attention_refusal(model: nn.Module, device: torch.device) -> str | None:
+    """Why ``attn_implementation: flash_attention_2`` cannot train ``model`` here, or None:
+    a head dimension above :data:`FLASH_HEAD_DIM_LIMIT` (Gemma 4's global layers have 512:
+    rule 16), a device other than CUDA, or no ``flash_attn`` package on the worker.
+    ``model`` may be the ``meta``-device tree (engine/targets.py ``meta_model``), so this is
+    decided before any weight loads."""
+    import importlib.util
+
+    field = "config.model.attentionImplementation flash_attention_2"
+    over = [d for d in head_dims(model) if d > FLASH_HEAD_DIM_LIMIT]
+    if over:
+        return (
+            f"{field} takes head dimensions up to {FLASH_HEAD_DIM_LIMIT} (the flash-attn "
+            f"kernels' limit); this model has attention layers of head dimension {over[-1]}. "
+            "Use sdpa (or flex_attention for Gemma 4 on several devices)."
+        )
+    if device.type != "cuda":
+        return f"{field} runs on CUDA only; this run trains on {device.type}. Use sdpa."
+    if importlib.util.find_spec("flash_attn") is None:
+        return f"{field} needs the flash-attn package on the worker, which lacks it. Use sdpa."
+    return None
+
+
+def head_dims(model: nn.Module) -> list[int]:
+    """The head dimensions of a model's attention layers (Gemma 4: ``head_dim`` of the
+    sliding layers and ``global_head_dim`` of the full ones), sorted. Read from the layers
+    (``head_dim`` beside a ``q_proj``), as Gemma 4's config answers per layer."""
+    return sorted(
+        {
+            int(m.head_dim)
+            for m in model.modules()
+            if isinstance(getattr(m, "head_dim", None), int) and hasattr(m, "q_proj")
+        }
+    )

@@ -129,7 +129,8 @@ def shard_model(
     offload: bool = False,
 ) -> None:
     """Shard ``body`` (the transformer body the engine calls) with FSDP2: each decoder layer
-    and then the body itself, so parameters, gradients and optimizer state are split across
+    (of ``body.language_model`` in a multimodal body, whose towers stay unsharded) and then
+    the body itself, so parameters, gradients and optimizer state are split across
     the ranks. Gradients are summed in ``reduce_dtype`` (``dtypes.reduce``), not averaged
     (the engine divides by the update's supervised tokens). ``prefetch``
     (``engine.prefetch_weights``) gathers the next layer's weights while the current one
@@ -149,10 +150,16 @@ def shard_model(
     kw: dict[str, Any] = {"mp_policy": MixedPrecisionPolicy(reduce_dtype=reduce_dtype)}
     if offload:
         kw["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
-    layers = list(body.layers)
+    language = getattr(body, "language_model", body)  # a multimodal body (Gemma 4)
+    layers = list(language.layers)
+    # The towers (vision, audio) of a multimodal body never run in a text run: left out of
+    # FSDP (each rank keeps its frozen copy), so the root's gather does not bring their
+    # weights in on every forward. As units of their own they would fail FSDP2's
+    # post-backward, which expects every unit to have run forward.
+    towers = {p for m in body.children() if m is not language for p in m.parameters()}
     for layer in layers:
         fully_shard(layer, **kw)
-    fully_shard(body, **kw)
+    fully_shard(body, **kw, ignored_params=towers or None)
     for module in [*layers, body]:  # each FSDP module has its own reduction
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM

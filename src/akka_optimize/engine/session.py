@@ -21,11 +21,13 @@ import math
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from .attention import implementation_for, supports_packed
+from . import flex
+from .attention import flash_attention_refusal, head_dims, implementation_for, supports_packed
 from .attention import register as register_packed_attention
 from .config import EngineConfig
 from .devices import pick_adapter_dtype as pick_adapter_dtype
@@ -40,7 +42,7 @@ from .session_passes import ForwardBackwardResult as ForwardBackwardResult
 from .session_passes import PassesMixin, _Pending
 from .session_ranks import RanksMixin
 from .session_state import StateMixin
-from .targets import auto_class, check_targets, peft_targets
+from .targets import auto_class, check_targets, meta_model, peft_targets
 
 
 class TrainingSession(PassesMixin, StateMixin, RanksMixin):
@@ -59,7 +61,9 @@ class TrainingSession(PassesMixin, StateMixin, RanksMixin):
         step: updates applied so far.
 
     Raises:
-        EngineError: a target module matches nothing in the model.
+        EngineError: a target module matches nothing in the model; flash_attention_2 that
+            cannot run (head dimension above 256, no CUDA, no flash-attn package);
+            flex_attention whose kernel cannot run on the CUDA device.
     """
 
     def __init__(
@@ -79,24 +83,7 @@ class TrainingSession(PassesMixin, StateMixin, RanksMixin):
         self.schedule_start = 0
         """Updates before this run's own schedule began (a branch's snapshot step)."""
         self.step = 0
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(self.model_dir)
-        base = (
-            auto_class(cfg.auto_class)
-            .from_pretrained(
-                self.model_dir,
-                dtype=self.weight_dtype,
-                attn_implementation=implementation_for(config, cfg.attn_implementation),
-            )
-            .to(self.device)
-        )
-        # sdpa over a packed pass: attend per conversation, not through a T×T mask.
-        self._packed_attention = cfg.attn_implementation == "sdpa" and supports_packed(base.config)
-        if self._packed_attention:
-            base.set_attn_implementation(
-                implementation_for(base.config, register_packed_attention())
-            )
+        base = _load_base(self)
         check_targets(base, cfg.target_modules)
         torch.manual_seed(cfg.seed)
         lora = LoraConfig(
@@ -341,3 +328,46 @@ def _global_norm(tensors: list[Tensor]) -> Tensor:
     return torch.linalg.vector_norm(
         torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float32))
     )
+
+
+def _load_base(session: TrainingSession) -> Any:
+    """The base model on the session's device in its weight dtype, attending as the plan
+    asks: sdpa over a packed pass per conversation (``akka_packed``, not through a T×T
+    mask), flex_attention through one document mask per pass (``akka_flex``,
+    engine/flex.py), flash_attention_2 refused where it cannot run (rule 16).
+
+    Raises:
+        EngineError: flash_attention_2 or flex_attention cannot run on this device/model.
+    """
+    from transformers import AutoConfig
+
+    cfg, model_dir = session.cfg, session.model_dir
+    config = AutoConfig.from_pretrained(model_dir)
+    if cfg.attn_implementation == "flash_attention_2":
+        refused = flash_attention_refusal(meta_model(model_dir, cfg.auto_class), session.device)
+        if refused:
+            raise EngineError(refused, field="config.model.attentionImplementation")
+    base = (
+        auto_class(cfg.auto_class)
+        .from_pretrained(
+            model_dir,
+            dtype=session.weight_dtype,
+            attn_implementation=implementation_for(config, _loaded_as(cfg)),
+        )
+        .to(session.device)
+    )
+    session._packed_attention = cfg.attn_implementation == "flex_attention" or (
+        cfg.attn_implementation == "sdpa" and supports_packed(base.config)
+    )
+    if cfg.attn_implementation == "flex_attention":
+        base.set_attn_implementation(implementation_for(base.config, flex.register()))
+        flex.check_device(session.device, head_dims(base), session.dtype)
+    elif session._packed_attention:
+        base.set_attn_implementation(implementation_for(base.config, register_packed_attention()))
+    return base
+
+
+def _loaded_as(cfg: EngineConfig) -> str:
+    """The implementation transformers loads the model with: ``flex_attention`` runs are
+    loaded with ``sdpa`` and switched to ``akka_flex`` (engine/flex.py) after loading."""
+    return "sdpa" if cfg.attn_implementation == "flex_attention" else cfg.attn_implementation

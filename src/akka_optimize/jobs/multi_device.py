@@ -34,7 +34,7 @@ def _refuse(field: str, why: str) -> InvalidRequest:
 def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
     """The first setting a run on several devices cannot honour, or None (also None for a
     run on one device). Checked: the method (supervised only), the executor (local only),
-    the smoke check, flex_attention, weight and optimizer offload (:func:`_offload_refusal`),
+    the smoke check, weight and optimizer offload (:func:`_offload_refusal`),
     and each engine setting that would not take effect (:func:`_engine_setting_refusal`)."""
     r = f["resolved"]
     ranks = run_ranks(r)
@@ -56,13 +56,6 @@ def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
         return _refuse(
             "smoke",
             "a smoke check trains on one device; set execution.gpus to 1 for a smoke run.",
-        )
-    attention = ((r.get("config") or {}).get("model") or {}).get("attentionImplementation")
-    if attention == "flex_attention":
-        return _refuse(
-            "config.model.attentionImplementation",
-            "flex_attention (a document mask per pass) is not available in this engine yet; "
-            "use sdpa.",
         )
     memory = (r.get("execution") or {}).get("memory") or {}
     refused = _offload_refusal(memory)
