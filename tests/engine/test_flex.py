@@ -18,9 +18,8 @@ SEGMENTS = [0, 7, 18, 23, 40]  # four conversations (the last could be padding)
 MODULE = SimpleNamespace(is_causal=True, training=True, num_key_value_groups=2)
 
 
-def _qkv(dim: int = 8, grad: bool = False) -> tuple[torch.Tensor, ...]:
+def _qkv(dim: int = 8, grad: bool = False, t: int = SEGMENTS[-1]) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(0)
-    t = SEGMENTS[-1]
     q, k, v = (torch.randn(1, h, t, dim, generator=g) for h in (4, 2, 2))  # grouped heads
     return tuple(x.requires_grad_(grad) for x in (q, k, v))
 
@@ -182,3 +181,63 @@ def test_flash_attention_2_is_refused_above_its_head_dimension(tmp_path):
         "config.model.attentionImplementation flash_attention_2 runs on CUDA only; this run "
         "trains on cpu. Use sdpa."
     )
+
+
+@pytest.fixture
+def compiled_on_cpu(monkeypatch):
+    """The flex kernel compiled on CPU with Torch's eager backend (the compiler's guards
+    and recompile counts as on CUDA, without building kernels), limits restored after."""
+    import torch._dynamo
+
+    names = ("recompile_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit")
+    saved = {name: getattr(torch._dynamo.config, name) for name in names}
+    monkeypatch.setattr(flex, "COMPILED_ON", ("cuda", "cpu"))
+    monkeypatch.setattr(flex, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(flex, "limits", flex.limits)
+    flex._forget_compiled()
+    yield
+    flex._forget_compiled()
+    for name, value in saved.items():  # the config's own setattr (monkeypatch would delete)
+        setattr(torch._dynamo.config, name, value)
+
+
+def _passes_of_three_shapes(segments_of=(SEGMENTS, [0, 30, 64], [0, 100, 128])):
+    q, k, v = _qkv(t=max(segments[-1] for segments in segments_of))
+    outs = []
+    with torch.no_grad():
+        for segments in segments_of:
+            t = segments[-1]
+            out, _ = flex.flex_attention_forward(
+                MODULE, q[:, :, :t], k[:, :, :t], v[:, :, :t], None, akka_segments=segments
+            )
+            outs.append(out)
+    return outs
+
+
+def test_a_compile_limit_reached_fails_the_run_when_told_to(compiled_on_cpu):
+    """compile.recompile_limit 1 with compile.fail_on_recompile_limit: the second pass
+    shape would compile the kernel again, and the run fails naming the setting."""
+    import torch._dynamo
+
+    flex.use_limits(flex.CompileLimits(1, 256, fail=True))
+    assert torch._dynamo.config.recompile_limit == 1
+    assert torch._dynamo.config.fail_on_recompile_limit_hit is True
+    with pytest.raises(EngineError) as err:
+        _passes_of_three_shapes()
+    assert err.value.field == "config.engineSettings.compile.recompile_limit"
+    assert err.value.message.startswith(
+        "config.engineSettings.compile.recompile_limit 1 reached: the flex attention kernel "
+        "(or its block mask) would compile again for a new pass shape"
+    )
+    flex.use_limits(flex.CompileLimits(8, 1, fail=True))
+    with pytest.raises(EngineError) as err:
+        _passes_of_three_shapes()
+    assert err.value.field == "config.engineSettings.compile.accumulated_recompile_limit"
+
+
+def test_past_a_limit_the_kernel_runs_uncompiled_with_the_same_result(compiled_on_cpu):
+    flex.use_limits(flex.CompileLimits(1, 256, fail=False))
+    compiled = _passes_of_three_shapes()
+    flex.COMPILED_ON = ("cuda",)  # plain eager flex
+    for got, want in zip(compiled, _passes_of_three_shapes(), strict=True):
+        torch.testing.assert_close(got, want, atol=0, rtol=0)

@@ -73,10 +73,12 @@ def test_engine_settings_of_a_run_on_several_devices_reach_the_engine() -> None:
     assert (one.ranks, one.pad_bucket, one.start_checks, one.token_budget) == (1, None, None, 768)
 
 
-def _refusal(plan: dict, method: str = "sft", executor: str = "local", smoke: bool = False):
+def _refusal(
+    plan: dict, method: str = "sft", executor: str = "local", smoke: bool = False, kind="cpu"
+):
     ctx = SimpleNamespace()
     resolved = dict(plan, smoke=smoke)
-    f = {"method": method, "resolved": resolved}
+    f = {"method": method, "resolved": resolved, "device_kind": kind}
     original = multi_device._executor_kind
     multi_device._executor_kind = lambda _ctx: executor
     try:
@@ -154,3 +156,29 @@ def test_flex_attention_is_admitted_and_one_device_is_left_alone() -> None:
     both = {"sharding": "full", "offload": {"weights": True, "optimizer": True}}
     assert _refusal(_plan(2, memory=both)) is None
     assert EngineConfig(**engine_settings(_plan(2, memory=both), ["q_proj"])).offload_weights
+
+
+def test_compile_limits_take_effect_only_where_the_flex_kernel_is_compiled() -> None:
+    """The engine compiles one thing, the flex attention kernel on CUDA (engine/flex.py):
+    there the limits reach the engine; on CPU or with sdpa they are refused, naming them."""
+    limits = {
+        "compile.recompile_limit": 2,
+        "compile.accumulated_recompile_limit": 16,
+        "compile.fail_on_recompile_limit": True,
+    }
+    flex = _plan(2, limits)
+    flex["config"]["model"]["attentionImplementation"] = "flex_attention"
+    assert _refusal(flex, kind="cuda") is None
+    cfg = EngineConfig(**engine_settings(flex, ["q_proj"]))
+    assert (cfg.recompile_limit, cfg.accumulated_recompile_limit) == (2, 16)
+    assert cfg.fail_on_recompile_limit is True
+    for plan, kind in ((flex, "cpu"), (_plan(2, limits), "cuda")):
+        err = _refusal(plan, kind=kind)
+        assert err.field == "config.engineSettings.compile.accumulated_recompile_limit"
+        assert err.message.endswith(
+            "only a flex_attention run on CUDA compiles (its attention kernel); this run "
+            "compiles nothing, so remove it."
+        )
+    defaults = EngineConfig(**engine_settings(_plan(2), ["q_proj"]))
+    assert (defaults.recompile_limit, defaults.accumulated_recompile_limit) == (8, 256)
+    assert defaults.fail_on_recompile_limit is False

@@ -108,6 +108,13 @@ class EngineConfig:
     """Recompute each layer's activations in backward (less memory, ~30% more compute)."""
     attn_implementation: str = "sdpa"
     """``config.model.attentionImplementation`` passed to transformers (sdpa, eager, …)."""
+    recompile_limit: int = 8
+    """``compile.recompile_limit``: compilations of the flex attention kernel (one per new
+    pass shape until Torch marks it dynamic) before Torch runs it uncompiled."""
+    accumulated_recompile_limit: int = 256
+    """``compile.accumulated_recompile_limit``: the same over every compiled function."""
+    fail_on_recompile_limit: bool = False
+    """``compile.fail_on_recompile_limit``: fail the run at either limit instead."""
     head_chunk_tokens: int = 512
     """``head.chunk_tokens``: supervised positions per output-head chunk (smaller needs less memory)."""
 

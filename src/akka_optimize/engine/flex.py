@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -91,10 +92,71 @@ def _mask(segments: Sequence[int], window: int | None, device: torch.device, den
         if dense:
             _masks[key] = create_mask(mod, None, None, t, t, device=device)
         else:
-            _masks[key] = create_block_mask(
-                mod, None, None, t, t, device=device, _compile=device.type == "cuda"
+            _masks[key] = _call(
+                create_block_mask,
+                mod,
+                None,
+                None,
+                t,
+                t,
+                device=device,
+                _compile=device.type == "cuda",
             )
     return _masks[key]
+
+
+COMPILED_ON = ("cuda",)
+"""Device types whose flex kernel is compiled (tests add ``cpu`` with the eager backend)."""
+COMPILE_BACKEND = "inductor"
+
+
+@dataclass(frozen=True)
+class CompileLimits:
+    """The ``compile.*`` engine settings (seeds/001 "Set the training engine's settings
+    directly"), applied to Torch's compiler when the flex kernel is compiled: a new pass
+    shape compiles again, once static and then dynamic, so a run reaches a limit only when
+    set low; past it Torch runs the kernel uncompiled, or the run fails when told to."""
+
+    recompile_limit: int = 8
+    accumulated_recompile_limit: int = 256
+    fail: bool = False
+
+    def apply(self) -> None:
+        """Set ``torch._dynamo.config``'s limits for this process (the worker's)."""
+        import torch._dynamo
+
+        torch._dynamo.config.recompile_limit = self.recompile_limit
+        torch._dynamo.config.accumulated_recompile_limit = self.accumulated_recompile_limit
+        torch._dynamo.config.fail_on_recompile_limit_hit = self.fail
+
+    def refusal(self, cause: BaseException | None = None) -> str:
+        """The sentence of a run that reached a limit with ``fail`` set: the limit Torch
+        names in ``cause`` (its "Limit type: …"), else the lower one."""
+        named = str(cause or "")
+        if "accumulated_recompile_limit" in named or (
+            "Limit type: recompile_limit" not in named
+            and self.accumulated_recompile_limit <= self.recompile_limit
+        ):
+            key, limit = "compile.accumulated_recompile_limit", self.accumulated_recompile_limit
+        else:
+            key, limit = "compile.recompile_limit", self.recompile_limit
+        return (
+            f"config.engineSettings.{key} {limit} reached: the flex attention kernel (or its "
+            "block mask) would compile again for a new pass shape, and "
+            "compile.fail_on_recompile_limit is true. "
+            "Raise the limit, or set fail_on_recompile_limit to false to run uncompiled past it."
+        )
+
+
+limits = CompileLimits()
+"""The limits of this process's run (set by :func:`use_limits`)."""
+
+
+def use_limits(new: CompileLimits) -> None:
+    """Take ``new`` as this process's compile limits (a training session's settings)."""
+    global limits
+    limits = new
+    new.apply()
 
 
 def _kernel(device: torch.device) -> Callable:
@@ -102,11 +164,23 @@ def _kernel(device: torch.device) -> Callable:
     global _compiled
     from torch.nn.attention.flex_attention import flex_attention
 
-    if device.type != "cuda":
+    if device.type not in COMPILED_ON:
         return flex_attention
     if _compiled is None:
-        _compiled = torch.compile(flex_attention, dynamic=False)
+        _compiled = torch.compile(flex_attention, backend=COMPILE_BACKEND)
     return _compiled
+
+
+def _call(kernel: Callable, *args: Any, **kwargs: Any) -> Tensor:
+    """``kernel(*args, **kwargs)``, a compile limit reached with ``fail`` set raised as
+    :class:`EngineError` on the setting."""
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+
+    try:
+        return kernel(*args, **kwargs)
+    except FailOnRecompileLimitHit as exc:
+        sentence = limits.refusal(exc.__cause__)
+        raise EngineError(sentence, field=sentence.split(" ", 1)[0]) from exc
 
 
 def flex_attention_forward(
@@ -142,7 +216,8 @@ def flex_attention_forward(
         block = _mask(segments, window, query.device, dense=False)
         with warnings.catch_warnings():  # eager on CPU by choice (module docstring)
             warnings.filterwarnings("ignore", "flex_attention called without torch.compile")
-            out = _kernel(query.device)(
+            out = _call(
+                _kernel(query.device),
                 query,
                 key,
                 value,
@@ -184,7 +259,8 @@ def check_device(device: torch.device, dims: Sequence[int], dtype: torch.dtype) 
 
     A CUDA device whose shared memory per block cannot hold the kernel's tiles fails here
     (seeds/001: "On a GPU without it, the run fails at startup and the error names the
-    device"). Nothing runs on CPU, whose flex path has no such limit.
+    device"). Nothing runs on CPU, whose flex path has no such limit. Afterwards Torch's
+    compiled code is dropped, so the probe's compilations count against no compile limit.
 
     Raises:
         EngineError: on field ``config.model.attentionImplementation``, naming the device,
@@ -207,6 +283,15 @@ def check_device(device: torch.device, dims: Sequence[int], dtype: torch.dtype) 
             raise EngineError(flex_device_refusal(device, dim, exc), field=_FIELD) from exc
         finally:
             _masks.clear()
+    _forget_compiled()  # the probe's compilations do not count against the run's limits
+
+
+def _forget_compiled() -> None:
+    global _compiled
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    _compiled = None
 
 
 _FIELD = "config.model.attentionImplementation"

@@ -362,6 +362,11 @@ def _load_base(session: TrainingSession) -> Any:
     if cfg.attn_implementation == "flex_attention":
         base.set_attn_implementation(implementation_for(base.config, flex.register()))
         flex.check_device(session.device, head_dims(base), session.dtype)
+        flex.use_limits(
+            flex.CompileLimits(
+                cfg.recompile_limit, cfg.accumulated_recompile_limit, cfg.fail_on_recompile_limit
+            )
+        )
     elif session._packed_attention:
         base.set_attn_implementation(implementation_for(base.config, register_packed_attention()))
     return base

@@ -144,6 +144,9 @@ def _multi_device_settings(hp: dict[str, Any], es: dict[str, Any]) -> dict[str, 
         if es.get("engine.pad_to_length", False)
         else None,
         "validation_batch": _get(hp, "training.validationBatchSize"),
+        "recompile_limit": int(es.get("compile.recompile_limit") or 8),
+        "accumulated_recompile_limit": int(es.get("compile.accumulated_recompile_limit") or 256),
+        "fail_on_recompile_limit": bool(es.get("compile.fail_on_recompile_limit", False)),
         "start_checks": {name: es.get(setting) for name, setting in bounds.items()}
         if es.get("checks.start", True)
         else None,

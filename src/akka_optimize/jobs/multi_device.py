@@ -17,9 +17,10 @@ from typing import Any
 from ..errors import AkkaError, InvalidRequest
 from ..plan.engine_settings import BY_KEY
 
-NOT_COMPILED = ("compile.recompile_limit", "compile.accumulated_recompile_limit")
-"""Engine settings that limit ``torch.compile``, which this engine does not run: refused
-unless they keep their declared default."""
+COMPILE_LIMITS = ("compile.recompile_limit", "compile.accumulated_recompile_limit")
+"""Engine settings that limit ``torch.compile``. The engine compiles one thing, the flex
+attention kernel on CUDA (engine/flex.py), so any other run refuses them unless they keep
+their declared default."""
 
 
 def run_ranks(resolved: dict[str, Any]) -> int:
@@ -62,8 +63,10 @@ def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
     if refused is not None:
         return refused
     settings = ((r.get("config") or {}).get("engineSettings")) or {}
+    attention = ((r.get("config") or {}).get("model") or {}).get("attentionImplementation")
+    compiles = attention == "flex_attention" and f.get("device_kind") == "cuda"
     for key in sorted(settings):
-        why = _engine_setting_refusal(key, settings[key], settings, memory.get("sharding"))
+        why = _engine_setting_refusal(key, settings[key], memory.get("sharding"), compiles)
         if why:
             return _refuse(f"config.engineSettings.{key}", why)
     return None
@@ -93,14 +96,19 @@ def _offload_refusal(memory: dict[str, Any]) -> AkkaError | None:
 
 
 def _engine_setting_refusal(
-    key: str, value: Any, settings: dict[str, Any], sharding: str | None
+    key: str, value: Any, sharding: str | None, compiles: bool
 ) -> str | None:
-    """Why the resolved engine setting ``key`` would not take effect, or None."""
+    """Why the resolved engine setting ``key`` would not take effect, or None. ``compiles``:
+    the run compiles its flex attention kernel (flex_attention on CUDA)."""
     replicas = sharding == "none"
-    if key in NOT_COMPILED and value != BY_KEY[key].default:
-        return "this engine does not compile (torch.compile) in this release; remove it."
-    if key == "compile.fail_on_recompile_limit" and value:
-        return "this engine does not compile (torch.compile) in this release; remove it."
+    stated = (key in COMPILE_LIMITS and value != BY_KEY[key].default) or (
+        key == "compile.fail_on_recompile_limit" and value
+    )
+    if stated and not compiles:
+        return (
+            "only a flex_attention run on CUDA compiles (its attention kernel); this run "
+            "compiles nothing, so remove it."
+        )
     if key.startswith("kernels.liger.") and value:
         return "Liger kernels are not available in this release; set it to false."
     if key == "engine.use_no_sync_for_gradient_accumulation" and not value and replicas:

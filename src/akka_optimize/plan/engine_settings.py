@@ -117,7 +117,8 @@ SETTINGS: tuple[EngineSetting, ...] = (
        "memory.", group="head", minimum=1, maximum=1_048_576),
     # Torch compile
     _S("compile.recompile_limit", int, 8,
-       "Recompilations of one compiled function before Torch stops compiling it.",
+       "Recompilations of one compiled function before Torch stops compiling it. The engine "
+       "compiles the flex attention kernel of a flex_attention run on CUDA, and nothing else.",
        group="compile", minimum=1, maximum=1024),
     _S("compile.accumulated_recompile_limit", int, 256,
        "Recompilations over all compiled functions before Torch stops compiling.",
