@@ -50,6 +50,7 @@ from .rl_step import group_advantages as group_advantages
 from .rl_step import rl_update as rl_update
 from .rollout import rollout_passes as rollout_passes
 from .rollout import sample_group as sample_group
+from .sanity import start_warnings
 
 
 @dataclass
@@ -178,6 +179,8 @@ def _start_rl_session(
 
     emit({"type": "phase", "phase": "loading_model", "step": resume_step or 0})
     session = TrainingSession(model_dir, cfg, total_updates=steps)
+    for warning in start_warnings(session.device.type, session.dtype):
+        emit(warning)
     log: dict[str, Any] = {"loss_sum": 0.0, "count": 0, "last": None, "first_reward": None}
     if resume_step is not None:
         meta = session.load_state(state_path(state_dir, resume_step) / "state")

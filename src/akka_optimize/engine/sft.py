@@ -27,7 +27,7 @@ from .distributed import any_rank
 from .errors import EngineError
 from .phases import end_phase as end_phase
 from .phases import training_phase as training_phase
-from .sanity import first_loss_warning
+from .sanity import first_loss_warning, start_warnings
 from .session import TrainingSession
 from .sft_order import epoch_order as epoch_order
 from .sft_order import passes_of as passes_of
@@ -251,6 +251,8 @@ def _start_session(
     emit({"type": "phase", "phase": "loading_model", "step": resume_step or 0})
     random.seed(cfg.seed)
     session = TrainingSession(model_dir, cfg, total_updates=total)
+    for warning in start_warnings(session.device.type, session.dtype):
+        emit(warning)
     if resume_step is not None:
         if branch and total <= resume_step:
             raise EngineError(
