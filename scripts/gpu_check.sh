@@ -35,6 +35,9 @@ if [[ "${1:-}" == "--prepare" ]]; then
   .venv/bin/python -m pip download -q --no-deps -d .gpu-wheels --only-binary=:all: \
     --python-version 3.12 --platform manylinux2014_x86_64 --implementation cp \
     trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+  # Liger's kernels (pyproject's `gpu` extra; the image's triton runs them).
+  .venv/bin/python -m pip download -q --no-deps -d .gpu-wheels --only-binary=:all: \
+    liger-kernel==0.8.5
   .venv/bin/python -m pytest -q -p no:cacheprovider tests/engine/test_engine_cuda.py >/dev/null || true
   du -sh .gpu-wheels .cache/test-models/tiny-smollm2 .cache/test-models/smollm2-tokenizer
   exit 0

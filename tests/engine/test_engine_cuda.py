@@ -2,7 +2,7 @@
 
 Each has a CPU twin elsewhere in tests/engine; these check what only a GPU runs:
 bf16 weights by default, packed attention's batched branch under CUDA sdpa kernels,
-and a short run that learns. Run them with ``scripts/gpu_check.sh`` on a GPU machine.
+a short run that learns, the compiled flex kernel and Liger's kernels for Gemma 4. Run them with ``scripts/gpu_check.sh`` on a GPU machine.
 """
 
 from __future__ import annotations
@@ -122,3 +122,33 @@ def test_flex_attention_on_cuda_compiles_and_matches_each_conversation_alone():
         )[0],
         [0, 17, 150, 151, 256],  # padded to the 128-token blocks the kernel uses
     )
+
+
+def test_liger_kernels_patch_gemma4_and_keep_its_scores(tmp_path, monkeypatch):
+    """kernels.liger.rms_norm and .geglu (engine/kernels.py) on a tiny Gemma 4: every
+    weighted RMSNorm and every MLP computes through Liger, the log-probs stay within bf16
+    rounding of transformers' own modules, and an update trains."""
+    pytest.importorskip("liger_kernel")
+    from families import FAMILIES, VOCAB, build
+    from transformers.models.gemma4 import modeling_gemma4
+
+    from akka_optimize.catalog import load_catalog
+    from akka_optimize.data.packing import pack
+    from akka_optimize.engine.kernels import patched
+
+    for name in ("Gemma4RMSNorm", "Gemma4TextMLP"):  # Liger swaps the classes too
+        monkeypatch.setattr(modeling_gemma4, name, getattr(modeling_gemma4, name))
+    gemma4 = next(f for f in FAMILIES if f.name == "gemma4")
+    model, entry = build(gemma4, tmp_path / "g4"), load_catalog(None).get(gemma4.repository)
+    passes = pack(random_rows(6, seed=1, vocab=VOCAB), 64)
+    kw = dict(target_modules=entry.target_modules(), auto_class=entry.auto_class)
+    plain = TrainingSession(model, _cuda(**kw))
+    liger = TrainingSession(model, _cuda(liger_rms_norm=True, liger_geglu=True, **kw))
+    counts = patched(liger._causal_lm)
+    assert counts["geglu"] == 2 and counts["rms_norm"] >= 2 * 4 + 1, counts
+    assert patched(plain._causal_lm) == {"rms_norm": 0, "geglu": 0}
+    a = torch.cat(plain.forward(passes).logprobs)
+    b = torch.cat(liger.forward(passes).logprobs)
+    torch.testing.assert_close(b, a, atol=5e-2, rtol=0)
+    liger.forward_backward(passes)
+    assert torch.isfinite(torch.tensor(liger.optim_step()["loss"]))

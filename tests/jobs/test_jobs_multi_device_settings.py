@@ -182,3 +182,17 @@ def test_compile_limits_take_effect_only_where_the_flex_kernel_is_compiled() -> 
     defaults = EngineConfig(**engine_settings(_plan(2), ["q_proj"]))
     assert (defaults.recompile_limit, defaults.accumulated_recompile_limit) == (8, 256)
     assert defaults.fail_on_recompile_limit is False
+
+
+def test_liger_kernels_are_taken_on_cuda_and_refused_on_cpu() -> None:
+    """Liger's Triton kernels: on a CUDA run they reach the engine (engine/kernels.py); a
+    CPU run refuses them, naming the setting (the Gemma 4 E2B/E4B rule is the plan's)."""
+    plan = _plan(2, {"kernels.liger.rms_norm": True, "kernels.liger.geglu": True})
+    assert _refusal(plan, kind="cuda") is None
+    cfg = EngineConfig(**engine_settings(plan, ["q_proj"]))
+    assert cfg.liger_rms_norm is True and cfg.liger_geglu is True
+    err = _refusal(plan, kind="cpu")
+    assert err.field == "config.engineSettings.kernels.liger.geglu"
+    assert err.message.endswith(
+        "Liger's kernels run on CUDA only; this run trains on CPU, so set it to false."
+    )

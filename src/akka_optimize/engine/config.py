@@ -115,6 +115,10 @@ class EngineConfig:
     """``compile.accumulated_recompile_limit``: the same over every compiled function."""
     fail_on_recompile_limit: bool = False
     """``compile.fail_on_recompile_limit``: fail the run at either limit instead."""
+    liger_rms_norm: bool = False
+    """``kernels.liger.rms_norm``: Gemma 4's RMSNorms through Liger's kernel (CUDA)."""
+    liger_geglu: bool = False
+    """``kernels.liger.geglu``: Gemma 4's MLPs through Liger's GeGLU kernel (CUDA)."""
     head_chunk_tokens: int = 512
     """``head.chunk_tokens``: supervised positions per output-head chunk (smaller needs less memory)."""
 

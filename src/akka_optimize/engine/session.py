@@ -36,6 +36,7 @@ from .devices import pick_dtype as pick_dtype
 from .devices import pick_weight_dtype as pick_weight_dtype
 from .errors import EngineError
 from .head import body_and_head
+from .kernels import apply_liger
 from .sampling import generate
 from .schedule import lr_factor
 from .session_passes import ForwardBackwardResult as ForwardBackwardResult
@@ -334,10 +335,12 @@ def _load_base(session: TrainingSession) -> Any:
     """The base model on the session's device in its weight dtype, attending as the plan
     asks: sdpa over a packed pass per conversation (``akka_packed``, not through a T×T
     mask), flex_attention through one document mask per pass (``akka_flex``,
-    engine/flex.py), flash_attention_2 refused where it cannot run (rule 16).
+    engine/flex.py), flash_attention_2 refused where it cannot run (rule 16); Liger's
+    kernels patched in where the settings ask (engine/kernels.py).
 
     Raises:
-        EngineError: flash_attention_2 or flex_attention cannot run on this device/model.
+        EngineError: flash_attention_2, flex_attention or a Liger kernel cannot run on
+            this device or model.
     """
     from transformers import AutoConfig
 
@@ -369,6 +372,7 @@ def _load_base(session: TrainingSession) -> Any:
         )
     elif session._packed_attention:
         base.set_attn_implementation(implementation_for(base.config, register_packed_attention()))
+    apply_liger(base, session.device, cfg.liger_rms_norm, cfg.liger_geglu)
     return base
 
 

@@ -147,6 +147,8 @@ def _multi_device_settings(hp: dict[str, Any], es: dict[str, Any]) -> dict[str, 
         "recompile_limit": int(es.get("compile.recompile_limit") or 8),
         "accumulated_recompile_limit": int(es.get("compile.accumulated_recompile_limit") or 256),
         "fail_on_recompile_limit": bool(es.get("compile.fail_on_recompile_limit", False)),
+        "liger_rms_norm": bool(es.get("kernels.liger.rms_norm", False)),
+        "liger_geglu": bool(es.get("kernels.liger.geglu", False)),
         "start_checks": {name: es.get(setting) for name, setting in bounds.items()}
         if es.get("checks.start", True)
         else None,

@@ -64,9 +64,9 @@ def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
         return refused
     settings = ((r.get("config") or {}).get("engineSettings")) or {}
     attention = ((r.get("config") or {}).get("model") or {}).get("attentionImplementation")
-    compiles = attention == "flex_attention" and f.get("device_kind") == "cuda"
+    cuda, flex = f.get("device_kind") == "cuda", attention == "flex_attention"
     for key in sorted(settings):
-        why = _engine_setting_refusal(key, settings[key], memory.get("sharding"), compiles)
+        why = _engine_setting_refusal(key, settings[key], memory.get("sharding"), cuda, flex)
         if why:
             return _refuse(f"config.engineSettings.{key}", why)
     return None
@@ -96,10 +96,12 @@ def _offload_refusal(memory: dict[str, Any]) -> AkkaError | None:
 
 
 def _engine_setting_refusal(
-    key: str, value: Any, sharding: str | None, compiles: bool
+    key: str, value: Any, sharding: str | None, cuda: bool, flex: bool
 ) -> str | None:
-    """Why the resolved engine setting ``key`` would not take effect, or None. ``compiles``:
-    the run compiles its flex attention kernel (flex_attention on CUDA)."""
+    """Why the resolved engine setting ``key`` would not take effect, or None. ``cuda``:
+    the run trains on CUDA; ``flex``: with flex_attention, whose kernel is compiled there.
+    Which models may ask for Liger's kernels is the plan's rule (plan/rules_engine.py)."""
+    compiles = cuda and flex
     replicas = sharding == "none"
     stated = (key in COMPILE_LIMITS and value != BY_KEY[key].default) or (
         key == "compile.fail_on_recompile_limit" and value
@@ -109,8 +111,8 @@ def _engine_setting_refusal(
             "only a flex_attention run on CUDA compiles (its attention kernel); this run "
             "compiles nothing, so remove it."
         )
-    if key.startswith("kernels.liger.") and value:
-        return "Liger kernels are not available in this release; set it to false."
+    if key.startswith("kernels.liger.") and value and not cuda:
+        return "Liger's kernels run on CUDA only; this run trains on CPU, so set it to false."
     if key == "engine.use_no_sync_for_gradient_accumulation" and not value and replicas:
         return (
             "with execution.memory.sharding none the replicas' gradients are combined once "

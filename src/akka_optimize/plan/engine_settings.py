@@ -128,11 +128,13 @@ SETTINGS: tuple[EngineSetting, ...] = (
        group="compile"),
     # Liger kernels (Gemma 4 E2B and E4B only)
     _S("kernels.liger.rms_norm", bool, False,
-       "Liger's fused RMSNorm kernel. Verified for Gemma 4 E2B and E4B only; refused for any "
-       "other model, Gemma 4 12B included.", group="kernels"),
+       "Liger's fused RMSNorm kernel (CUDA; the worker needs akka-optimize[gpu]). Verified for "
+       "Gemma 4 E2B and E4B only; refused for any other model, Gemma 4 12B included.",
+       group="kernels"),
     _S("kernels.liger.geglu", bool, False,
-       "Liger's fused GeGLU kernel. Verified for Gemma 4 E2B and E4B only; refused for any "
-       "other model, Gemma 4 12B included.", group="kernels"),
+       "Liger's fused GeGLU kernel (CUDA; the worker needs akka-optimize[gpu]). Verified for "
+       "Gemma 4 E2B and E4B only; refused for any other model, Gemma 4 12B included.",
+       group="kernels"),
     # checks before the first update
     _S("checks.start", bool, True,
        "Check the output head, the isolation of packed conversations, loss with and without "
