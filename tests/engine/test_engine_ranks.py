@@ -239,3 +239,31 @@ def test_offload_puts_every_shard_under_fsdp2s_host_memory_policy(tiny_model_dir
             assert out.shape == (1, 3, body.config.hidden_size)
     finally:
         dist.destroy_process_group()
+
+
+def test_fsdp2_shards_every_body_weight_but_a_multimodal_bodys_towers(tiny_model_dir, tmp_path):
+    """A text body (Llama) has every weight sharded (embedding and final norm included); a
+    multimodal body (Gemma 4) has its language model's sharded and its vision and audio
+    towers left whole (frozen, never run in a text run). One gloo rank in this process."""
+    import torch.distributed as dist
+    import transformers
+    from torch.distributed.tensor import DTensor
+    from transformers import AutoModelForCausalLM
+
+    from akka_optimize.engine import distributed as D
+
+    entry = load_catalog(None).get(GEMMA4.repository)
+    gemma4 = build(GEMMA4, tmp_path / "gemma4")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        body = AutoModelForCausalLM.from_pretrained(tiny_model_dir).model
+        D.shard_model(body, "full")
+        assert all(isinstance(p, DTensor) for p in body.parameters())
+        model = getattr(transformers, entry.auto_class).from_pretrained(gemma4).model
+        D.shard_model(model, "full")
+        for name, p in model.named_parameters():
+            tower = name.startswith(("vision_tower.", "audio_tower.", "embed_vision", "embed_a"))
+            assert isinstance(p, DTensor) is not tower, name
+        assert any(n.startswith("vision_tower.") for n, _ in model.named_parameters())
+    finally:
+        dist.destroy_process_group()

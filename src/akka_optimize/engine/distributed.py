@@ -156,7 +156,11 @@ def shard_model(
     # FSDP (each rank keeps its frozen copy), so the root's gather does not bring their
     # weights in on every forward. As units of their own they would fail FSDP2's
     # post-backward, which expects every unit to have run forward.
-    towers = {p for m in body.children() if m is not language for p in m.parameters()}
+    towers = (
+        set()
+        if language is body
+        else {p for m in body.children() if m is not language for p in m.parameters()}
+    )
     for layer in layers:
         fully_shard(layer, **kw)
     fully_shard(body, **kw, ignored_params=towers or None)
