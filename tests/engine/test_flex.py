@@ -122,9 +122,17 @@ def test_a_session_asked_for_flex_attention_attends_through_it(tmp_path):
 
 def test_a_gpu_the_kernel_cannot_run_on_fails_naming_the_device(monkeypatch):
     """seeds/001: "On a GPU without it, the run fails at startup and the error names the
-    device". The probe's failure (here: this CPU build has no CUDA) becomes the sentence."""
+    device". The probe's failure becomes the sentence: here the kernel raises Triton's
+    shared-memory error (on a CPU build the probe's CUDA tensor fails first, alike)."""
     props = SimpleNamespace(name="NVIDIA T4", shared_memory_per_block_optin=64 * 1024)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+
+    def out_of_shared_memory(device):
+        raise RuntimeError(
+            "out of resource: shared memory, Required: 264192, Hardware limit: 65536"
+        )
+
+    monkeypatch.setattr(flex, "_kernel", out_of_shared_memory)
     with pytest.raises(EngineError) as err:
         flex.check_device(torch.device("cuda", 0), [256, 512], torch.bfloat16)
     assert err.value.field == "config.model.attentionImplementation"
