@@ -74,3 +74,15 @@ def run_on_ranks(model_dir: Path, root: Path, plan: list[dict], ranks: int = 2) 
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return {sc["name"]: json.loads((root / f"{sc['name']}.json").read_text()) for sc in plan}
+
+
+def liger_patched(model) -> dict[str, int]:
+    """How many modules of ``model`` compute through Liger: ``rms_norm`` and ``geglu``
+    (read from the module of each module's ``forward``)."""
+    out = {"rms_norm": 0, "geglu": 0}
+    for m in model.modules():
+        where = getattr(getattr(m, "forward", None), "__module__", None) or ""
+        if where.startswith("liger_kernel."):
+            for kind in out:
+                out[kind] += where.endswith("." + kind)
+    return out

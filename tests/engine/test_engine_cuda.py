@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from engine_testkit import fp32_config, random_rows
+from engine_testkit import fp32_config, liger_patched, random_rows
 
 from akka_optimize.data.types import pack_examples
 from akka_optimize.engine import attention
@@ -134,7 +134,6 @@ def test_liger_kernels_patch_gemma4_and_keep_its_scores(tmp_path, monkeypatch):
 
     from akka_optimize.catalog import load_catalog
     from akka_optimize.data.packing import pack
-    from akka_optimize.engine.kernels import patched
 
     for name in ("Gemma4RMSNorm", "Gemma4TextMLP"):  # Liger swaps the classes too
         monkeypatch.setattr(modeling_gemma4, name, getattr(modeling_gemma4, name))
@@ -144,9 +143,9 @@ def test_liger_kernels_patch_gemma4_and_keep_its_scores(tmp_path, monkeypatch):
     kw = dict(target_modules=entry.target_modules(), auto_class=entry.auto_class)
     plain = TrainingSession(model, _cuda(**kw))
     liger = TrainingSession(model, _cuda(liger_rms_norm=True, liger_geglu=True, **kw))
-    counts = patched(liger._causal_lm)
+    counts = liger_patched(liger._causal_lm)
     assert counts["geglu"] == 2 and counts["rms_norm"] >= 2 * 4 + 1, counts
-    assert patched(plain._causal_lm) == {"rms_norm": 0, "geglu": 0}
+    assert liger_patched(plain._causal_lm) == {"rms_norm": 0, "geglu": 0}
     a = torch.cat(plain.forward(passes).logprobs)
     b = torch.cat(liger.forward(passes).logprobs)
     torch.testing.assert_close(b, a, atol=5e-2, rtol=0)

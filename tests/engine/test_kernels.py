@@ -7,9 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from engine_testkit import liger_patched
 
 from akka_optimize.engine.errors import EngineError
-from akka_optimize.engine.kernels import apply_liger, liger_refusal, patched
+from akka_optimize.engine.kernels import apply_liger, liger_refusal
 
 GEMMA4 = SimpleNamespace(config=SimpleNamespace(model_type="gemma4"))
 
@@ -47,4 +48,4 @@ def test_without_the_settings_nothing_is_patched(tiny_model_dir):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     apply_liger(model, torch.device("cpu"), False, False)
-    assert patched(model) == {"rms_norm": 0, "geglu": 0}
+    assert liger_patched(model) == {"rms_norm": 0, "geglu": 0}

@@ -28,6 +28,7 @@ transformers' own ``sdpa`` with transformers' own mask, as for ``akka_packed``
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,7 +71,10 @@ def document_mask_mod(segments: Sequence[int], window: int | None, device: Any) 
     return mask_mod
 
 
+@functools.lru_cache(maxsize=8)
 def _cap(softcap: float | None) -> Callable | None:
+    """The ``score_mod`` of a soft cap (one function per cap value, reused by every layer
+    and pass), or None without one."""
     if not softcap:
         return None
 

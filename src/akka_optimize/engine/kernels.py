@@ -66,15 +66,3 @@ def apply_liger(model: Any, device: torch.device, rms_norm: bool, geglu: bool) -
         apply_liger_kernel_to_gemma4(rms_norm=rms_norm, geglu=geglu, model=model, **kw)
     else:
         apply_liger_kernel_to_gemma4_text(rms_norm=rms_norm, geglu=geglu, model=model, **kw)
-
-
-def patched(model: Any) -> dict[str, int]:
-    """How many modules of ``model`` compute through Liger: ``rms_norm`` and ``geglu``
-    (read from the module of each module's ``forward``)."""
-    out = {"rms_norm": 0, "geglu": 0}
-    for m in model.modules():
-        where = getattr(getattr(m, "forward", None), "__module__", None) or ""
-        if where.startswith("liger_kernel."):
-            for kind in out:
-                out[kind] += where.endswith("." + kind)
-    return out

@@ -129,13 +129,17 @@ def engine_settings(
 
 
 def _multi_device_settings(hp: dict[str, Any], es: dict[str, Any]) -> dict[str, Any]:
-    from ..plan.engine_settings import SETTINGS
-
-    # check name → its bound's setting (checks.head.max_logprob_error → head)
-    bounds = {s.key.split(".")[1]: s.key for s in SETTINGS if s.check_bound is not None}
     """EngineConfig keyword arguments of the engine settings, ``tokensPerGpu`` and
     ``validationBatchSize`` of a supervised run on several devices (jobs/multi_device.py
     refuses the ones this engine cannot honour)."""
+    from ..plan.engine_settings import BY_KEY, SETTINGS
+
+    # check name → its bound's setting (checks.head.max_logprob_error → head)
+    bounds = {s.key.split(".")[1]: s.key for s in SETTINGS if s.check_bound is not None}
+
+    def setting(key: str) -> Any:  # the resolved value, else the declared default
+        return es.get(key, BY_KEY[key].default)
+
     out: dict[str, Any] = {
         "reduce_dtype": es.get("dtypes.reduce") or "fp32",
         "buffer_dtype": es.get("dtypes.buffer"),
@@ -144,11 +148,11 @@ def _multi_device_settings(hp: dict[str, Any], es: dict[str, Any]) -> dict[str, 
         if es.get("engine.pad_to_length", False)
         else None,
         "validation_batch": _get(hp, "training.validationBatchSize"),
-        "recompile_limit": int(es.get("compile.recompile_limit") or 8),
-        "accumulated_recompile_limit": int(es.get("compile.accumulated_recompile_limit") or 256),
-        "fail_on_recompile_limit": bool(es.get("compile.fail_on_recompile_limit", False)),
-        "liger_rms_norm": bool(es.get("kernels.liger.rms_norm", False)),
-        "liger_geglu": bool(es.get("kernels.liger.geglu", False)),
+        "recompile_limit": int(setting("compile.recompile_limit")),
+        "accumulated_recompile_limit": int(setting("compile.accumulated_recompile_limit")),
+        "fail_on_recompile_limit": bool(setting("compile.fail_on_recompile_limit")),
+        "liger_rms_norm": bool(setting("kernels.liger.rms_norm")),
+        "liger_geglu": bool(setting("kernels.liger.geglu")),
         "start_checks": {name: es.get(setting) for name, setting in bounds.items()}
         if es.get("checks.start", True)
         else None,
