@@ -167,10 +167,19 @@ async def _load(url: str, token: str, seconds: float):
     lat: dict[str, list[float]] = defaultdict(list)
     created: dict[str, list[str]] = defaultdict(list)
     errors: list[str] = []
-    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
-    async with httpx.AsyncClient(
-        base_url=url, headers={"Authorization": f"Bearer {token}"}, limits=limits, timeout=60
-    ) as http:
+
+    def connect() -> httpx.AsyncClient:
+        # One connection per client, as 50 users would have: a single pool shared by all 50
+        # costs httpcore O(connections) per request (it checks every pooled connection's
+        # expiry), and at ~200 requests/s took the client a whole core (issue 14, load).
+        return httpx.AsyncClient(
+            base_url=url,
+            headers={"Authorization": f"Bearer {token}"},
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            timeout=60,
+        )
+
+    async with connect() as http:
         # Warm-up, not measured: the first request of each route imports its modules.
         await http.post("/v1/registry/datasets/bench/warm", content=_row(-1, 0))
         for path in (
@@ -181,10 +190,15 @@ async def _load(url: str, token: str, seconds: float):
             "/v1/registry/datasets/bench/warm/versions",
         ):
             await http.get(path)  # fmt: skip
+    clients = [connect() for _ in range(CLIENTS)]
+    try:
         stop = time.monotonic() + seconds
         await asyncio.gather(
-            *(_client(i, http, stop, lat, created, errors) for i in range(CLIENTS))
+            *(_client(i, clients[i], stop, lat, created, errors) for i in range(CLIENTS))
         )
+    finally:
+        for http in clients:
+            await http.aclose()
     return lat, created, errors
 
 
