@@ -16,6 +16,7 @@ Sections are owned by the package that reads them: ``deviceProfiles``,
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -340,11 +341,19 @@ def load_deployment(path: Path | None = None) -> Deployment:
             message names the file and the field.
     """
     p = Path(path) if path else DEFAULT_FILE
-    return _load_cached(str(p.resolve()), p.stat().st_mtime_ns if p.exists() else 0)
+    # One stat per call (every request reads service.jsonBodyBytes): a changed, replaced or
+    # re-pointed file is parsed again, an unchanged one comes from the cache.
+    try:
+        st = os.stat(p)
+        version: tuple[int, ...] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        version = ()
+    return _load_cached(str(p), version)
 
 
 @lru_cache(maxsize=16)
-def _load_cached(path: str, _mtime: int) -> Deployment:
+def _load_cached(given: str, _version: tuple[int, ...]) -> Deployment:
+    path = str(Path(given).resolve())
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:

@@ -92,6 +92,36 @@ def _verdicts(s, dep) -> dict[str, capacity.Verdict]:
     return {v.claim.id: v for v in capacity.verdicts(s, dep)}
 
 
+def test_a_changed_deployment_file_is_read_again(tmp_path) -> None:
+    """The parsed file is cached per path and stat (every request reads it); a change
+    that keeps the modification time (same second, copied with its time) is still seen."""
+    import os
+
+    import yaml
+
+    def text(limit: int) -> str:
+        raw = yaml.safe_load(DEFAULT_FILE.read_text())
+        raw.setdefault("service", {})["jsonBodyBytes"] = limit
+        return yaml.safe_dump(raw)
+
+    path = tmp_path / "deployment.yaml"
+    path.write_text(text(1000))
+    assert load_deployment(path).service.jsonBodyBytes == 1000
+    assert load_deployment(path) is load_deployment(path)  # unchanged: from the cache
+    stamp = path.stat().st_mtime_ns
+    path.write_text(text(20000))  # longer, same time
+    os.utime(path, ns=(stamp, stamp))
+    assert load_deployment(path).service.jsonBodyBytes == 20000
+    other = tmp_path / "other.yaml"
+    other.write_text(text(30000))
+    os.utime(other, ns=(stamp, stamp))
+    os.replace(other, path)  # replaced by another file: same size and time, new inode
+    assert load_deployment(path).service.jsonBodyBytes == 30000
+    path.unlink()
+    with pytest.raises(InvalidRequest, match="Cannot read the deployment file"):
+        load_deployment(path)
+
+
 def test_the_deployment_declares_pools_and_quotas(tmp_path) -> None:
     dep = _dep(tmp_path, **CPU2, **QUOTAS)
     assert [(p.name, p.devicesPerNode, p.nodes) for p in dep.device_pools()] == [("cpu", 2, 1)]
