@@ -4,6 +4,7 @@ input, ID prefixes are prefixes, no server-side file reads, and the small things
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import gzip
 import io
@@ -517,6 +518,11 @@ def test_a_silent_client_is_disconnected(tmp_path) -> None:
     async def echo(body: dict) -> dict:
         return body
 
+    @app.post("/slow")
+    async def slow(body: dict) -> dict:
+        await asyncio.sleep(1.0)  # answering for longer than the read timeout
+        return body
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -538,6 +544,14 @@ def test_a_silent_client_is_disconnected(tmp_path) -> None:
             body = b'{"a": 1}'
             c.sendall(
                 b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            assert c.recv(65536).startswith(b"HTTP/1.1 200")
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
+            # a request answered for longer than the read timeout is not cut: the client
+            # has sent all of it
+            c.sendall(
+                b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
             )
             assert c.recv(65536).startswith(b"HTTP/1.1 200")
