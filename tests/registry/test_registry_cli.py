@@ -167,3 +167,24 @@ def test_concurrent_cli_registrations_create_one_version(
     refs = {json.loads(o.stdout)["ref"] for o in outs}
     assert len(refs) == 1
     assert len(_json(shared_service, "registry", "datasets", "versions", "t/race")["items"]) == 1
+
+
+def test_versions_follow_every_page(shared_service: LiveService, monkeypatch) -> None:
+    """`registry … versions` lists every version, not the service's first page: the CLI
+    follows ``nextAfter`` (here with pages of 2 over 5 versions)."""
+    from akka_optimize.cli.client import Client
+    from akka_optimize.cli.registry import all_versions
+
+    for i in range(5):
+        body = json.dumps(row(f"paged {i}")) + "\n"
+        r = shared_service.api("POST", "/v1/registry/datasets/triage/paged-cli", content=body)
+        assert r.status_code == 201, r.text
+    for key, value in shared_service.env().items():
+        monkeypatch.setenv(key, value)
+    path = "/v1/registry/datasets/triage/paged-cli/versions"
+    doc = all_versions(Client("registry"), path, page=2)
+    assert [v["version"] for v in doc["items"]] == ["v1", "v2", "v3", "v4", "v5"]
+    assert doc["nextAfter"] is None
+    assert [v["version"] for v in all_versions(Client("registry"), path)["items"]] == [
+        "v1", "v2", "v3", "v4", "v5"
+    ]  # fmt: skip

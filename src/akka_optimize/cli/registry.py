@@ -63,6 +63,27 @@ AliasOpt = Annotated[str | None, typer.Option("--alias", help="Point this alias 
 
 
 # -- read commands shared by every kind ---------------------------------------------------
+VERSIONS_PAGE = 1000
+"""Versions asked for per request (the service's largest page)."""
+
+
+def all_versions(client: Client, path: str, page: int = VERSIONS_PAGE) -> dict[str, Any]:
+    """Every version at ``path`` (``/v1/registry/KINDs/NS/NAME/versions``), oldest first,
+    following the service's pages (``limit``/``after``, then ``nextAfter``) to the last.
+
+    Returns:
+        ``{"items": [version, ...], "nextAfter": None}``, the shape of one whole page.
+    """
+    items: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        doc = client.get(path, params={"limit": page, "after": after})
+        items += doc["items"]
+        if doc.get("nextAfter") is None:
+            return {"items": items, "nextAfter": None}
+        after = doc["nextAfter"]
+
+
 def _add_read_commands(sub: typer.Typer, kind: str) -> None:
     @sub.command("list")
     def list_(
@@ -84,7 +105,7 @@ def _add_read_commands(sub: typer.Typer, kind: str) -> None:
                  output: OutputOpt = "text") -> None:  # fmt: skip
         """List every version of a named artifact."""
         path = _path(kind, _ref(ref, bare=True)) + "/versions"
-        emit(Client("registry").get(path), output, _show_versions)
+        emit(all_versions(Client("registry"), path), output, _show_versions)
 
     alias_app = typer.Typer(help="Aliases such as candidate and champion.", no_args_is_help=True)
     sub.add_typer(alias_app, name="alias")
