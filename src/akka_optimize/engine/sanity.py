@@ -101,7 +101,7 @@ def slow_bf16_warning(
         "code": "bf16_without_cpu_support",
         "step": 0,
         "message": "The run computes in bf16 on a CPU without bf16 matrix instructions "
-        "(no avx512_bf16 or amx_bf16 flag): bf16 is emulated there and slower than fp32. "
+        "(no avx512_bf16, amx_bf16 or Arm bf16 flag): bf16 is emulated there and slower than fp32. "
         "Set config.model.precision to fp32 on this machine for speed; the run goes on.",
     }
 
