@@ -45,6 +45,33 @@ TINY_LLAMA = dict(
 ``tie_word_embeddings``)."""
 
 
+FP32_UNIT_ROUNDOFF = 2.0**-24
+"""u, the largest relative error of one fp32 rounding (Higham 2002, §2.1)."""
+
+
+def fp32_order_bound(terms: int, updates: int = 1) -> float:
+    """The relative bound for two fp32 computations of one value that differ only in the
+    order of a ``terms``-term sum, after ``updates`` optimizer updates.
+
+    Each order is within gamma_n = n*u / (1 - n*u) of the exact sum (Higham 2002, Lemma 3.1
+    and eq. 3.4), so the two are within 2*gamma_n of each other; each update carries the
+    difference of its own gradient into the weights, and the next forward and backward
+    start from weights that differ by it, so to first order the bound grows by that much
+    per update. ``terms`` is the longest sum whose order differs (a padded pass's length
+    where the dense mask sums over padding that one conversation alone does not; the
+    passes of an update where ranks reduce their gradients in another grouping). A bound
+    read from what the sums may do, not from one CPU's result: kernels of AVX2 and
+    AVX-512 machines group the same sums differently (issue 56). It says nothing of a
+    gradient that rounding flips across zero: Adam turns that into a step of up to the
+    rate, which is why these tests train with a small learning rate.
+
+    Raises ValueError when n*u reaches 1 (the lemma's condition)."""
+    nu = terms * FP32_UNIT_ROUNDOFF
+    if nu >= 1:
+        raise ValueError(f"{terms} terms: n*u = {nu} is not below 1")
+    return 2 * nu / (1 - nu) * updates
+
+
 def fp32_config(**kw) -> EngineConfig:
     """A CPU fp32 config for tiny-model tests (dropout off unless given)."""
     base = dict(device="cpu", precision="fp32", lora_rank=4, lora_alpha=8, learning_rate=1e-3)
