@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 import threading
@@ -13,6 +14,8 @@ from typing import Any
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+
+from ..testhooks import hold
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -67,6 +70,28 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA busy_timeout=30000")
     cur.close()
+
+
+class LoopBlockingError(RuntimeError):
+    """A state-store transaction began on a thread that runs an event loop.
+
+    A session's statements (and on SQLite the :class:`WriteGate` a writer waits on, for up
+    to its 30 s timeout) block the thread that runs them; on the service's event loop that
+    stalls every request, ``/healthz`` included (issue 48 item 1: chat completions on a
+    missing endpoint opened their session there and waited on a writer of the thread
+    pool). Raised at once instead, naming the cause: a programming error; an ``async``
+    route runs its database work through ``starlette.concurrency.run_in_threadpool``."""
+
+
+def _refuse_on_event_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise LoopBlockingError(
+        "A state-store transaction began on the event loop thread; it would block every "
+        "request while it waits. Run it in the thread pool (run_in_threadpool)."
+    )
 
 
 class NestedWriteError(RuntimeError):
@@ -140,6 +165,7 @@ class WriteGate:
 
 
 def _sqlite_begin(gate: WriteGate, conn: Any) -> None:
+    _refuse_on_event_loop()
     write = write_intent.get()
     if write:
         me, this = _owner(), _dbapi_id(conn)
@@ -151,6 +177,7 @@ def _sqlite_begin(gate: WriteGate, conn: Any) -> None:
                 "a second one would wait on it until 'database is locked'."
             )
         gate.enter(this)
+        hold("write-gate")  # tests only: a writer holding the gate until the test lets go
         try:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         except BaseException:
@@ -228,7 +255,9 @@ def make_engine(url: str, gate: WriteGate | None = None) -> Engine:
         return eng
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
-    return create_engine(url, pool_pre_ping=True)
+    eng = create_engine(url, pool_pre_ping=True)
+    event.listen(eng, "begin", lambda _conn: _refuse_on_event_loop())
+    return eng
 
 
 class Database:
@@ -258,7 +287,10 @@ class Database:
 
     def open_session(self) -> Session:
         """A new session (no connection until its first statement); end it with
-        :meth:`end_session`, as :meth:`session` does."""
+        :meth:`end_session`, as :meth:`session` does.
+
+        Its first statement raises :class:`LoopBlockingError` on a thread that runs an
+        event loop (creating it there does no I/O)."""
         return self._sessions()
 
     @staticmethod

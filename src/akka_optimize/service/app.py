@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError, OperationalError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
@@ -86,6 +87,17 @@ def _startup(ctx: ServiceContext) -> None:
         ctx.startup_error = f"The service did not start completely: {exc}"
 
 
+def _shutdown(ctx: ServiceContext) -> None:
+    for mod in ROUTERS:
+        hook = getattr(mod, "on_shutdown", None)
+        if hook is not None:
+            try:
+                hook(ctx)
+            except Exception:
+                log.exception("shutdown hook of %s failed", mod.__name__)
+    ctx.db.dispose()
+
+
 def _make_private(url: str) -> None:
     """Mode 0600 for a local SQLite state file and its WAL companions."""
     if url.startswith("sqlite:///"):
@@ -111,14 +123,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         t = threading.Thread(target=_startup, args=(ctx,), name="startup", daemon=True)
         t.start()
         yield
-        for mod in ROUTERS:
-            hook = getattr(mod, "on_shutdown", None)
-            if hook is not None:
-                try:
-                    hook(ctx)
-                except Exception:
-                    log.exception("shutdown hook of %s failed", mod.__name__)
-        ctx.db.dispose()
+        # The hooks stop workers and record their state: in the thread pool, since a
+        # state-store session may not block the event loop (db.base.LoopBlockingError).
+        await run_in_threadpool(_shutdown, ctx)
         gc.unfreeze()
 
     # /openapi.json, /docs and /redoc are served by routers.docs, behind the token.

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import anyio
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from ...errors import InvalidRequest
 from ..auth import Principal
@@ -19,27 +21,57 @@ def _oai_error(message: str, status: int, code: str, param: str | None = None) -
     return JSONResponse({"error": err}, status_code=status)
 
 
-def _visible_id(ctx: ServiceContext, endpoint_id: str, principal: Principal) -> str:
-    """The full ID of an endpoint the caller sees (404 as :func:`find_endpoint`)."""
+async def _visible_id(ctx: ServiceContext, endpoint_id: str, principal: Principal) -> str:
+    """The full ID of an endpoint the caller sees (404 as :func:`find_endpoint`), read in
+    the thread pool: a session on the event loop would stall every request while it waits
+    on the state store (issue 48 item 1)."""
+
+    def read() -> str:
+        with ctx.db.session() as s:
+            return find_endpoint(s, endpoint_id, principal).id
+
+    return await run_in_threadpool(read)
+
+
+def _poll_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]:
+    """One look at the endpoint (a thread-pool call): its ready worker and served names,
+    or ``(None, names)`` after asking a stopped endpoint to start. Raises InvalidRequest
+    ``endpoint_failed`` for a FAILED endpoint."""
+    m = manager(ctx)
     with ctx.db.session() as s:
-        return find_endpoint(s, endpoint_id, principal).id
+        ep = find_endpoint(s, endpoint_id)
+        served = [r.served_name for r in _models(s, ep)]
+        names = served + [ep.base_model] * (ep.base_model not in served)
+        state, eid = ep.state, ep.id
+        err = ep.error
+    w = m.worker_for(eid)
+    if state == "READY" and w is not None:
+        return w, names
+    if state == "FAILED":
+        raise InvalidRequest(f"Endpoint {eid} failed: {err}", code="endpoint_failed")
+    if state in ("STOPPED", "READY"):
+        m.request_start(eid)
+    return None, names
 
 
 async def _ready_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]:
-    m = manager(ctx)
+    """The endpoint's ready worker and served names, starting it if stopped (polled every
+    0.1 s for at most 10 minutes)."""
     for _ in range(6000):
-        with ctx.db.session() as s:
-            ep = find_endpoint(s, endpoint_id)
-            served = [r.served_name for r in _models(s, ep)]
-            names = served + [ep.base_model] * (ep.base_model not in served)
-            state, eid = ep.state, ep.id
-            err = ep.error
-        w = m.worker_for(eid)
-        if state == "READY" and w is not None:
+        w, names = await run_in_threadpool(_poll_worker, ctx, endpoint_id)
+        if w is not None:
             return w, names
-        if state == "FAILED":
-            raise InvalidRequest(f"Endpoint {eid} failed: {err}", code="endpoint_failed")
-        if state in ("STOPPED", "READY"):
-            m.request_start(eid)
         await asyncio.sleep(0.1)
     raise InvalidRequest(f"Endpoint {endpoint_id} did not start in time.")
+
+
+async def begin_request(ctx: ServiceContext, endpoint_id: str) -> str | None:
+    """:meth:`EndpointManager.begin` in the thread pool (it reads and writes the store)."""
+    return await run_in_threadpool(manager(ctx).begin, endpoint_id)
+
+
+async def end_request(ctx: ServiceContext, endpoint_id: str, base: str | None) -> None:
+    """:meth:`EndpointManager.end` in the thread pool, shielded: it runs to its end even
+    when the request that counted it is being cancelled (its client left)."""
+    with anyio.CancelScope(shield=True):
+        await run_in_threadpool(manager(ctx).end, endpoint_id, base)

@@ -16,7 +16,7 @@ from ...db.models.projects import Project
 from ...db.models.serving import Endpoint
 from ...errors import InvalidRequest, NotFound
 from ..context import ServiceContext
-from .endpoint_forwarding import _oai_error, _ready_worker
+from .endpoint_forwarding import _oai_error, _ready_worker, begin_request, end_request
 from .endpoint_records import _models, _new_endpoint, find_endpoint, manager, view
 
 _JUDGE_LOCK = threading.Lock()
@@ -119,11 +119,10 @@ async def judge_chat(ctx: ServiceContext, run_id: str, body: dict[str, Any]) -> 
     except InvalidRequest as exc:
         return _oai_error(exc.message, 400, exc.code or "endpoint_failed")
     payload = {**body, "model": served, "stream": False}
-    m = manager(ctx)
-    base = m.begin(endpoint_id)
+    base = await begin_request(ctx, endpoint_id)
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10)) as client:
             r = await client.post(w.url + "/v1/chat/completions", json=payload, headers=w.headers())
     finally:
-        m.end(endpoint_id, base)
+        await end_request(ctx, endpoint_id, base)
     return JSONResponse(r.json(), status_code=r.status_code)

@@ -47,7 +47,7 @@ from ..schemas import (
     OpenAIModelList,
     answers,
 )
-from .endpoint_forwarding import _oai_error, _ready_worker, _visible_id
+from .endpoint_forwarding import _oai_error, _ready_worker, _visible_id, begin_request, end_request
 from .endpoint_judges import ensure_judge_endpoint as ensure_judge_endpoint
 from .endpoint_judges import judge_chat as judge_chat
 from .endpoint_records import _KEY, _limits, _models, _new_endpoint
@@ -249,7 +249,7 @@ def detach_model(
 @router.get("/{endpoint_id}/openai/v1/models", **answers(OpenAIModelList))
 async def openai_models(endpoint_id: str, ctx: CtxDep, principal: PrincipalDep) -> Any:
     """The models this endpoint serves (OpenAI ``/v1/models``)."""
-    endpoint_id = _visible_id(ctx, endpoint_id, principal)
+    endpoint_id = await _visible_id(ctx, endpoint_id, principal)
     w, names = await _ready_worker(ctx, endpoint_id)
     async with httpx.AsyncClient(timeout=60) as c:
         r = await c.get(w.url + "/v1/models", headers=w.headers())
@@ -275,7 +275,7 @@ async def openai_chat(
     endpoint_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep
 ) -> Any:
     """Forward a chat completion to the endpoint's worker."""
-    endpoint_id = _visible_id(ctx, endpoint_id, principal)
+    endpoint_id = await _visible_id(ctx, endpoint_id, principal)
     raw = await request.body()
     try:
         body = loads(raw or b"null")
@@ -292,8 +292,7 @@ async def openai_chat(
                 "model_not_found",
                 "model",
             )
-    m = manager(ctx)
-    base = m.begin(endpoint_id)  # the worker is busy, not idle, until the answer ends
+    base = await begin_request(ctx, endpoint_id)  # busy, not idle, until the answer ends
     client = httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10))
     try:
         req = client.build_request(
@@ -302,7 +301,7 @@ async def openai_chat(
         resp = await client.send(req, stream=True)
     except BaseException:
         await client.aclose()
-        m.end(endpoint_id, base)
+        await end_request(ctx, endpoint_id, base)
         raise
     if resp.headers.get("content-type", "").startswith("text/event-stream"):
 
@@ -313,7 +312,7 @@ async def openai_chat(
             finally:
                 await resp.aclose()
                 await client.aclose()
-                m.end(endpoint_id, base)
+                await end_request(ctx, endpoint_id, base)
 
         return StreamingResponse(relay(), media_type="text/event-stream")
     try:
@@ -321,7 +320,7 @@ async def openai_chat(
     finally:
         await resp.aclose()
         await client.aclose()
-        m.end(endpoint_id, base)
+        await end_request(ctx, endpoint_id, base)
     return Response(
         content,
         status_code=resp.status_code,
