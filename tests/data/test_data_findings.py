@@ -224,25 +224,54 @@ def test_a_turn_rendered_otherwise_where_it_is_generated_is_refused(smollm2_toke
         tokenize_row(tok, two_turns, LossPolicy(), 5)  # training refuses it too
     # only the last turn trains: its prompt is the history as written, so nothing to report
     last = findings(tok, [two_turns], LossPolicy(assistant_turns="last"), 512)
-    assert last["inconsistent_rows"] == [] and last["refused_rows"] == []
+    assert last["refused_rows"] == [] and last["trainable_rows"] == 1
     assert "error" in preview(tok, [two_turns], LossPolicy(), 1)[0]
 
 
-def test_a_prompt_that_is_not_a_prefix_of_the_row_is_reported(smollm2_tokenizer_dir):
+def test_a_prompt_that_is_not_a_prefix_of_the_row_is_refused(smollm2_tokenizer_dir):
+    """issue 47 item 13: a template whose generation prompt differs from what history
+    renders: the single turn would train after text an endpoint never generates it from,
+    so training refuses the row (and the findings, which the dry run shows, say so)."""
     tok = _tokenizer(smollm2_tokenizer_dir, OTHER_PROMPT_TEMPLATE)
-    f = findings(tok, [conv("2+2?", "4")], LossPolicy(), 512, row_numbers=[9])
-    assert [r["row"] for r in f["inconsistent_rows"]] == [9]
-    assert "not a prefix" in f["inconsistent_rows"][0]["message"]
+    row = conv("2+2?", "4")
+    f = findings(tok, [row], LossPolicy(), 512, row_numbers=[9])
+    assert [r["row"] for r in f["refused_rows"]] == [9] and f["trainable_rows"] == 0
+    message = f["refused_rows"][0]["message"]
+    assert message.startswith("row 9: messages[1]: its prompt as an endpoint renders it")
+    assert "not a prefix of the row's tokens (they differ at token" in message
+    with pytest.raises(RenderError, match="not a prefix"):
+        tokenize_row(tok, row, LossPolicy(), 9)
 
 
-def test_consistent_templates_report_nothing(smollm2_tokenizer, tools_tokenizer):
+def test_a_completion_whose_whitespace_merges_with_the_generation_prompt_is_refused(
+    smollm2_tokenizer,
+):
+    """issue 47 item 13 on SmolLM2's own template: a single-turn completion starting with
+    two spaces tokenizes with the prompt's closing newline as one token ("\n " then " 4"),
+    so the row's ids do not start with the endpoint's prompt ids (they differ at the
+    prompt's last token); one space, or none, keeps the prompt a prefix and trains."""
+    merged, spaced = conv("2+2?", "  4"), conv("2+2?", " 4")
+    prompt = smollm2_tokenizer.apply_chat_template(
+        merged["messages"][:1], add_generation_prompt=True, tokenize=False
+    )
+    k = len(smollm2_tokenizer(prompt, add_special_tokens=False).input_ids) - 1
+    f = findings(smollm2_tokenizer, [merged, spaced], LossPolicy(), 512, row_numbers=[1, 2])
+    assert [r["row"] for r in f["refused_rows"]] == [1] and f["trainable_rows"] == 1
+    assert f"they differ at token {k})" in f["refused_rows"][0]["message"]
+    assert tokenize_row(smollm2_tokenizer, spaced, LossPolicy(), 2).supervised_tokens > 0
+
+
+def test_consistent_templates_refuse_no_turn_for_its_prompt(smollm2_tokenizer, tools_tokenizer):
+    """The good cases on SmolLM2's template and a template with tools: no row is refused
+    for a turn's prompt (SmolLM2 still refuses the tool rows its template drops)."""
     rows = [parse_row(c["row"], i + 1) for i, c in enumerate(GOOD)]
     for tok in (smollm2_tokenizer, tools_tokenizer):
         f = findings(tok, rows, LossPolicy(), 4096)
-        assert f["inconsistent_rows"] == [], f["inconsistent_rows"]
+        prompts = [r for r in f["refused_rows"] if "generated" in r["message"]]
+        assert prompts == [], prompts
 
 
-def test_the_printed_findings_name_inconsistent_rows_and_warnings(scaffold_tokenizer):
+def test_the_printed_findings_name_refused_rows_and_warnings(scaffold_tokenizer):
     """What `training runs start --dry-run` prints from these findings."""
     import io
 
@@ -250,12 +279,12 @@ def test_the_printed_findings_name_inconsistent_rows_and_warnings(scaffold_token
 
     tok = scaffold_tokenizer
     f = findings(tok, [conv("2+2?", "4")], LossPolicy(), 512, row_numbers=[3])
-    f["inconsistent_rows"] = [{"row": 3, "message": "row 3: messages[1]: ..."}]
-    f["inconsistent_rows_count"] = 1
+    f["refused_rows"] = [{"row": 3, "message": "row 3: messages[1]: ..."}]
+    f["refused_rows_count"] = 1
     out = io.StringIO()
     print_findings({"dataset": "demo/train:v1", **f}, out)
     text = out.getvalue()
-    assert "rows with turns an endpoint would not generate from this text: 1" in text
+    assert "rows training refuses (template, or a turn's prompt): 1" in text
     assert "warnings: 1" in text and "row 3: the chat template inserts" in text
 
 

@@ -141,8 +141,7 @@ def print_findings(f: dict[str, Any], file: Any = None) -> None:
         "near_duplicates": "near duplicates (row groups)",
         "truncated_rows": f"rows longer than maxSeqLength {f.get('max_seq_length')}",
         "no_supervised_rows": "rows that train no token",
-        "refused_rows": "rows the chat template cannot render",
-        "inconsistent_rows": "rows with turns an endpoint would not generate from this text",
+        "refused_rows": "rows training refuses (template, or a turn's prompt)",
     }
     for key, label in labels.items():
         values = f.get(key) or []

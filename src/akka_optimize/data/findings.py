@@ -23,7 +23,7 @@ from typing import Any
 from akka_optimize import cancel
 from akka_optimize.data.masks import _stats, encode_rows
 from akka_optimize.data.policy import LossPolicy
-from akka_optimize.data.render import RenderError, prompt_mismatches
+from akka_optimize.data.render import RenderError
 
 NEAR_DUPLICATE_THRESHOLD = 0.8
 NUM_PERM = 128
@@ -138,9 +138,9 @@ def findings(
         ``{"rows": int, "trainable_rows": int, "supervised_tokens": {"min", "median", "max",
         "total"}, "total_tokens": {...}, "truncated_rows": [row numbers longer than
         max_seq_length], "no_supervised_rows": [row numbers], "refused_rows": [{"row",
-        "message"}], "inconsistent_rows": [{"row", "message"}] (trained turns an endpoint
-        would not generate from the same text: :func:`data.render.prompt_mismatches`),
-        "exact_duplicates": [[row numbers]], "near_duplicates": [[row
+        "message"}] (rows training refuses: the template cannot render them, or a trained
+        turn is not trained on the tokens an endpoint generates it from,
+        :func:`data.render.prompt_mismatches`), "exact_duplicates": [[row numbers]], "near_duplicates": [[row
         numbers]], "warnings": [str]}``. Token statistics cover rendered rows that fit.
         Long lists are cut to ``MAX_LISTED`` entries; counts are in ``*_count`` keys.
 
@@ -151,7 +151,7 @@ def findings(
     """
     numbers = row_numbers or list(range(1, len(rows) + 1))
     errors: list[RenderError] = []
-    counts, warnings, inconsistent = _count_rows(tokenizer, rows, policy, numbers, errors)
+    counts, warnings = _count_rows(tokenizer, rows, policy, numbers, errors)
     fits = [c for c in counts if c[1] <= max_seq_length]
     truncated = [n for n, total, _ in counts if total > max_seq_length]
     empty = [n for n, _, sup in fits if sup == 0]
@@ -171,7 +171,6 @@ def findings(
         "truncated_rows": truncated,
         "no_supervised_rows": empty,
         "refused_rows": [{"row": e.row, "message": e.message} for e in errors],
-        "inconsistent_rows": inconsistent,
         "exact_duplicates": dup["exact_duplicates"],
         "near_duplicates": dup["near_duplicates"],
         "warnings": warnings,
@@ -188,35 +187,25 @@ def _count_rows(
     policy: LossPolicy,
     numbers: list[int],
     errors: list[RenderError],
-) -> tuple[list[tuple[int, int, int]], list[str], list[dict[str, Any]]]:
+) -> tuple[list[tuple[int, int, int]], list[str]]:
     """Tokenize ``rows`` ``FINDINGS_CHUNK_ROWS`` at a time and keep what :func:`findings`
-    reports of each: ``(counts, warnings, inconsistent)``, with ``(row number, total
-    tokens, supervised tokens)`` per rendered row, the rendering warnings, and the
-    ``{"row", "message"}`` of each prompt mismatch; refusals are appended to ``errors``."""
+    reports of each: ``(counts, warnings)``, with ``(row number, total tokens, supervised
+    tokens)`` per rendered row and the rendering warnings; the rows training refuses
+    (:func:`akka_optimize.data.masks.encode_rows`) are appended to ``errors``."""
     # (row number, total tokens, supervised tokens) per rendered row: a chunk's token ids
     # and offsets are dropped once counted, so memory grows with these few numbers per
     # row, not with the dataset's tokens (issue 14 item 3)
     counts: list[tuple[int, int, int]] = []
     warnings: list[str] = []
-    inconsistent: list[dict[str, Any]] = []
     for b in range(0, len(rows), FINDINGS_CHUNK_ROWS):
         chunk, chunk_numbers = (
             rows[b : b + FINDINGS_CHUNK_ROWS],
             numbers[b : b + FINDINGS_CHUNK_ROWS],
         )
         encoded = encode_rows(tokenizer, chunk, policy, chunk_numbers, errors=errors)
-        index = {n: k for k, n in enumerate(chunk_numbers)}
-        mismatches = prompt_mismatches(
-            tokenizer,
-            [chunk[index[e.example.row]] for e in encoded],
-            policy,
-            [e.example.row for e in encoded],
-            [e.example.input_ids for e in encoded],
-        )
-        inconsistent += [{"row": n, "message": m} for n, ms in mismatches.items() for m in ms]
         warnings += [w for e in encoded for w in e.rendered.warnings]
         counts += [
             (e.example.row, len(e.example.input_ids), e.example.supervised_tokens) for e in encoded
         ]
         del encoded
-    return counts, warnings, inconsistent
+    return counts, warnings

@@ -130,7 +130,7 @@ def encode_rows(
             )
             for enc, (r, n) in zip(encodings, kept, strict=True)
         ]
-        out += _without_rewritten_turns(
+        out += _without_mismatched_turns(
             tokenizer, rows[b : b + BATCH_ROWS], numbers, batch, policy, errors
         )
         if progress is not None:
@@ -138,7 +138,7 @@ def encode_rows(
     return out
 
 
-def _without_rewritten_turns(
+def _without_mismatched_turns(
     tokenizer: Any,
     rows: list[dict[str, Any]],
     numbers: list[int],
@@ -146,34 +146,32 @@ def _without_rewritten_turns(
     policy: LossPolicy,
     errors: list[RenderError] | None,
 ) -> list[Encoded]:
-    """``encoded`` less the rows whose template writes a trained turn otherwise once later
-    turns follow than where it is generated (issue 15 item 5: such a turn would train on
-    text it is never generated as, so the row is refused naming the turn). Only rows
-    with a trained assistant turn before their last message are rendered again.
+    """``encoded`` less the rows with a trained assistant turn that is not trained on the
+    tokens an endpoint generates it from (DATA-AND-TRAINING-RULES.md §2, serving =
+    training; issue 15 item 5 and issue 47 item 13): for every trained turn, a single
+    turn included, the conversation before it rendered with the generation prompt (as an
+    endpoint renders a request) must be a token prefix of the row's tokens, and so must the
+    conversation ending with the turn (a template that writes the turn otherwise once later
+    turns follow). A completion starting with whitespace that merges with the generation
+    prompt's last token, or a template whose generation prompt differs from what history
+    renders, fails the first. Such a row is refused naming row, turn and the first
+    differing token (:func:`akka_optimize.data.prompt_checks.prompt_mismatches`).
 
     Raises:
         RenderError: the first such row, unless ``errors`` collects them.
     """
-    by_number = dict(zip(numbers, rows, strict=True))
-
-    def trained_before_the_end(row: dict[str, Any]) -> bool:
-        turns = [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"]
-        trained = turns if policy.assistant_turns == "all" else turns[-1:]
-        return any(i + 1 < len(row["messages"]) for i in trained)
-
-    suspects = [e for e in encoded if trained_before_the_end(by_number[e.example.row])]
-    if not suspects:
+    if not encoded:
         return encoded
+    by_number = dict(zip(numbers, rows, strict=True))
     found = prompt_mismatches(
         tokenizer,
-        [by_number[e.example.row] for e in suspects],
+        [by_number[e.example.row] for e in encoded],
         policy,
-        [e.example.row for e in suspects],
-        [e.example.input_ids for e in suspects],
-        rewrites_only=True,
+        [e.example.row for e in encoded],
+        [e.example.input_ids for e in encoded],
     )
-    for n, messages in found.items():
-        err = RenderError(n, messages[0].split(": ", 1)[1])
+    for n in sorted(found):
+        err = RenderError(n, found[n][0].split(": ", 1)[1])
         if errors is None:
             raise err
         errors.append(err)

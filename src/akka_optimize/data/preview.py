@@ -12,7 +12,7 @@ from typing import Any
 
 from akka_optimize.data.masks import encode_rows
 from akka_optimize.data.policy import LossPolicy
-from akka_optimize.data.render import RenderError, prompt_mismatches
+from akka_optimize.data.render import RenderError
 
 
 def segments(
@@ -61,14 +61,6 @@ def preview(
     errors: list[RenderError] = []
     encoded = {e.example.row: e for e in encode_rows(tokenizer, rows[:n], policy, numbers, errors)}
     failed = {e.row: e.message for e in errors}
-    done = [num for num in numbers if num in encoded]
-    mismatches = prompt_mismatches(
-        tokenizer,
-        [rows[numbers.index(num)] for num in done],
-        policy,
-        done,
-        [encoded[num].example.input_ids for num in done],
-    )
     out = []
     for num in numbers:
         if num in failed:
@@ -81,7 +73,7 @@ def preview(
                 "segments": segments(enc.rendered.text, enc.offsets, enc.example.weights),
                 "tokens": len(enc.example.input_ids),
                 "supervised_tokens": enc.example.supervised_tokens,
-                "warnings": enc.rendered.warnings + mismatches.get(num, []),
+                "warnings": enc.rendered.warnings,
             }
         )
     return out

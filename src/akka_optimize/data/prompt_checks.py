@@ -1,8 +1,9 @@
 """Trained assistant turns whose text is not what an endpoint generates them from
-(:func:`prompt_mismatches`; issue 15 item 5): a turn's prompt rendered as an endpoint
-renders a request, and the conversation ending with the turn, must both be token
-prefixes of the row's tokens. The dataset findings and ``data preview`` report them;
-training refuses the second kind (:func:`akka_optimize.data.masks.encode_rows`).
+(:func:`prompt_mismatches`; issue 15 item 5, issue 47 item 13): a turn's prompt rendered
+as an endpoint renders a request, and the conversation ending with the turn, must both be
+token prefixes of the row's tokens. Training refuses such rows
+(:func:`akka_optimize.data.masks.encode_rows`), so the dataset findings list them under
+``refused_rows`` and ``data preview`` shows their error.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ def prompt_mismatches(
     policy: LossPolicy,
     row_numbers: list[int],
     ids: list[list[int]],
-    rewrites_only: bool = False,
 ) -> dict[int, list[str]]:
     """Trained assistant turns whose text is not what an endpoint generates them from.
 
@@ -30,11 +30,8 @@ def prompt_mismatches(
     (else the prompt is written or tokenized differently at generation), and the
     conversation ending with turn ``i`` (else the template writes the turn otherwise once
     later turns follow, so it would train on text it is never generated as). Issue 15
-    item 5; the dataset findings and ``data preview`` report them. Conversations without
-    tools are rendered in one call per kind, and tokenized in one batch.
-
-    With ``rewrites_only`` only the second rendering is compared (what training refuses:
-    :func:`akka_optimize.data.masks.encode_rows`); the first is reported, not refused.
+    item 5, issue 47 item 13; training refuses the row). Conversations without tools are
+    rendered in one call per kind, and tokenized in one batch.
 
     Returns:
         ``{row number: [sentences starting "row N: messages[i]"]}`` for rows with a
@@ -47,8 +44,7 @@ def prompt_mismatches(
         real, _sent, tools, _sent_tools, _fields = _sentinel_row(row)
         turns = [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"]
         for i in turns if policy.assistant_turns == "all" else turns[-1:]:
-            if not rewrites_only:
-                checks.append((r, i, True, real[:i], tools))
+            checks.append((r, i, True, real[:i], tools))
             if i + 1 < len(real):
                 checks.append((r, i, False, real[: i + 1], tools))
     texts = _render_checks(tokenizer, checks)
