@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import gzip
 import io
 import json
@@ -505,13 +506,16 @@ def test_openapi_lists_every_status_and_body_a_route_answers_and_reads(lite) -> 
     assert {"200", "201"} <= set(pipeline["responses"])
 
 
-def test_a_silent_client_is_disconnected(tmp_path) -> None:
+@contextlib.contextmanager
+def _quick_server(read_timeout: float = 0.3):
+    """A uvicorn server on a free port with :class:`TimedH11Protocol` at ``read_timeout``
+    seconds: ``/echo`` answers its body, ``/slow`` after 1 s. Yields the port."""
     import uvicorn
     from fastapi import FastAPI
 
     from akka_optimize.service.connections import TimedH11Protocol
 
-    proto = type("Quick", (TimedH11Protocol,), {"read_timeout": 0.3})
+    proto = type("Quick", (TimedH11Protocol,), {"read_timeout": read_timeout})
     app = FastAPI()
 
     @app.post("/echo")
@@ -536,6 +540,14 @@ def test_a_silent_client_is_disconnected(tmp_path) -> None:
             if server.started:
                 break
             threading.Event().wait(0.05)
+        yield port
+    finally:
+        server.should_exit = True
+        t.join(10)
+
+
+def test_a_silent_client_is_disconnected(tmp_path) -> None:
+    with _quick_server() as port:
         for partial in (b"", b"POST /echo HTTP/1.1\r\nHost: x\r\n", _half_body()):
             with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
                 c.sendall(partial)
@@ -555,9 +567,35 @@ def test_a_silent_client_is_disconnected(tmp_path) -> None:
                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
             )
             assert c.recv(65536).startswith(b"HTTP/1.1 200")
-    finally:
-        server.should_exit = True
-        t.join(10)
+
+
+def test_a_trickled_head_is_cut_at_its_deadline_and_a_huge_one_answered_431() -> None:
+    """issue 48 item 7: a client sending one header byte at a time, each within the read
+    timeout, held its connection for ever (the silence clock restarted on every byte);
+    the whole head now has the read timeout as its deadline. A 1 MiB header reset the
+    connection; it is answered 431 and the client reads that answer."""
+    head = b"POST /echo HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 600
+    with _quick_server(read_timeout=0.3) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
+            c.settimeout(0.1)  # a byte every 0.1 s: each well within the 0.3 s silence
+            closed = False
+            for byte in head:  # 60 s of bytes if nothing cuts it
+                try:
+                    c.sendall(bytes([byte]))
+                    closed = c.recv(1) == b""
+                except TimeoutError:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    closed = True
+                if closed:
+                    break
+            assert closed, "the server kept a trickled head open past its deadline"
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
+            c.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * (1 << 20))
+            c.sendall(b"\r\n\r\n")
+            answer = c.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large"), answer
+            assert b"larger than 16384 bytes" in answer
 
 
 def _half_body() -> bytes:
