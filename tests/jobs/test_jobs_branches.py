@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
+import yaml
 from jobs_helpers import run_json, setup_project, write_plan
 
 from helpers import LiveService
@@ -310,3 +312,49 @@ def test_a_sweep_branches_every_grid_point_from_one_snapshot(
     assert {b["run"] for b in tree["branches"]} == set(cmp["sweep"]["branches"])
     text = service.cli(*args, "--grid", str(grid), check=True).stdout
     assert "2 branches of 2 updates" in text and "learningRate=0.002" in text
+
+
+def _leaves(node: object, prefix: str = "") -> dict[str, object]:
+    if not isinstance(node, dict):
+        return {prefix: node}
+    out: dict[str, object] = {}
+    for k, v in node.items():
+        out.update(_leaves(v, f"{prefix}.{k}" if prefix else k))
+    return out
+
+
+def test_a_branch_keeps_its_sources_settings_after_a_deployment_change(
+    service: LiveService, tmp_path
+) -> None:
+    """F021 "A later change to the deployment does not change a run, its branches or its
+    retries" (issue 47 break 6): the deployment's default weight precision turns bf16 after
+    an fp32 run; its branch still resolves to the source's settings, but for the fields the
+    branch states, and trains."""
+    src = _source_run(service, tmp_path, keep=4)
+    shipped = resources.files("akka_optimize").joinpath("deployment.yaml").read_text()
+    raw = yaml.safe_load(shipped)
+    raw["memorySettings"]["defaults"]["config.model.weightPrecision"] = "bf16"
+    (service.home / "deployment.yaml").write_text(yaml.safe_dump(raw))
+    # The change is in force: the source's own plan resolves otherwise now (bf16 weights,
+    # or a refusal naming them).
+    again = json.loads((tmp_path / "src.json").read_text())
+    fresh = service.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=again)
+    assert "config.model.weightPrecision" in fresh.text and '"bf16"' in fresh.text, fresh.text
+
+    plan = _branch_plan(tmp_path / "b.json", src["id"], "step-2", epochs=2, learningRate=0.002)
+    dry = run_json(service, "training", "runs", "start", "-f", plan, "--dry-run")
+    b = run_json(service, "training", "runs", "start", "-f", plan, "--wait")
+    assert b["state"] == "SUCCEEDED", b
+    assert dry["configHash"] == b["configHash"]
+
+    def settings(run_id: str) -> dict[str, object]:
+        got = run_json(service, "training", "runs", "get", run_id, "--settings")["settings"]
+        return _leaves({k: got[k] for k in ("config", "execution")})
+
+    theirs, mine = settings(src["id"]), settings(b["id"])
+    assert mine["config.model.weightPrecision"] == "fp32"
+    differ = {k for k in theirs.keys() | mine.keys() if theirs.get(k) != mine.get(k)}
+    assert differ == {
+        "config.hyperparams.optimizer.learningRate",
+        "config.hyperparams.training.epochs",
+    }, {k: (theirs.get(k), mine.get(k)) for k in differ}

@@ -101,6 +101,19 @@ def branch_origin(session: Session, plan: dict[str, Any]) -> tuple[Run, Snapshot
     return source, snap
 
 
+def branch_settings(session: Session, plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The resolved plan of the run a plan's ``branchFrom.run`` names, the settings the
+    branch keeps where it states none (F021); None without a source run (then
+    :func:`branch_origin` refuses, naming ``branchFrom.run``)."""
+    ref = plan.get("branchFrom")
+    if not isinstance(ref, dict) or not ref.get("run"):
+        return None
+    try:
+        return get_run(session, str(ref["run"])).resolved
+    except (NotFound, InvalidRequest):
+        return None
+
+
 def _refuse_no_extra_update(plan: dict[str, Any], source: Run, step: int) -> None:
     """A branch must train at least one update after its snapshot. Its length follows
     from its epochs and maxSteps over the source's trainable rows (the same dataset and

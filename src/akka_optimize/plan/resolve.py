@@ -10,6 +10,7 @@ reported together (:class:`~akka_optimize.plan.refusals.PlanRefused`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -307,12 +308,87 @@ def pin_references(resolved: dict[str, Any], env: PlanEnvironment, out: Refusals
     return pinned
 
 
-def resolve_plan(raw: Any, env: PlanEnvironment) -> ResolvedPlan:
+FOLLOWS: dict[str, tuple[str, ...]] = {
+    "execution.gpus": (
+        "execution.deviceProfile",
+        "execution.memory.",
+        "config.engineSettings.",
+        "config.hyperparams.training.tokensPerGpu",
+    ),
+    "execution.hostMemoryGiB": ("execution.deviceProfile",),
+    "execution.deviceProfile": ("config.hyperparams.training.tokensPerGpu",),
+    "config.model.precision": ("config.engineSettings.dtypes.compute",),
+}
+"""A stated field → the resolved settings derived from it (a prefix ends in a dot), which
+a branch resolves afresh instead of keeping its source's (:func:`keep_frozen`)."""
+
+
+def _frozen_leaves(node: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    if isinstance(node, dict) and node:
+        return [leaf for k, v in node.items() for leaf in _frozen_leaves(v, (*path, k))]
+    return [(path, node)]
+
+
+def _at(node: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def keep_frozen(
+    plan: RunPlan, raw: dict[str, Any], frozen: dict[str, Any], env: PlanEnvironment
+) -> dict[str, Any]:
+    """``raw`` with every setting of ``frozen`` (a source run's resolved plan) that ``raw``
+    does not state and that today's resolution would give another value.
+
+    F021 ("A later change to the deployment does not change a run, its branches or its
+    retries"): a branch keeps its source's settings as they were resolved at the source's
+    start; only the fields the branch states differ, and what :data:`FOLLOWS` derives from
+    them. Only ``config`` and ``execution`` are kept; null values (a setting that does not
+    apply) are not stated. The values kept are stated in the returned plan, so the rules
+    check them against today's deployment like any stated value.
+
+    Args:
+        plan: ``raw`` parsed.
+        raw: the branch's plan as submitted (a JSON object; not modified).
+        frozen: the source run's resolved plan (``runs get --settings``).
+        env: what the branch resolves against today.
+
+    Returns:
+        A new plan object to parse and resolve in place of ``raw``.
+    """
+    stated = stated_paths(plan)
+    follows = [d for s in stated for d in FOLLOWS.get(s, ())]
+    profile = choose_profile(plan, env, Refusals())  # the real pass reports its refusals
+    facts = Facts.build(plan, env, profile, env.catalog_entry(plan.baseModel))
+    today = build_resolved(plan, env, facts)
+    out = json.loads(json.dumps(raw))
+    for path, value in _frozen_leaves({k: frozen.get(k) for k in ("config", "execution")}):
+        dotted = ".".join(path)
+        if value is None or value == {} or _at(today, path) == value:
+            continue
+        if dotted in stated or any(
+            d == dotted or (d.endswith(".") and dotted.startswith(d)) for d in follows
+        ):
+            continue
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def resolve_plan(
+    raw: Any, env: PlanEnvironment, frozen: dict[str, Any] | None = None
+) -> ResolvedPlan:
     """Resolve a submitted plan against ``env``.
 
     Args:
         raw: the decoded JSON body (any JSON value; only an object can be accepted).
         env: the deployment, projects, registry and catalog to resolve against.
+        frozen: for a branch, its source run's resolved plan: the settings the branch does
+            not state keep their values there (:func:`keep_frozen`); ``stated`` stays the
+            branch's own.
 
     Returns:
         The :class:`ResolvedPlan`.
@@ -326,6 +402,11 @@ def resolve_plan(raw: Any, env: PlanEnvironment) -> ResolvedPlan:
     plan = parse_plan(raw, out)
     if plan is None:
         raise PlanRefused(out.items)
+    stated = stated_paths(plan)
+    if frozen and isinstance(raw, dict):
+        plan = parse_plan(keep_frozen(plan, raw, frozen, env), out)
+        if plan is None:
+            raise PlanRefused(out.items)
     profile = choose_profile(plan, env, out)
     entry = env.catalog_entry(plan.baseModel)
     facts = Facts.build(plan, env, profile, entry)
@@ -340,7 +421,7 @@ def resolve_plan(raw: Any, env: PlanEnvironment) -> ResolvedPlan:
     return ResolvedPlan(
         plan=resolved,
         raw=raw,
-        stated=stated_paths(plan),
+        stated=stated,
         pinned=pinned,
         config_hash=config_hash(resolved),
         device_profile=profile,

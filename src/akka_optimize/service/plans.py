@@ -100,15 +100,20 @@ def resolve_run_plan(
     one that branches or warm-starts from another project.
 
     ``branchFrom`` names the source exactly once resolved (the full run ID and
-    ``step-N``), so a dry run and the run it previews hash alike.
+    ``step-N``), so a dry run and the run it previews hash alike. A branch resolves against
+    its source's frozen settings (F021): only what it states differs from the source's.
     """
-    from ..jobs.branches import branch_origin
+    from ..jobs.branches import branch_origin, branch_settings
     from ..jobs.warmstart import warm_start_source
     from ..plan.hashing import config_hash
 
+    frozen = None
     if isinstance(raw, dict):
         access.check_project_write(principal, raw.get("project"), "runs.start")
-    resolved = resolve_plan(raw, ServicePlanEnvironment(ctx, session, principal))
+        if isinstance(raw.get("branchFrom"), dict):
+            access.check_branch(principal, session, raw)  # before its settings are read
+            frozen = branch_settings(session, raw)
+    resolved = resolve_plan(raw, ServicePlanEnvironment(ctx, session, principal), frozen)
     access.check_warm_start(resolved.plan)
     warm_start_source(session, ctx.store, resolved.plan)
     access.check_branch(principal, session, resolved.plan)
