@@ -273,6 +273,16 @@ def test_epoch_adapters_are_registered_and_kept_apart_from_keep_adapters(
         v["version"]: (v["metadata"]["epoch"], v["metadata"]["step"]) for v in versions["items"]
     }
     assert tags == {"v1": (1, 2), "v2": (2, 4), "v3": (3, 6)}
+    # Issue 47 break 7: the final version carries the completed run's instructions and
+    # losses, as a run without saveEachEpoch registers them (its endpoint's default
+    # instructions, a judge built from it); the earlier epochs' versions are not final.
+    m = run_json(service, "training", "runs", "metrics", run["id"])
+    final = next(v["metadata"] for v in versions["items"] if v["version"] == "v3")
+    assert final["instructions"] == "Answer with #### N.", final
+    assert final["finalLoss"] == m["finalLoss"] == m["metrics"][-1]["loss"]
+    assert final["meanLoss"] == m["meanLoss"] and final["final"] is True
+    assert final["adaptedModules"] == run["results"]["adaptedModules"]
+    assert [v["version"] for v in versions["items"] if v["metadata"].get("final")] == ["v3"]
 
     snaps = run_json(service, "training", "runs", "snapshots", run["id"])["snapshots"]
     assert [s["step"] for s in snaps] == [1, 2, 3, 4, 5, 6]

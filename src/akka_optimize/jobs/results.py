@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run, RunAttempt, Snapshot
 from . import states as S
 from .blobs import download_prefix
+from .fields import setting as _get
 from .kinds import model_registered
 from .records import end_attempt
 
@@ -105,6 +106,14 @@ def register(
     return rv.pinned
 
 
+def note_epoch_model(run: Run, snap: Snapshot, version: str) -> None:
+    """Record ``version`` (a pinned ref) as the model of ``snap``'s epoch in the run's
+    ``results.epochModels`` (seeds/001 "Keep an adapter for each epoch")."""
+    epochs = dict((run.results or {}).get("epochModels") or {})
+    epochs[str(snap.epoch)] = version
+    run.results = {**(run.results or {}), "epochModels": epochs}
+
+
 def _metadata(run: Run, extra: dict[str, Any]) -> dict[str, Any]:
     hp = ((run.resolved or {}).get("config") or {}).get("hyperparams") or {}
     meta = {
@@ -181,11 +190,15 @@ def complete(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]
             "The run finished without saving an adapter, so no model could be registered.",
         )
         return
+    epoch_model = last.epoch_end and bool(_get(run.resolved, "execution.saveEachEpoch"))
+    extra = {"epoch": last.epoch, "step": last.step} if epoch_model else {"step": last.step}
     try:
         mine = last.model_version and model_name_of(last.model_version) == run.model_name
         run.registered_model = (last.model_version if mine else None) or register(
-            ctx, s, run, last, {"step": last.step, "final": True}
+            ctx, s, run, last, {**extra, "final": True}
         )
+        if epoch_model:
+            note_epoch_model(run, last, run.registered_model)
     except Exception as exc:  # a refusal by the registry is the run's failure sentence
         log.exception("registering the model of run %s failed", run.id)
         end_attempt(

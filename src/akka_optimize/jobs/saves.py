@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run, RunAttempt, Snapshot
-from .results import register
+from .results import note_epoch_model, register
 
 
 def record_save(ctx: Any, s: Session, run: Run, _att: RunAttempt, ev: dict[str, Any]) -> None:
@@ -36,11 +36,13 @@ def record_save(ctx: Any, s: Session, run: Run, _att: RunAttempt, ev: dict[str, 
     execution = (run.resolved or {}).get("execution") or {}
     _prune_states(ctx, s, run, int(execution.get("keepRecoverable") or 1))
     save_each_epoch = bool(execution.get("saveEachEpoch"))
-    if snap.epoch_end and save_each_epoch and snap.adapter_key:
-        version = register(ctx, s, run, snap, {"epoch": snap.epoch, "step": step})
-        epochs = dict((run.results or {}).get("epochModels") or {})
-        epochs[str(snap.epoch)] = version
-        run.results = {**(run.results or {}), "epochModels": epochs}
+    # The run's last update is registered by its completed event, with the run's result
+    # (instructions, finalLoss, meanLoss) like any run's final model (issue 47).
+    last = bool(run.total_steps) and step >= int(run.total_steps or 0)
+    if snap.epoch_end and save_each_epoch and snap.adapter_key and not last:
+        note_epoch_model(
+            run, snap, register(ctx, s, run, snap, {"epoch": snap.epoch, "step": step})
+        )
     _prune_adapters(ctx, s, run, save_each_epoch)
 
 
