@@ -352,3 +352,46 @@ def test_the_memory_share_bounds_the_rows_the_sampler_decodes_at_once(
     with pytest.raises(EngineError, match="memoryShare leaves"):
         rows_that_fit(RLSettings(samples_per_prompt=4, max_new_tokens=3, kv_cache_bytes=per),
                       per, len(PROMPT))  # fmt: skip
+
+
+def test_a_run_whose_last_update_trains_nothing_reports_that_update_as_its_final_loss(
+    tiny_model_dir, tmp_path
+) -> None:
+    """seeds/000 "A completed run's finalLoss is the last loss the training loop logged.
+    The mean over the run is reported beside it as meanLoss" (issue 47 break 8): update 3
+    has equal rewards in every group, so it trains nothing and logs loss 0; finalLoss is
+    that row's loss, meanLoss the mean over every row, and the row says why it trained
+    nothing and how many groups it left out."""
+    from akka_optimize.engine.rl import run_rl
+
+    settings = RLSettings(samples_per_prompt=4, max_new_tokens=3, temperature=1.0, seed=3)
+    prompts = [RLPrompt(PROMPT), RLPrompt(PROMPT[:5])]
+    events: list[dict] = []
+    calls: list[int] = []
+
+    def score(_prompts, samples):  # a signal in updates 1 and 2; none in update 3
+        calls.append(1)
+        for i, s in enumerate(samples):
+            s.reward = 0.0 if len(calls) == 3 else float(i % 2)
+
+    result = run_rl(
+        fp32_config(),
+        settings,
+        tiny_model_dir,
+        prompts,
+        steps=3,
+        prompts_per_step=2,
+        score=score,
+        stop_ids={2},
+        state_dir=tmp_path / "state",
+        emit=events.append,
+    )
+    rows = [e for e in events if e["type"] == "metrics"]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["skipped"] for r in rows] == [False, False, True]
+    assert rows[0]["loss"] != 0.0 and rows[2]["loss"] == 0.0
+    assert result.final_loss == rows[-1]["loss"]
+    assert result.mean_loss == pytest.approx(sum(r["loss"] for r in rows) / 3)
+    assert rows[2]["skipReason"].startswith("all advantages are zero")
+    assert [r["groupsLeftOut"] for r in rows] == [0, 0, 2]
+    assert rows[0]["skipReason"] is None

@@ -114,3 +114,33 @@ def test_a_judged_reinforcement_run_scores_on_the_judges_endpoint(
     text = service.cli("training", "runs", "get", run["id"], check=True).stdout
     assert "training devices: 1 cpu device; judge endpoint: 0 cpu devices" in text
     assert "Judge instructions" in text and "built-in" in text
+
+
+def test_updates_that_train_nothing_say_why_and_end_in_the_final_loss(
+    service: LiveService, tmp_path
+) -> None:
+    """Issue 47 break 8: a reward that is the same for every completion leaves every
+    group out, so no update trains; each metrics row logs loss 0 and says why, the run's
+    finalLoss is the last row's loss (seeds/000 "the last loss the training loop logged")
+    and `runs metrics` prints the reason."""
+    setup_project(service, tmp_path)
+    bundle = tmp_path / "flat"
+    bundle.mkdir()
+    (bundle / "reward.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return 0.5\n"
+    )
+    service.cli("registry", "bundles", "register", "demo/scoring", "-f", str(bundle), check=True)
+    plan = write_rl_plan(tmp_path / "flat.json", steps=2, samplesPerPrompt=2, maxNewTokens=2)
+    run = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    assert run["state"] == "SUCCEEDED", run
+    m = run_json(service, "training", "runs", "metrics", run["id"])
+    rows = m["metrics"]
+    assert [(r["step"], r["skipped"], r["loss"], r["groupsLeftOut"]) for r in rows] == [
+        (1, True, 0.0, 2),
+        (2, True, 0.0, 2),
+    ]
+    assert all(r["skipReason"].startswith("all advantages are zero") for r in rows)
+    assert m["finalLoss"] == rows[-1]["loss"] and m["meanLoss"] == 0.0
+    text = service.cli("training", "runs", "metrics", run["id"], check=True).stdout
+    assert "Update 2 trained nothing: all advantages are zero" in text, text

@@ -143,6 +143,9 @@ def metrics(run_id: str, output: OutputOpt = "text") -> None:
                 ("STEP S", "stepTimeSeconds"),
             ],
         )
+        for m in d["metrics"]:  # a reinforcement update that trained nothing says why
+            if m.get("skipReason"):
+                console.print(f"Update {m['step']} trained nothing: {m['skipReason']}.")
         if d["validation"]:
             console.print("Validation")
             print_table(

@@ -26,7 +26,8 @@ arXiv:2402.03300) and DATA-AND-TRAINING-RULES.md 1.2–1.3, rules 17–21:
    ``cispo``, ``dro``; :mod:`akka_optimize.engine.losses`) over the completion tokens, then
    ``optim_step``, which divides the loss sum by the update's sampled (trained) tokens —
    the same token-sum normalisation as the supervised loss. An update where every group
-   had equal rewards trains nothing; its weights stay, and the step still counts.
+   had equal rewards trains nothing; its weights stay, the step still counts, and its
+   metrics log loss 0 with ``skipReason`` saying why.
 
 This module owns the run (:func:`run_rl`: its updates, saves, events and resume); one
 update is :mod:`akka_optimize.engine.rl_step`, its sampling :mod:`akka_optimize.engine.rollout`
@@ -60,8 +61,9 @@ class RLResult:
     Attributes:
         step / total_steps: the last completed update and the run's updates.
         stopped: it stopped early after saving (pause or cancel).
-        final_loss / mean_loss: the policy loss of the last update, and the mean over the
-            updates that trained.
+        final_loss / mean_loss: the policy loss the last update logged (0 for an update
+            that trained nothing, whose metrics say why: ``skipReason``), and the mean over
+            every update (seeds/000 "finalLoss is the last loss the training loop logged").
         first_reward / final_reward: the mean reward of the run's first and last update
             (the first of this attempt when resumed: see ``log``).
         adapter_dir: the newest saved adapter.
@@ -133,10 +135,11 @@ def run_rl(
         reward = metrics["rewardMean"]
         if log["first_reward"] is None:
             log["first_reward"] = reward
-        if not metrics.get("skipped"):
-            log["loss_sum"] += float(metrics["loss"])
-            log["count"] += 1
-            log["last"] = float(metrics["loss"])
+        # seeds/000: finalLoss is the last loss the loop logged (an update that trained
+        # nothing logs 0 and says why), meanLoss the mean over the run's updates.
+        log["loss_sum"] += float(metrics["loss"])
+        log["count"] += 1
+        log["last"] = float(metrics["loss"])
         stopping = update < steps and bool(should_stop and should_stop())
         every = cfg.save_every_steps and update % cfg.save_every_steps == 0
         if update == steps or every or stopping:

@@ -78,8 +78,11 @@ def rl_update(
         ``zeroAdvantageGroupShare``, ``clippedTokenShare``, ``approxKl`` (mean of
         ``log q − log p`` over trained tokens, with ``p`` the trainer's log-probs in the
         update's forward pass), ``completionLength``, ``samplingTokensPerSecond``,
-        ``trainingTokensPerSecond``, ``weightVersion`` (before the update) and ``skipped``
-        (every group had equal rewards).
+        ``trainingTokensPerSecond``, ``weightVersion`` (before the update), ``groupsLeftOut``
+        (the groups whose rewards were all equal, left out of the update), ``skipped``
+        (every group was left out: the update trained nothing and logs loss 0) and
+        ``skipReason`` (:data:`SKIP_REASON` on such an update, else None; TRL and veRL
+        report skipped steps likewise).
 
     Raises:
         EngineError: a loss this loop does not train with; the session's own errors.
@@ -98,10 +101,12 @@ def rl_update(
     signal = {s.group for s in samples if s.advantage != 0.0}
     trained = [s for s in samples if s.group in signal]
     metrics = _reward_metrics(samples, zero / len(prompts), version)
+    metrics["groupsLeftOut"] = zero
     metrics["samplingTokensPerSecond"] = sampled / sampling_s if sampling_s > 0 else 0.0
     t1 = time.perf_counter()
     if not trained:
         metrics.update(session.skip_update(), skipped=True, clippedTokenShare=0.0, approxKl=0.0)
+        metrics["skipReason"] = SKIP_REASON
         metrics["trainingTokensPerSecond"] = 0.0
         return metrics, samples
     passes, inputs = rollout_passes(prompts, trained, pack=bool(session._packed_attention))
@@ -119,11 +124,19 @@ def rl_update(
     seconds = time.perf_counter() - t1
     metrics.update(
         skipped=False,
+        skipReason=None,
         clippedTokenShare=clipped,
         approxKl=sum(kl) / len(kl),
         trainingTokensPerSecond=sum(p.num_tokens for p in passes) / seconds if seconds else 0.0,
     )
     return metrics, samples
+
+
+SKIP_REASON = (
+    "all advantages are zero: every group's rewards were equal, so no sample carried a "
+    "signal and the update trained nothing (weights and optimizer state unchanged)"
+)
+"""``skipReason`` of an update where every group was left out (:func:`rl_update`)."""
 
 
 def _assign_advantages(groups: int, samples: list[Sample], scale_by_std: bool) -> int:
