@@ -10,7 +10,6 @@ reported together (:class:`~akka_optimize.plan.refusals.PlanRefused`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ from ..errors import AkkaError
 from . import defaults as D
 from .engine_settings import BY_KEY, SETTINGS
 from .environment import CatalogEntryView, PlanEnvironment
+from .frozen import keep_frozen
 from .hashing import config_hash
 from .refusals import PlanRefused, Refusals, from_validation_error
 from .rules import Facts, check_all
@@ -308,76 +308,6 @@ def pin_references(resolved: dict[str, Any], env: PlanEnvironment, out: Refusals
     return pinned
 
 
-FOLLOWS: dict[str, tuple[str, ...]] = {
-    "execution.gpus": (
-        "execution.deviceProfile",
-        "execution.memory.",
-        "config.engineSettings.",
-        "config.hyperparams.training.tokensPerGpu",
-    ),
-    "execution.hostMemoryGiB": ("execution.deviceProfile",),
-    "execution.deviceProfile": ("config.hyperparams.training.tokensPerGpu",),
-    "config.model.precision": ("config.engineSettings.dtypes.compute",),
-}
-"""A stated field → the resolved settings derived from it (a prefix ends in a dot), which
-a branch resolves afresh instead of keeping its source's (:func:`keep_frozen`)."""
-
-
-def _frozen_leaves(node: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    if isinstance(node, dict) and node:
-        return [leaf for k, v in node.items() for leaf in _frozen_leaves(v, (*path, k))]
-    return [(path, node)]
-
-
-def _at(node: Any, path: tuple[str, ...]) -> Any:
-    for part in path:
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
-def keep_frozen(
-    plan: RunPlan, raw: dict[str, Any], frozen: dict[str, Any], env: PlanEnvironment
-) -> dict[str, Any]:
-    """``raw`` with every setting of ``frozen`` (a source run's resolved plan) that ``raw``
-    does not state and that today's resolution would give another value.
-
-    F021 ("A later change to the deployment does not change a run, its branches or its
-    retries"): a branch keeps its source's settings as they were resolved at the source's
-    start; only the fields the branch states differ, and what :data:`FOLLOWS` derives from
-    them. Only ``config`` and ``execution`` are kept; null values (a setting that does not
-    apply) are not stated. The values kept are stated in the returned plan, so the rules
-    check them against today's deployment like any stated value.
-
-    Args:
-        plan: ``raw`` parsed.
-        raw: the branch's plan as submitted (a JSON object; not modified).
-        frozen: the source run's resolved plan (``runs get --settings``).
-        env: what the branch resolves against today.
-
-    Returns:
-        A new plan object to parse and resolve in place of ``raw``.
-    """
-    stated = stated_paths(plan)
-    follows = [d for s in stated for d in FOLLOWS.get(s, ())]
-    profile = choose_profile(plan, env, Refusals())  # the real pass reports its refusals
-    facts = Facts.build(plan, env, profile, env.catalog_entry(plan.baseModel))
-    today = build_resolved(plan, env, facts)
-    out = json.loads(json.dumps(raw))
-    for path, value in _frozen_leaves({k: frozen.get(k) for k in ("config", "execution")}):
-        dotted = ".".join(path)
-        if value is None or value == {} or _at(today, path) == value:
-            continue
-        if dotted in stated or any(
-            d == dotted or (d.endswith(".") and dotted.startswith(d)) for d in follows
-        ):
-            continue
-        node = out
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = value
-    return out
-
-
 def resolve_plan(
     raw: Any, env: PlanEnvironment, frozen: dict[str, Any] | None = None
 ) -> ResolvedPlan:
@@ -387,8 +317,8 @@ def resolve_plan(
         raw: the decoded JSON body (any JSON value; only an object can be accepted).
         env: the deployment, projects, registry and catalog to resolve against.
         frozen: for a branch, its source run's resolved plan: the settings the branch does
-            not state keep their values there (:func:`keep_frozen`); ``stated`` stays the
-            branch's own.
+            not state keep their values there (:func:`akka_optimize.plan.frozen.
+            keep_frozen`); ``stated`` stays the branch's own.
 
     Returns:
         The :class:`ResolvedPlan`.
@@ -404,7 +334,11 @@ def resolve_plan(
         raise PlanRefused(out.items)
     stated = stated_paths(plan)
     if frozen and isinstance(raw, dict):
-        plan = parse_plan(keep_frozen(plan, raw, frozen, env), out)
+        # the branch's plan on today's defaults (the pass below reports its refusals)
+        profile = choose_profile(plan, env, Refusals())
+        facts = Facts.build(plan, env, profile, env.catalog_entry(plan.baseModel))
+        today = build_resolved(plan, env, facts)
+        plan = parse_plan(keep_frozen(raw, frozen, today, stated), out)
         if plan is None:
             raise PlanRefused(out.items)
     profile = choose_profile(plan, env, out)
