@@ -3,13 +3,15 @@ misbehaving grader fails only its own example.
 
 Real worker processes on this machine, small limits (the whole file runs in seconds).
 Where an isolation layer is not available here (``isolation_report()`` says so), the
-assertion that needs it is skipped; the secret never appearing in a result holds always.
+assertion that needs it is skipped, except with ``CI=true``, where it fails; the secret
+never appearing in a result holds always.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import stat
 import tempfile
@@ -105,6 +107,17 @@ def report() -> dict[str, str]:
     return isolation_report()
 
 
+def _required_in_ci(layer: str) -> bool:
+    """True under ``CI=true``, where an isolation layer this machine lacks fails the test
+    instead of skipping it (the CI machine must prove every layer, as the browser tests
+    must run there, ``tests/ui/conftest.py``)."""
+    if os.environ.get("CI") != "true":
+        return False
+    if not report()[layer].startswith("isolated"):
+        pytest.fail(f"CI must isolate the grader's {layer}; this machine: {report()[layer]}")
+    return True
+
+
 def make_bundle(root: Path) -> Path:
     bundle = root / "bundle"
     (bundle / "data").mkdir(parents=True)
@@ -182,19 +195,25 @@ def test_a_hung_grader_hits_the_wall_clock_and_the_next_call_still_scores(tmp_pa
     start = time.monotonic()
     hung, ok = score(tmp_path, "by_case", [call("sleep"), call("ok")], limits)
     assert hung.score is None
-    assert hung.error == "exceeded its 1 s wall-clock limit"
+    assert hung.error == "exceeded its 1 s wall-clock limit"  # the pool's kill, no other
     assert ok.score == 1.0 and ok.error is None  # a fresh worker
-    assert time.monotonic() - start < 6
+    # Killed after its second and long before the grader's hour of sleep. The upper bound
+    # is far from what a loaded 2-core machine needs (two sandboxed interpreters started,
+    # one killed: about 2 s alone, under 20 s with every core busy), so it fails a pool
+    # whose deadline is off, never a slow machine.
+    assert 1 <= time.monotonic() - start < 300
 
 
 def test_a_spinning_grader_hits_the_cpu_limit(tmp_path: Path) -> None:
-    limits = Limits(cpu_seconds=1, wall_seconds=20, memory_bytes=256 * MiB, workers=1)
-    start = time.monotonic()
+    # No clock in the test: the error names the CPU-time limit, which only the worker's
+    # CPU timer raises, and the wall-clock limit (the other way a spinning grader ends) is
+    # far past what one CPU second takes on a loaded 2-core machine (a 1/10 share of a
+    # core: 10 s), so a slow machine still ends the grader by its CPU time.
+    limits = Limits(cpu_seconds=1, wall_seconds=300, memory_bytes=256 * MiB, workers=1)
     spin, ok = score(tmp_path, "by_case", [call("spin"), call("ok")], limits)
     assert spin.score is None
     assert spin.error == "exceeded its 1 s CPU-time limit"
     assert ok.score == 1.0
-    assert time.monotonic() - start < 6
 
 
 def test_a_hidden_secret_is_never_read(tmp_path: Path) -> None:
@@ -214,7 +233,7 @@ def test_a_hidden_secret_is_never_read(tmp_path: Path) -> None:
         read, proc, _environ, listdir = results
         assert read.score is None and read.error
         assert proc.score is None and proc.error
-        if report()["files"].startswith("isolated"):
+        if report()["files"].startswith("isolated") or _required_in_ci("files"):
             assert listdir.details == {"listing": []}  # an empty folder stands in for it
         assert stat.S_IMODE(home.stat().st_mode) == 0o755 and secret.read_text() == SECRET
     finally:
@@ -240,7 +259,7 @@ def test_only_the_standard_library_and_the_bundle_are_importable(tmp_path: Path)
 
 
 def test_network_fails_when_isolated(tmp_path: Path) -> None:
-    if not report()["network"].startswith("isolated"):
+    if not report()["network"].startswith("isolated") and not _required_in_ci("network"):
         pytest.skip(f"network isolation is not available here: {report()['network']}")
     (r,) = score(tmp_path, "by_case", [call("net")])
     assert r.score is None
