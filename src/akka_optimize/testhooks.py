@@ -4,8 +4,9 @@ When the environment names a file in ``AKKA_OPTIMIZE_TEST_HOLD`` and that file e
 holding the name of a point (``step-3``, ``answer``), the process that reaches the point
 writes ``<file>.held`` and waits until the test removes ``<file>``. Nothing else
 changes: with the variable unset (every real deployment) :func:`hold` returns at once.
-Used by the run-lifecycle tests (pause, resume, queued runs at a known update) and the
-serving idle test (an answer that lasts until the test lets it end).
+Used by the run-lifecycle tests (pause, resume, queued runs at a known update), the
+serving idle test (an answer that lasts until the test lets it end) and the catalog's
+crash test (``fetch``: a base-model fetch stopped midway, so a kill lands inside it).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from akka_optimize.db import Database
 from akka_optimize.deployment import load_deployment
 from akka_optimize.errors import Conflict, NotFound
 from akka_optimize.settings import Settings
-from helpers import BIN, LiveService, free_port
+from helpers import BIN, LiveService, free_port, hold_at, release, wait_held
 
 TINY = "akka-optimize/tiny-smollm2"
 
@@ -240,16 +240,20 @@ def test_candidates_say_when_the_hub_is_unreachable(service: LiveService) -> Non
 def test_a_fetch_cut_by_a_service_crash_resumes_at_restart(fast_tiny: LiveService) -> None:
     import signal
 
+    hold_at(fast_tiny, "fetch")  # the fetch subprocess waits midway, in its cache lock
     first = _json(fast_tiny, "training", "base-models", "select", TINY)
-    assert first["state"] in ("PENDING", "FETCHING")
-    fast_tiny.stop(sig=signal.SIGKILL)  # the service and its fetch subprocess die
+    wait_held(fast_tiny)
+    cut = _listing(fast_tiny)[TINY]
+    assert (cut["state"], cut["attempts"], cut["cached"]) == ("FETCHING", 1, False)
+    fast_tiny.stop(sig=signal.SIGKILL)  # the service and its fetch subprocess die mid-fetch
+    release(fast_tiny)  # the fetch the restart begins goes through
     fast_tiny.start()
     waited = _json(
         fast_tiny, "training", "base-models", "wait", first["id"][:8], "--timeout", "180"
     )
     assert waited["state"] == "READY" and waited["cached"] is True
     assert waited["model"] == "akka-optimize/tiny-smollm2:v1"
-    assert waited["attempts"] in (1, 2)
+    assert waited["attempts"] == 2  # the cut fetch, then the one the restart began
     # Weights removed from the cache: the selection is no longer usable until selected again.
     import shutil
 

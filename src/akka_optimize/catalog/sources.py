@@ -27,6 +27,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..errors import InvalidRequest
+from ..testhooks import hold
 from . import gguf as gguf_mod
 from .entries import Catalog, CatalogEntry, GgufSource, HubSource, LocalSource, TinySource
 
@@ -152,6 +153,7 @@ def materialize(
             if (dest / "config.json").exists():
                 progress(f"weights already cached in {dest}")
                 return dest, commit
+            hold("fetch")  # tests only: a fetch stopped midway, holding its cache lock
             if isinstance(src, GgufSource):
                 _convert(entry, src, dest, progress)
             else:
