@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 from helpers import LiveService
 
@@ -14,8 +16,13 @@ GOOD = [
 ]
 
 
+def _marked(row: dict) -> list[str]:
+    """The supervised segments' texts of one previewed row, in order."""
+    return [s["text"] for s in row["segments"] if s["supervised"]]
+
+
 def test_preview_marks_supervised_spans_through_cli_and_api(
-    service: LiveService, tmp_path: Path
+    service: LiveService, tmp_path: Path, smollm2_tokenizer: Any
 ) -> None:
     refused = service.cli(
         "training",
@@ -42,7 +49,8 @@ def test_preview_marks_supervised_spans_through_cli_and_api(
     not_selected = service.cli(
         "training", "data", "preview", "-f", str(rows), "--base-model", TINY, check=False
     )
-    assert not_selected.returncode != 0
+    assert not_selected.returncode == 1, not_selected.stderr
+    assert f"Base model {TINY} is not selected; select it with" in not_selected.stderr
 
     service.cli("training", "base-models", "select", TINY, "--wait", check=True)
     plan = tmp_path / "plan.json"
@@ -68,15 +76,28 @@ def test_preview_marks_supervised_spans_through_cli_and_api(
         "trainOnToolResults": False,
     }
     first, second, third = data["rows"]
-    supervised = "".join(s["text"] for s in first["segments"] if s["supervised"])
-    assert supervised == "Category: refund.<|im_end|>"  # assistantTurns last
-    assert "Hello! What went wrong?" in "".join(s["text"] for s in first["segments"])
+    # The segments are the row as the chat template renders it, cut where the loss starts
+    # and stops: assistantTurns last marks the last answer and its end of turn, nothing else.
+    rendered = smollm2_tokenizer.apply_chat_template(cases[0]["row"]["messages"], tokenize=False)
+    assert "".join(s["text"] for s in first["segments"]) == rendered
+    assert _marked(first) == ["Category: refund.<|im_end|>"]
     assert second["row"] == 2 and "tool calls" in second["error"]  # SmolLM2's template drops them
-    assert (
-        "".join(s["text"] for s in third["segments"] if s["supervised"])
-        == " The answer is 4.<|im_end|>"
-    )
+    assert _marked(third) == [" The answer is 4.<|im_end|>"]  # the part marked train: true
     assert first["tokens"] > first["supervised_tokens"] > 0
+    assert first["supervised_tokens"] == len(
+        smollm2_tokenizer.encode("Category: refund.<|im_end|>", add_special_tokens=False)
+    )
+
+    # The API marks the same spans the CLI printed, given the rows and the plan's loss.
+    r = service.api(
+        "POST",
+        "/v1/training/data/preview",
+        json={"plan": json.loads(plan.read_text()), "rows": [c["row"] for c in cases]},
+    )
+    assert r.status_code == 200, r.text
+    assert [row.get("segments") for row in r.json()["rows"]] == [
+        row.get("segments") for row in data["rows"]
+    ]
 
     text = service.cli(
         "training",
@@ -90,7 +111,12 @@ def test_preview_marks_supervised_spans_through_cli_and_api(
         "1",
         check=True,
     ).stdout
-    assert "row 1: " in text and "\u27e6Hello! What went wrong?<|im_end|>\u27e7" in text
+    assert "Supervised text is between \u27e6 and \u27e7." in text
+    # The default loss (assistantTurns all) marks both answers, each with its end of turn.
+    assert re.findall("\u27e6(.*?)\u27e7", text.split("row 1: ", 1)[1], re.S) == [
+        "Hello! What went wrong?<|im_end|>",
+        "Category: refund.<|im_end|>",
+    ]
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": [\n' + json.dumps(GOOD[0]["row"]) + "\n")
