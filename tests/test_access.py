@@ -563,9 +563,12 @@ def _fill(value: Any, w: World) -> Any:
     return value
 
 
-def _request(w: World, case: dict[str, Any], token: str | None = None) -> httpx.Response:
+def _request(
+    w: World, case: dict[str, Any], token: str | None = None, timeout: float = 120
+) -> httpx.Response:
     tok = token or (w.admin if case.get("token") == "admin" else w.tokens["a"])
-    kw = {k: _fill(case[k], w) for k in ("json", "params") if k in case}
+    kw: dict[str, Any] = {k: _fill(case[k], w) for k in ("json", "params") if k in case}
+    kw["timeout"] = timeout
     if "content" in case:
         kw["content"] = case["content"]
     return w.call(tok, case.get("method", "X"), _fill(case["path"], w), **kw)
@@ -621,11 +624,17 @@ HIDDEN_READS = [
 def test_what_a_cannot_see_is_there_for_b(world: World, case: Any) -> None:
     """The 404s above are not vacuous: project b's own token reads every one of them,
     except a stored blob that is not an image, which nobody reads by digest."""
-    r = _request(world, case, token=world.tokens["b"])
+    # The endpoint's OpenAI routes answer once b's serving worker is READY (the service
+    # starts it for the request if it is not): a timeout far past what a loaded machine
+    # needs to start the tiny model, so the request waits for the worker, not the clock.
+    r = _request(world, case, token=world.tokens["b"], timeout=600)
     if "{pics_object}" in case["path"]:
         assert r.status_code == 404
     elif "endpoints/{endpoint}/openai" in case["path"]:
-        pytest.skip("answering starts b's serving worker; visibility is covered by get")
+        assert r.status_code == 200, r.text
+        base = f"{TINY_MODEL}:v1"  # the base model first, then b's adapter on it
+        models = [(m["id"], m["parent"]) for m in r.json()["data"]]
+        assert models == [(base, None), ("b/tiny-smollm2:v1", base)], r.text
     elif "/compare" in case["path"]:  # reached: b's run is refused as its own baseline
         assert r.status_code == 400 and "its own baseline" in r.text, r.text
     elif case["path"] == "/v1/training/capacity":
