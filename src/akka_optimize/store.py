@@ -19,6 +19,7 @@ from typing import IO, Any
 import fsspec
 
 from .errors import NotFound
+from .testhooks import hold
 
 CHUNK = 1 << 20  # 1 MiB
 
@@ -62,6 +63,7 @@ class BlobStore:
         try:
             yield f
             f.flush()
+            hold("blob-write")  # tests only: the bytes are written, not yet committed
             if self.local:
                 os.fsync(f.fileno())
             f.close()

@@ -5,8 +5,10 @@ holding the name of a point (``step-3``, ``answer``), the process that reaches t
 writes ``<file>.held`` and waits until the test removes ``<file>``. Nothing else
 changes: with the variable unset (every real deployment) :func:`hold` returns at once.
 Used by the run-lifecycle tests (pause, resume, queued runs at a known update), the
-serving idle test (an answer that lasts until the test lets it end) and the catalog's
-crash test (``fetch``: a base-model fetch stopped midway, so a kill lands inside it).
+serving idle test (an answer that lasts until the test lets it end), the catalog's
+crash test (``fetch``: a base-model fetch stopped midway, so a kill lands inside it), the
+local blob store's kill test (``blob-write``: a write flushed, not yet committed) and the
+event-loop stall test (``write-gate``: a writer holding SQLite's write gate).
 """
 
 from __future__ import annotations
