@@ -89,3 +89,26 @@ def test_a_run_fails_at_a_save_whose_adapter_is_corrupt(tiny_model_dir, tmp_path
     assert 2 in recoverable_steps(tmp_path)  # the state is kept, the adapter is not
     assert not (tmp_path / "step-00000002" / "adapter").exists()
     assert [e["step"] for e in events if e["type"] == "metrics"] == [1, 2]
+
+
+def test_an_adapter_saved_with_another_scaling_fails_the_run(tiny_model_dir, tmp_path, monkeypatch):
+    """A save whose adapter_config.json says lora_alpha = r (scaling 1) while the run
+    trained with alpha 8 at rank 4 (scaling 2) would be served at half its trained
+    strength: the adapter check refuses it (issue 56 item 1)."""
+    import json
+
+    original = TrainingSession.save_adapter
+
+    def rescaled(self, directory):
+        out = original(self, directory)
+        conf = json.loads((out / "adapter_config.json").read_text())
+        (out / "adapter_config.json").write_text(json.dumps({**conf, "lora_alpha": conf["r"]}))
+        return out
+
+    monkeypatch.setattr(TrainingSession, "save_adapter", rescaled)
+    events: list[dict] = []
+    with pytest.raises(AdapterCheckError, match=r"lora_alpha=4, expected 8 .*alpha/r = 2\)"):
+        run_sft(
+            fp32_config(), tiny_model_dir, random_rows(2, seed=2), None, tmp_path, events.append
+        )
+    assert [e["adapterDir"] for e in events if e["type"] == "save"] == [None]

@@ -58,8 +58,14 @@ def verify_adapter(
     rank: int,
     target_modules: Targets,
     auto_class: str = "AutoModelForCausalLM",
+    alpha: float | None = None,
 ) -> dict[str, int]:
     """Check ``adapter_dir`` (PEFT format) against the base model at ``model_dir``.
+
+    Args:
+        alpha: the run's ``config.hyperparams.lora.alpha``; when given, the saved
+            ``lora_alpha`` must equal it (with ``r`` = ``rank``, the scaling alpha/r an
+            endpoint applies is the one the run trained with) and ``use_rslora`` be off.
 
     Returns:
         ``{"tensors": n, "parameters": p}`` held (equal to those expected).
@@ -91,7 +97,7 @@ def verify_adapter(
         problems.append(
             f"{len(wrong)} of another shape (rank), e.g. {k} is {list(held[k])}, expected {list(expected[k])}"
         )
-    problems += _config_problems(adapter_dir, rank, target_modules)
+    problems += _config_problems(adapter_dir, rank, target_modules, alpha)
     held_params = sum(_numel(s) for s in held.values())
     exp_params = sum(_numel(s) for s in expected.values())
     if problems:
@@ -115,7 +121,9 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def _config_problems(adapter_dir: Path, rank: int, target_modules) -> list[str]:
+def _config_problems(
+    adapter_dir: Path, rank: int, target_modules, alpha: float | None = None
+) -> list[str]:
     path = adapter_dir / CONFIG_FILE
     try:
         cfg = json.loads(path.read_text())
@@ -130,6 +138,12 @@ def _config_problems(adapter_dir: Path, rank: int, target_modules) -> list[str]:
             out.append(f"{CONFIG_FILE} targets {saved!r}")
     elif set(saved) != set(target_modules):
         out.append(f"{CONFIG_FILE} targets {sorted(saved)}")
+    if alpha is not None and (cfg.get("lora_alpha") != alpha or cfg.get("use_rslora")):
+        out.append(
+            f"{CONFIG_FILE} has lora_alpha={cfg.get('lora_alpha')}"
+            f"{' with use_rslora' if cfg.get('use_rslora') else ''}, expected {alpha:g} "
+            f"(the run trained with scaling alpha/r = {alpha / rank:g})"
+        )
     if cfg.get("use_dora"):
         out.append("it is a DoRA adapter")
     if cfg.get("modules_to_save"):

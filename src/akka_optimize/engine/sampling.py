@@ -3,12 +3,19 @@
 Used by the trainer's own checks after training (behaviours.md 3 and 7) and small
 enough to read: greedy at ``temperature == 0``, otherwise temperature scaling then
 nucleus (top-p) filtering, drawn from a seeded generator so a seed repeats a sample.
+The served = trained check's prompts (:mod:`akka_optimize.engine.check_prompts`) are
+answered here too (:func:`check_answers`): by the training worker with the adapter it has just trained,
+and by the post-deploy check (:mod:`akka_optimize.serving.check`) with the saved one.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
+
+from .check_prompts import CHECK_MAX_TOKENS, CHECK_PROMPTS, check_prompt_ids
 
 
 def _pick(logits_V: Tensor, temperature: float, top_p: float, gen: torch.Generator | None) -> int:
@@ -88,3 +95,57 @@ def generate(
         return new
     finally:
         model.train(was_training)
+
+
+def check_answer_ids(
+    model: nn.Module,
+    tokenizer: Any,
+    stop_ids: set[int],
+    *,
+    instructions: str | None = None,
+    prompts: tuple[str, ...] = CHECK_PROMPTS,
+    max_tokens: int = CHECK_MAX_TOKENS,
+) -> list[tuple[list[int], list[int]]]:
+    """Greedy answers of ``model`` (a PEFT model answers with its active adapter) to
+    ``prompts`` templated by :func:`check_prompt_ids`, each at most ``max_tokens`` tokens:
+    ``(prompt ids, answer ids)`` per prompt, the answer's last id a stop id when it
+    stopped by itself."""
+    out = []
+    for p in prompts:
+        ids = check_prompt_ids(tokenizer, p, instructions)
+        out.append((ids, generate(model, tokenizer, ids, max_tokens, stop_ids=stop_ids)))
+    return out
+
+
+def answer_text(tokenizer: Any, answer_ids: list[int], stop_ids: set[int]) -> str:
+    """An answer's text as an endpoint returns it: decoded without the stop tokens and
+    special tokens."""
+    return tokenizer.decode([t for t in answer_ids if t not in stop_ids], skip_special_tokens=True)
+
+
+def check_answers(model: nn.Module, tokenizer: Any, stop_ids: set[int], **kw: Any) -> list[str]:
+    """:func:`check_answer_ids` as text (:func:`answer_text`): what an endpoint answers
+    at temperature 0 with the same weights."""
+    return [
+        answer_text(tokenizer, a, stop_ids)
+        for _, a in check_answer_ids(model, tokenizer, stop_ids, **kw)
+    ]
+
+
+@torch.no_grad()
+def answer_logprobs(model: nn.Module, prompt_ids: list[int], answer_ids: list[int]) -> list[float]:
+    """The log-probability (nats, fp32) ``model`` gives each of ``answer_ids`` fed after
+    ``prompt_ids``, one forward pass over both (in eval mode; the mode is restored)."""
+    if not answer_ids:
+        return []
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        full = torch.tensor([prompt_ids + answer_ids], dtype=torch.long, device=device)
+        logits = model(input_ids=full).logits[0, len(prompt_ids) - 1 : -1].float()
+    finally:
+        model.train(was_training)
+    lp = torch.log_softmax(logits, dim=-1)
+    picked = lp.gather(1, torch.tensor(answer_ids, device=device)[:, None]).squeeze(1)
+    return [float(x) for x in picked.cpu()]

@@ -75,7 +75,14 @@ def save_snapshot(
         "adapterDir": str(adapter),
     }
     try:
-        verify_adapter(adapter, model_dir, cfg.lora_rank, cfg.target_modules, cfg.auto_class)
+        verify_adapter(
+            adapter,
+            model_dir,
+            cfg.lora_rank,
+            cfg.target_modules,
+            cfg.auto_class,
+            alpha=cfg.lora_alpha,
+        )
     except AdapterCheckError as exc:
         shutil.rmtree(adapter, ignore_errors=True)
         emit({**event, "adapterDir": None, "adapterCheck": exc.message})

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..engine.check_prompts import CHECK_PROMPTS, stop_token_ids
 from ..store import BlobStore
 from ..testhooks import hold
 from .blobs import download_prefix, upload_dir
@@ -270,6 +271,49 @@ def result_fields(result: Any) -> dict[str, Any]:
     }
 
 
+def answering(instructions: str | None, into: dict[str, Any], until: Any = None) -> Any:
+    """The engine's ``until`` callback (:func:`akka_optimize.engine.sft.run_sft`, called
+    after each update, before its save) that also takes, after the last update (or the
+    one ``until`` ends the run at), the trained adapter's greedy answers to the served =
+    trained check's prompts (:mod:`akka_optimize.engine.check_prompts`), put as an
+    endpoint puts them (the model's training ``instructions`` as the system message):
+    in this process, from the adapter in memory, before it is saved. Fills ``into``
+    (the run's ``trainedAnswers``) with ``prompts``, ``instructions``, ``answers`` (the
+    text an endpoint serving the run's model must answer alike), ``tokens`` (each
+    answer's ids, a stop id last when it stopped) and ``logprobs`` (the log-probability
+    of each of those tokens, fp32 nats, with the adapter as trained); on several ranks it
+    leaves ``into`` empty (the adapter is sharded). Returns what ``until`` returns
+    (False without one)."""
+
+    def check(session: Any, update: int, total: int) -> bool:
+        done = bool(until is not None and until(session, update, total))
+        if (done or update == total) and session.world == 1:
+            into.update(_trained_answers(session, instructions))
+        return done
+
+    return check
+
+
+def _trained_answers(session: Any, instructions: str | None) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from ..engine.sampling import answer_logprobs, answer_text, check_answer_ids
+
+    tok = AutoTokenizer.from_pretrained(session.model_dir)
+    gen = getattr(session.model, "generation_config", None)
+    stops = stop_token_ids(tok, gen.to_dict() if gen is not None else None)
+    with session.compute_context():
+        pairs = check_answer_ids(session.model, tok, stops, instructions=instructions)
+        logprobs = [answer_logprobs(session.model, p, a) for p, a in pairs]
+    return {
+        "prompts": list(CHECK_PROMPTS),
+        "instructions": instructions,
+        "answers": [answer_text(tok, a, stops) for _, a in pairs],
+        "tokens": [a for _, a in pairs],
+        "logprobs": logprobs,
+    }
+
+
 def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     """Train one attempt; returns the final event (``completed``, ``paused`` or ``cancelled``)."""
     from ..engine import distributed
@@ -319,6 +363,8 @@ def _train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str
         cfg = smoke_config(cfg, len(examples), check)
         meter = SmokeMeter(examples, check, emit)
     events.send({"type": "phase", "phase": "RUNNING", "detail": "training"})
+    instructions = first_system_message(rows)
+    trained: dict[str, Any] = {}
     result = run_sft(
         cfg,
         Path(spec.model_dir),
@@ -330,7 +376,7 @@ def _train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str
         branch=spec.branch_origin,
         init_adapter=warm_dir,
         should_stop=lambda: events.control in ("pause", "cancel"),
-        until=meter,
+        until=answering(instructions, trained, meter),
     )
     stopped = stop_event(events, result)
     if stopped is not None:
@@ -343,7 +389,8 @@ def _train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str
         "tokensPerSecond": round(speed["tokens"] / speed["seconds"], 1)
         if speed["seconds"]
         else None,
-        "instructions": first_system_message(rows),
+        "instructions": instructions,
+        "trainedAnswers": trained or None,
     }
     if result.checks is not None:  # the checks before the first update (runs get --checks)
         out["checks"] = result.checks

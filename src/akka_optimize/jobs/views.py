@@ -111,6 +111,7 @@ def _results(run: Run, res: dict[str, Any]) -> dict[str, Any]:
         "checks": res.get("checks"),
         "checksPassed": res.get("checksPassed"),
         "ended": res.get("ended"),  # why a Tinker training client ended (tinker/kind.py)
+        "trainedAnswers": res.get("trainedAnswers"),  # served = trained (jobs/training.py)
     }
 
 

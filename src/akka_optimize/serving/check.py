@@ -30,29 +30,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..engine.check_prompts import CHECK_MAX_TOKENS, CHECK_PROMPTS, check_prompt_ids
 from ..lazy_imports import transformers_names
 
-#: The fixed prompts (user messages) of the check.
-CHECK_PROMPTS = (
-    "Say hello.",
-    "What is 2 + 3?",
-    "Name a colour.",
-)
-#: Greedy tokens generated per prompt.
-CHECK_MAX_TOKENS = 16
 #: How far (nats) below the trainer's best token a served token may be and still count
 #: as the same greedy choice broken by rounding.
 TIE_NATS = 0.05
 #: The same for an endpoint serving in bf16: merging an adapter into bf16 weights rounds
 #: each weight to 8 significant bits, which moves logits by a few hundredths of a nat.
 TIE_NATS_BF16 = 0.25
-
-
-def _messages(prompt: str, instructions: str | None) -> list[dict[str, str]]:
-    msgs = [{"role": "user", "content": prompt}]
-    if instructions:
-        msgs.insert(0, {"role": "system", "content": instructions})
-    return msgs
 
 
 def trainer_greedy(
@@ -85,8 +71,8 @@ def trainer_greedy(
         "AutoModelForCausalLM", "AutoTokenizer"
     )
 
-    from ..engine.sampling import generate
-    from .engine import stop_token_ids
+    from ..engine.check_prompts import stop_token_ids
+    from ..engine.sampling import check_answers
 
     tok = AutoTokenizer.from_pretrained(base_dir)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
@@ -94,19 +80,9 @@ def trainer_greedy(
     stops = stop_token_ids(tok, model.generation_config.to_dict())
 
     def run(m: Any) -> list[str]:
-        out = []
-        for p in prompts:
-            enc = tok.apply_chat_template(
-                _messages(p, instructions),
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=True,
-            )
-            new = generate(
-                m, tok, list(enc["input_ids"]), max_tokens, temperature=0.0, stop_ids=stops
-            )
-            out.append(tok.decode([t for t in new if t not in stops], skip_special_tokens=True))
-        return out
+        return check_answers(
+            m, tok, stops, instructions=instructions, prompts=prompts, max_tokens=max_tokens
+        )
 
     result: dict[str, Any] = {"base": run(model), "adapter": [], "shortfall": []}
     if adapter_dir is not None:
@@ -115,14 +91,9 @@ def trainer_greedy(
         adapted = PeftModel.from_pretrained(model, str(adapter_dir)).eval()
         result["adapter"] = run(adapted)
         for p, mine, theirs in zip(prompts, result["adapter"], served or [], strict=False):
-            prompt = tok.apply_chat_template(
-                _messages(p, instructions),
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=True,
-            )["input_ids"]
+            prompt = check_prompt_ids(tok, p, instructions)
             result["shortfall"].append(
-                None if mine == theirs else shortfall(adapted, tok, list(prompt), theirs)
+                None if mine == theirs else shortfall(adapted, tok, prompt, theirs)
             )
     return result
 

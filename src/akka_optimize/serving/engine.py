@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..engine.check_prompts import stop_token_ids as stop_token_ids
+
 
 @dataclass
 class SamplingParams:
@@ -74,31 +76,6 @@ class ServingEngine(Protocol):
     def stream(
         self, prompt_ids: list[int], adapter: str | None, params: SamplingParams
     ) -> Iterator[StepEvent]: ...
-
-
-def stop_token_ids(tokenizer: Any, generation_config: dict[str, Any] | None = None) -> set[int]:
-    """The stop set: EOS ids of the tokenizer and generation config, plus the end-of-turn
-    token the chat template writes after a reply.
-
-    The end-of-turn token is found by :func:`akka_optimize.data.render.template_markers`,
-    the function that decides which marker a supervised turn trains (issue 15 item 6), so
-    an endpoint stops where training taught the model to stop, whatever the template.
-    A tokenizer without a chat template stops on its EOS ids only.
-    """
-    from ..data.render import template_markers
-
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    eos = (generation_config or {}).get("eos_token_id")
-    for e in eos if isinstance(eos, list) else [eos]:
-        if isinstance(e, int):
-            ids.add(e)
-    if getattr(tokenizer, "chat_template", None):
-        end_of_turn = template_markers(tokenizer).end_of_turn
-        if end_of_turn is not None:
-            ids.add(int(tokenizer.convert_tokens_to_ids(end_of_turn)))
-    return ids
 
 
 def read_architecture(model_dir: Path) -> str:

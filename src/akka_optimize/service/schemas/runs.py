@@ -23,6 +23,23 @@ class StartCheck(View):
     setting: str = Field(description="The plan field that sets the bound.")
 
 
+class TrainedAnswers(View):
+    """The trained adapter's greedy answers, taken by the worker before saving it."""
+
+    prompts: list[str] = Field(description="The served = trained check's user messages.")
+    instructions: str | None = Field(description="The system message put before each.")
+    answers: list[str] = Field(
+        description="Greedy answers (at most 16 tokens), one per prompt; an endpoint "
+        "serving the run's model answers the same at temperature 0."
+    )
+    tokens: list[list[int]] = Field(
+        description="Each answer's token ids (a stop token last when it stopped)."
+    )
+    logprobs: list[list[float]] = Field(
+        description="The log-probability (nats) of each of those tokens, as trained."
+    )
+
+
 class RunResults(View):
     """What a run has produced so far (null members until known)."""
 
@@ -48,6 +65,10 @@ class RunResults(View):
     )
     checksPassed: bool | None = Field(description="Whether every check passed.")
     ended: str | None = Field(description="Why a Tinker training client's run ended.")
+    trainedAnswers: TrainedAnswers | None = Field(
+        description="A supervised run's adapter's answers to the served = trained check's "
+        "prompts, as trained (null until it finishes, and on several devices)."
+    )
 
 
 class RunCost(View):
