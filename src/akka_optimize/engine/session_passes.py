@@ -115,8 +115,15 @@ class PassesMixin:
         trip, but two copies of every adapted layer's activations in forward and two in
         backward (about a quarter of a GPU update's kernel time, issue 24). Leaving the
         input alone gives the same numbers without them (tests/engine/test_engine_precision).
+
+        fp32 compute under a bf16 adapter (``weightPrecision: bf16`` on CPU, where compute
+        defaults to fp32) runs without autocast, which only lowers a product's precision
+        and has no fp32 target: PEFT casts each LoRA layer's input to bf16, the adapter's
+        products run in bf16 (its weights' precision) and their sum is cast back to fp32
+        (issue 47: with autocast off and PEFT's casts off, the bf16 adapter met an fp32
+        input at step 0, "expected m1 and m2 to have the same dtype").
         """
-        if self.dtype == self.weight_dtype == self.adapter_dtype:
+        if self.dtype == torch.float32 or self.dtype == self.weight_dtype == self.adapter_dtype:
             return contextlib.nullcontext()
         return _mixed_precision(self)
 
