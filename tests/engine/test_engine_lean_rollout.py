@@ -50,8 +50,8 @@ def _equal_steps(model, lean: LeanDecoder, rows: int = 3, steps: int = 8) -> Non
 
 @pytest.mark.parametrize(
     "precision",
-    [("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "bf16")],
-    ids=["fp32", "bf16-base-fp32-adapter", "bf16"],
+    [("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "bf16"), ("fp32", "bf16")],
+    ids=["fp32", "bf16-base-fp32-adapter", "bf16", "fp32-base-bf16-adapter"],
 )
 def test_lean_steps_with_a_sessions_adapter_equal_its_forward(tiny_model_dir, precision) -> None:
     """A training session's adapter (every projection), moved off zero, decoded inside the
