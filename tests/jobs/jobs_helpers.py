@@ -6,6 +6,7 @@ import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from helpers import REPO, LiveService, gsm8k_rows  # noqa: F401 (re-exported)
 
@@ -22,8 +23,16 @@ def setup_project(svc: LiveService, tmp: Path, rows: int = 8) -> None:
 
 def write_plan(path: Path, **training: object) -> Path:
     """A supervised plan on the tiny model; ``training`` overrides hyperparams.training."""
+    path.write_text(json.dumps(sft_plan(**training)))
+    return path
+
+
+def sft_plan(**training: object) -> dict[str, Any]:
+    """The plan :func:`write_plan` writes: ``demo/train`` on the tiny model, two epochs of
+    micro batch 2, seed 7; ``training`` overrides hyperparams.training, ``execution`` the
+    execution section."""
     execution = training.pop("execution", {})
-    plan = {
+    return {
         "kind": "run",
         "project": "demo",
         "baseModel": TINY,
@@ -38,8 +47,6 @@ def write_plan(path: Path, **training: object) -> Path:
         },
         "execution": execution,
     }
-    path.write_text(json.dumps(plan))
-    return path
 
 
 DIGITS_REWARD = '''
@@ -79,6 +86,27 @@ def write_rl_plan(path: Path, model_name: str | None = None, **rl: object) -> Pa
         plan["modelName"] = model_name
     path.write_text(json.dumps(plan))
     return path
+
+
+def same_refusal(svc: LiveService, plan: dict[str, Any]) -> dict[str, Any]:
+    """POST the plan as a dry run and as a start; assert they refuse alike, create nothing,
+    and return the start's error."""
+    dry = svc.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=plan)
+    assert dry.status_code == 200, dry.text
+    report = dry.json()
+    assert report["accepted"] is False and report["configHash"]
+    start = svc.api("POST", "/v1/training/runs", json=plan)
+    assert start.status_code in (400, 409), start.text
+    err = start.json()["error"]
+    first = report["refusals"][0]
+    assert (first["code"], first["field"], first["message"], first["status"]) == (
+        err["code"],
+        err["field"],
+        err["message"],
+        start.status_code,
+    )
+    assert svc.api("GET", "/v1/training/runs").json()["runs"] == []
+    return err
 
 
 def run_json(svc: LiveService, *args: str) -> dict:

@@ -210,20 +210,22 @@ def test_pause_then_resume_from_a_step(service: LiveService, tmp_path) -> None:
     assert done["results"]["finalLoss"] == whole["results"]["finalLoss"]
 
 
-def test_refused_rows_fail_before_training_with_the_reason(service: LiveService, tmp_path) -> None:
-    setup_project(service, tmp_path)
-    plan = write_plan(tmp_path / "plan.json", epochs=1)
-    import json
+def test_refused_rows_are_refused_at_the_start_with_the_reason(
+    service: LiveService, tmp_path
+) -> None:
+    """Rows too long under ``onTooLong: refuse`` are refused by the dry run and the start
+    alike, naming the dataset, the rows and maxSeqLength, before any run exists (issue 47:
+    they were accepted and the run failed in the worker)."""
+    from jobs_helpers import same_refusal, sft_plan
 
-    p = json.loads(plan.read_text())
+    setup_project(service, tmp_path)
+    p = sft_plan(epochs=1)
     p["config"]["maxSeqLength"] = 16
     p["config"]["data"] = {"onTooLong": "refuse"}
-    plan.write_text(json.dumps(p))
-    r = run_json(service, "training", "runs", "start", "-f", str(plan))
-    failed = wait_state(service, r["id"], ("FAILED",), timeout=120)
-    assert "maxSeqLength 16" in failed["failure"] and "row 1" in failed["failure"]
-    out = service.cli("training", "runs", "failure", r["id"], check=True).stdout
-    assert "maxSeqLength" in out and "Traceback" not in out
+    err = same_refusal(service, p)
+    assert err["field"] == "config.maxSeqLength", err
+    assert err["message"].startswith("config.dataset demo/train:v1@sha256:"), err
+    assert "maxSeqLength 16" in err["message"] and "row 1 (" in err["message"], err
 
 
 def test_plan_fields_this_release_cannot_train_are_refused_at_start(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -276,14 +276,40 @@ def prepare_examples(
     encoded = encode_rows(tokenizer, rows, policy, numbers, progress=progress)
     kept, too_long, empty, warnings = [], [], [], []
     for enc in encoded:
-        ex = enc.example
         warnings += enc.rendered.warnings
-        if len(ex.input_ids) > max_seq_length:
-            too_long.append((ex.row, len(ex.input_ids)))
-        elif ex.supervised_tokens == 0:
-            empty.append(ex.row)
-        else:
-            kept.append(ex)
+        if _trains(enc.example, max_seq_length, too_long, empty):
+            kept.append(enc.example)
+    report = examples_report(len(rows), kept, max_seq_length, [r for r, _ in too_long], empty)
+    report["warnings"] = warnings
+    _refuse_untrainable(len(rows), too_long, empty, len(kept), max_seq_length, on_too_long, report)
+    return Prepared(kept, report)
+
+
+def _trains(
+    ex: Example, max_seq_length: int, too_long: list[tuple[int, int]], empty: list[int]
+) -> bool:
+    """Whether ``ex`` trains: it fits ``max_seq_length`` and supervises a token; otherwise
+    its row is listed in ``too_long`` (with its tokens) or ``empty``."""
+    if len(ex.input_ids) > max_seq_length:
+        too_long.append((ex.row, len(ex.input_ids)))
+        return False
+    if ex.supervised_tokens == 0:
+        empty.append(ex.row)
+        return False
+    return True
+
+
+def _refuse_untrainable(
+    rows: int,
+    too_long: list[tuple[int, int]],
+    empty: list[int],
+    kept: int,
+    max_seq_length: int,
+    on_too_long: str,
+    report: dict[str, Any] | None = None,
+) -> None:
+    """The refusals of :func:`prepare_examples` once every row is counted: a row too long
+    under ``"refuse"`` (``too_long``: row number and tokens), or no row left to train."""
     if too_long and on_too_long == "refuse":
         listed = ", ".join(f"row {r} ({n} tokens)" for r, n in too_long[:10])
         raise InvalidRequest(
@@ -292,8 +318,6 @@ def prepare_examples(
             field="config.maxSeqLength",
             details={"rows": [r for r, _ in too_long]},
         )
-    report = examples_report(len(rows), kept, max_seq_length, [r for r, _ in too_long], empty)
-    report["warnings"] = warnings
     if not kept:
         why = []
         if too_long:
@@ -301,9 +325,58 @@ def prepare_examples(
         if empty:
             why.append(f"{len(empty)} with no supervised token under the loss policy")
         raise InvalidRequest(
-            f"no supervised token remains in the dataset ({len(rows)} rows: {', '.join(why)}); "
+            f"no supervised token remains in the dataset ({rows} rows: {', '.join(why)}); "
             "training would learn nothing. Check config.loss and config.maxSeqLength",
             field="config.dataset",
             details=report,
         )
-    return Prepared(kept, report)
+
+
+CHECK_CHUNK_ROWS = 1024
+"""Rows :func:`check_trainable` tokenizes at a time (their tokens are dropped once counted)."""
+
+
+def check_trainable(
+    tokenizer: Any,
+    rows: Sequence[dict[str, Any]],
+    policy: LossPolicy,
+    max_seq_length: int,
+    on_too_long: Literal["drop", "refuse"] = "drop",
+) -> int:
+    """Raise what :func:`prepare_examples` would raise for ``rows``, keeping only counts:
+    admission's check that the worker will find something to train (issue 47).
+
+    Rows are tokenized ``CHECK_CHUNK_ROWS`` at a time and their tokens dropped once
+    counted, so memory grows with two numbers per row, not with the dataset's tokens.
+
+    Args:
+        rows: normalised rows, a list or a sequence that slices to lists (row numbers 1..N).
+
+    Returns:
+        The number of rows that would train (fit ``max_seq_length``, supervise a token).
+
+    Raises:
+        RenderError: the first row the chat template cannot render (the worker's refusal).
+        InvalidRequest: a row too long under ``"refuse"``, or no supervised token left.
+    """
+    too_long: list[tuple[int, int]] = []
+    empty: list[int] = []
+    kept = 0
+    for b in range(0, len(rows), CHECK_CHUNK_ROWS):
+        chunk = list(rows[b : b + CHECK_CHUNK_ROWS])
+        numbers = list(range(b + 1, b + len(chunk) + 1))
+        for enc in encode_rows(tokenizer, chunk, policy, numbers):
+            kept += _trains(enc.example, max_seq_length, too_long, empty)
+    _refuse_untrainable(len(rows), too_long, empty, kept, max_seq_length, on_too_long)
+    return kept
+
+
+def naming_dataset(exc: InvalidRequest, field: str, ref: str) -> InvalidRequest:
+    """``exc`` (a refusal of a dataset's rows) as a refusal of the dataset at ``field``
+    (``config.dataset`` or ``config.data.validationDataset``) named ``ref``: the sentence
+    starts with both, so a validation dataset's refusal never reads as the training one's.
+    A refusal of ``config.maxSeqLength`` keeps that field (the setting to change); a
+    refusal with the generic code gets ``dataset_not_trainable``."""
+    keep = exc.field if exc.field == "config.maxSeqLength" else field
+    code = "dataset_not_trainable" if exc.code == InvalidRequest.code else exc.code
+    return InvalidRequest(f"{field} {ref}: {exc.message}", field=keep, code=code)

@@ -288,10 +288,24 @@ def flash_attention_refusal(model: nn.Module, device: torch.device) -> str | Non
             f"kernels' limit); this model has attention layers of head dimension {over[-1]}. "
             "Use sdpa (or flex_attention for Gemma 4 on several devices)."
         )
-    if device.type != "cuda":
-        return f"{field} runs on CUDA only; this run trains on {device.type}. Use sdpa."
+    on_device = flash_attention_device_refusal(device.type)
+    if on_device:
+        return on_device
     if importlib.util.find_spec("flash_attn") is None:
         return f"{field} needs the flash-attn package on the worker, which lacks it. Use sdpa."
+    return None
+
+
+def flash_attention_device_refusal(device_type: str) -> str | None:
+    """Why ``attn_implementation: flash_attention_2`` cannot train on a device of type
+    ``device_type`` (``"cpu"``, ``"cuda"``), or None: the flash-attn kernels run on CUDA
+    only. Admission asks this before a run is recorded (jobs/admission.py, issue 47), the
+    session again when it loads (:func:`flash_attention_refusal`)."""
+    if device_type != "cuda":
+        return (
+            "config.model.attentionImplementation flash_attention_2 runs on CUDA only; "
+            f"this run trains on {device_type}. Use sdpa."
+        )
     return None
 
 

@@ -6,7 +6,9 @@ devices cannot honour (:mod:`akka_optimize.jobs.multi_device`),
 a base model nobody selected, a ``modelName`` the registry would refuse at the end of
 training (F049), a branch of a run in another project, a dataset or bundle the jobs cannot
 read (:mod:`akka_optimize.jobs.readable`), prepared token rows the base model or plan
-cannot train, or a claim no quota or pool could
+cannot train, rows the worker could not train (:mod:`akka_optimize.jobs.trainable`), a
+device profile resolved to devices this machine lacks, an attention implementation the
+run's device cannot run, or a claim no quota or pool could
 ever admit (:mod:`akka_optimize.jobs.capacity`). :func:`admission_refusals`
 lists every such refusal; the dry run reports them (``accepted: false``) and
 :func:`admit`, which :func:`akka_optimize.jobs.service.start_run` calls before it creates
@@ -69,6 +71,67 @@ def _gpus(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
     from .multi_device import multi_device_refusal
 
     return multi_device_refusal(ctx, f)
+
+
+def _schedulable(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
+    """A device profile the plan did not name, resolved to one whose devices this machine
+    does not have (issue 47: ``execution.gpus: 2`` on a machine without a GPU resolved to
+    H100 and failed in the worker). With the local executor a cuda profile is schedulable
+    when this machine observes ``execution.gpus`` CUDA devices, a cpu profile when it holds
+    that many per node (gloo ranks on the host); the refusal names every profile with its
+    devices per node and the devices observed (as ``training capacity`` shows them). A
+    stated profile is the plan's choice, and a Ray cluster's devices are not observed here.
+    """
+    from ..deployment import load_deployment
+    from .capacity import observed_devices
+
+    r = f["resolved"]
+    if "execution.deviceProfile" in (r.get("stated") or []):
+        return None
+    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    prof = dep.profile(str((r.get("execution") or {}).get("deviceProfile") or ""))
+    if dep.executor.kind != "local" or prof is None:
+        return None
+    gpus = max(1, int((r.get("execution") or {}).get("gpus") or 1))
+
+    def fits(p: Any) -> bool:
+        return p.devicesPerNode >= gpus and (p.kind == "cpu" or observed_devices(p.kind) >= gpus)
+
+    if fits(prof):
+        return None
+    listed = "; ".join(
+        f"{p.name} ({p.kind}): {p.devicesPerNode} per node, {observed_devices(p.kind)} observed"
+        for p in dep.deviceProfiles
+    )
+    ok = [p.name for p in dep.deviceProfiles if fits(p)]
+    devices = f"{gpus} device" + ("s" if gpus != 1 else "")
+    todo = (
+        f"name one that can ({', '.join(ok)}) as execution.deviceProfile"
+        if ok
+        else f"no device profile this deployment can schedule holds {devices}; lower execution.gpus"
+    )
+    return InvalidRequest(
+        f"execution.gpus {gpus}: the plan names no execution.deviceProfile and resolved to "
+        f"{prof.name}, of which this machine observes {observed_devices(prof.kind)}, so the "
+        f"run could not start; {todo}. The device profiles: {listed}.",
+        field="execution.gpus",
+        code="no_schedulable_device",
+    )
+
+
+def _attention(f: dict[str, Any]) -> AkkaError | None:
+    """``config.model.attentionImplementation`` the run's device cannot run (issue 47:
+    flash_attention_2 on CPU was accepted and failed in the worker); the sentence is the
+    engine's (:func:`akka_optimize.engine.attention.flash_attention_device_refusal`)."""
+    from ..engine.attention import flash_attention_device_refusal
+
+    model = (f["resolved"].get("config") or {}).get("model") or {}
+    if model.get("attentionImplementation") != "flash_attention_2":
+        return None
+    why = flash_attention_device_refusal(f["device_kind"])
+    if why is None:
+        return None
+    return InvalidRequest(why, field="config.model.attentionImplementation", code="not_available")
 
 
 def _base_model(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
@@ -157,6 +220,14 @@ def _readable(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None
     return None
 
 
+def _rows(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+    """A dataset or validation dataset whose rows the worker could not train (issue 47;
+    :mod:`akka_optimize.jobs.trainable`)."""
+    from .trainable import rows_refusal
+
+    return rows_refusal(ctx, session, f)
+
+
 # Plan fields that shape how rows become tokens: prepared token rows are already tokens
 # and masks, so a plan stating one would have it ignored (seeds/001 "Train prepared token
 # rows as given"); the start refuses it instead.
@@ -230,9 +301,12 @@ def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaEr
         _prepared(ctx, session, f),
         _kind(ctx, session, f),
         _gpus(ctx, f),
+        _schedulable(ctx, f),
+        _attention(f),
         _base_model(ctx, session, f),
         _model_name(session, f),
         _readable(ctx, session, f),
+        _rows(ctx, session, f),
         _capacity(ctx, f),
     ]
     return [e for e in found if e is not None]

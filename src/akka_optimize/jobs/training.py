@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.check_prompts import CHECK_PROMPTS, stop_token_ids
+from ..errors import InvalidRequest
 from ..store import BlobStore
 from ..testhooks import hold
 from .blobs import download_prefix, upload_dir
@@ -108,7 +109,7 @@ def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, A
     A dataset of prepared token rows gives no rows (``[]``) and its examples as given."""
     from transformers import AutoTokenizer
 
-    from ..data.masks import prepare_examples
+    from ..data.masks import naming_dataset, prepare_examples
     from ..data.policy import LossPolicy
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
@@ -130,7 +131,11 @@ def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, A
     elif spec.validation_dataset:
         val_rows = _load_rows(store, spec.validation_dataset)
         policy = LossPolicy.from_config(spec.loss)
-        val_set = prepare_examples(tokenizer, val_rows, policy, spec.max_seq_length, "drop")
+        try:
+            val_set = prepare_examples(tokenizer, val_rows, policy, spec.max_seq_length, "drop")
+        except InvalidRequest as exc:  # its rows, not the training dataset's (issue 47)
+            field = "config.data.validationDataset"
+            raise naming_dataset(exc, field, spec.validation_dataset) from exc
     events.send(
         {
             "type": "data",

@@ -1,0 +1,94 @@
+"""Admission's check that a supervised run's rows train (issue 47 "Accepted means honoured").
+
+The worker tokenizes a run's dataset and validation dataset with
+:func:`akka_optimize.data.masks.prepare_examples` and fails the run when a row cannot be
+rendered by the base model's chat template (tool rows on a template without tools, image
+rows on a text-only model), when a row is too long under ``onTooLong: refuse``, or when no
+row supervises a token (a validation dataset of prompt-only rows). Admission asks the same
+question with :func:`akka_optimize.data.masks.check_trainable`, which raises what
+``prepare_examples`` would, so the dry run and the start refuse such a plan, naming the
+dataset's field and reference, before anything is created or claimed.
+
+The answer is cached per dataset version, tokenizer folder, loss policy, ``maxSeqLength``
+and ``onTooLong``, so a dry run and the start that follows tokenize the rows once.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from ..errors import AkkaError, InvalidRequest
+
+_CACHE: dict[tuple, InvalidRequest | None] = {}
+_CACHE_SIZE = 32
+_LOCK = threading.Lock()
+
+
+def _refusal(ctx: Any, version: Any, tokenizer_path: Path, policy: Any, length: int, on: str):
+    """The refusal :func:`check_trainable` gives ``version``'s rows, or None (cached while
+    the tokenizer folder is unchanged; the oldest answer goes past ``_CACHE_SIZE``)."""
+    from ..catalog.cache import load_tokenizer
+    from ..data.masks import check_trainable
+    from ..registry.datasets import dataset_rows_view
+
+    key = (version.pinned, str(tokenizer_path), tokenizer_path.stat().st_mtime, policy, length, on)
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+    rows = dataset_rows_view(ctx.store, version)
+    refusal = None
+    try:
+        check_trainable(load_tokenizer(tokenizer_path), rows, policy, length, on)  # type: ignore[arg-type]
+    except InvalidRequest as exc:
+        refusal = exc
+    with _LOCK:
+        _CACHE[key] = refusal
+        while len(_CACHE) > _CACHE_SIZE:
+            del _CACHE[next(iter(_CACHE))]
+    return refusal
+
+
+def rows_refusal(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+    """The refusal of a supervised run (fields ``f`` of :func:`akka_optimize.jobs.mapping.
+    job_fields`) whose dataset or validation dataset the worker could not train, naming
+    the field (``config.dataset``, ``config.data.validationDataset``) and the version; None
+    when both train, for other methods, for prepared token rows (checked by admission's
+    ``_prepared``), and while the base model is not READY (its tokenizer is not at hand:
+    admission's ``_base_model`` says why, or the worker checks when it is).
+    """
+    from ..catalog.cache import tokenizer_dir
+    from ..data.masks import naming_dataset
+    from ..data.policy import LossPolicy
+    from ..registry import is_prepared, resolve
+
+    if f["method"] != "sft":
+        return None
+    try:
+        path = tokenizer_dir(session, ctx.settings, f["base_model"])
+    except AkkaError:
+        return None
+    cfg = f["resolved"]["config"]
+    policy = LossPolicy.from_config(cfg.get("loss") or {})
+    length = int(cfg["maxSeqLength"])
+    on_too_long = str((cfg.get("data") or {}).get("onTooLong") or "drop")
+    todo = [
+        ("config.dataset", f["dataset"], on_too_long),
+        ("config.data.validationDataset", f["validation_dataset"], "drop"),  # as the worker
+    ]
+    for field, ref, on in todo:
+        if not ref:
+            continue
+        try:
+            version = resolve(session, "dataset", ref, f["project"])
+            if is_prepared(version):
+                continue
+            exc = _refusal(ctx, version, path, policy, length, on)
+        except AkkaError as err:  # a missing blob: the refusal the dry run's findings give
+            return err
+        if exc is not None:
+            return naming_dataset(exc, field, version.pinned)
+    return None
