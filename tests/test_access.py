@@ -15,11 +15,13 @@ import json
 import re
 import tarfile
 import zipfile
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 import cluster_stores
 from helpers import LiveService, free_port
@@ -100,9 +102,21 @@ class World:
         ]
 
 
+def recipe_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder the world's service reads recipes from (``service.recipeRoots``, with the
+    tiny model's folder), made when missing."""
+    root = tmp_path_factory.getbasetemp() / "recipe-root"
+    root.mkdir(exist_ok=True)
+    return root
+
+
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def world(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Any:
     tmp = tmp_path_factory.mktemp("access")
+    (tmp / "home").mkdir()
+    dep = yaml.safe_load(resources.files("akka_optimize").joinpath("deployment.yaml").read_text())
+    dep["service"]["recipeRoots"] = [str(recipe_root(tmp_path_factory)), str(tiny_model_dir)]
+    (tmp / "home" / "deployment.yaml").write_text(yaml.safe_dump(dep))
     svc = LiveService(home=tmp / "home", config_dir=tmp / "config", port=free_port()).start()
     try:
         yield _populate(World(svc), tmp)
@@ -770,3 +784,49 @@ def test_the_readme_action_table_lists_the_refusals_a_token_meets() -> None:
     rest = set(ACTIONS) - table
     paragraph = readme[readme.index("Cancelling or resuming another project's") :][:600]
     assert all(f"`{a}`" in paragraph for a in rest), sorted(rest)
+
+
+def test_a_recipe_reads_no_path_outside_the_declared_folders(
+    world: World, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> None:
+    """Issue 48 item 2: ``data.path`` / ``model.path`` outside ``service.recipeRoots`` (an
+    absolute path outside, ``..`` out of a root, a link inside pointing out, a missing file)
+    are refused with one sentence that quotes nothing and does not tell existing from
+    missing; a file inside is taken."""
+    from minifield.minifield_kit import recipe_doc, write_rows
+
+    secret = Path(world.svc.home) / "secret.jsonl"  # the service's home: under no root
+    tmp_path = recipe_root(tmp_path_factory) / "paths"
+    tmp_path.mkdir()
+    secret.write_text('{"token": "the service\'s secret"}\n')
+    (tmp_path / "out.jsonl").symlink_to(secret)
+    (tmp_path / "model").symlink_to(Path(world.svc.home))
+    rows = write_rows(tmp_path / "rows.jsonl")
+    (tmp_path / "sub").mkdir()
+    a = world.tokens["a"]
+
+    def submit(part: str, path: str) -> httpx.Response:
+        doc = recipe_doc(tiny_model_dir, max_steps=1) | {"data": {"path": str(rows)}}
+        doc[part] = {**doc[part], "path": path}
+        return world.call(a, "POST", "/v1/training/recipes", json={"project": "a", "recipe": doc})
+
+    climb = str(tmp_path) + "/.." * len(tmp_path.parts) + str(secret)
+    for part, kind, paths in (
+        ("data", "file", [str(secret), climb, str(tmp_path / "out.jsonl"), "/etc/passwd",
+                          str(tmp_path / "missing.jsonl"), str(tmp_path)]),
+        ("model", "folder", [str(world.svc.home), str(tmp_path / "model"), "/nothing/here",
+                             str(rows)]),
+    ):  # fmt: skip
+        for path in paths:
+            r = submit(part, path)
+            assert r.status_code == 400, (path, r.text)
+            err = r.json()["error"]
+            assert (err["field"], err["message"]) == (
+                f"{part}.path",
+                f"{part}.path is not a {kind} under the folders this service reads recipes "
+                "from (service.recipeRoots in its deployment file); name one inside them, by "
+                "a path whose links stay inside.",
+            ), path
+    taken = submit("data", str(tmp_path / "sub" / ".." / "rows.jsonl"))
+    assert taken.status_code == 201, taken.text
+    assert taken.json()["dataset"] == str(rows.resolve())

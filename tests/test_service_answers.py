@@ -37,6 +37,7 @@ from test_access import (
     _plan,
     _tar,
     app_routes,
+    recipe_root,
 )
 from test_access import world as world  # noqa: F401 (the module's fixture)
 
@@ -181,7 +182,7 @@ def checked(world: World, tiny_model_dir, tmp_path_factory) -> Iterator[tuple[Wo
     resumed, cancelled), with the answers that made it checked; the first evaluation and
     comparison finished and the endpoint READY; and a minifield recipe (``b_recipe``)."""
     w, svc = world, world.svc
-    rows = write_rows(tmp_path_factory.mktemp("recipe") / "data.jsonl")
+    rows = write_rows(recipe_root(tmp_path_factory) / "data.jsonl")
     recipe = recipe_doc(tiny_model_dir, max_steps=1) | {"data": {"path": str(rows)}}
     w.ids["b_recipe"] = json.dumps(recipe)
     doc = w.ok(w.admin, "GET", "/openapi.json")

@@ -149,6 +149,12 @@ class ServiceLimits(_Strict):
         "long fails with a sentence (the worker is gone); a live worker sends a heartbeat "
         "every quarter of it.",
     )
+    recipeRoots: list[str] = Field(
+        default_factory=list,
+        description="Absolute folders under which a submitted recipe's model.path and "
+        "data.path may lie (links are followed only while they stay inside one); empty: the "
+        "service reads no recipe path, so recipe submission is refused.",
+    )
 
 
 class GraderLimits(_Strict):

@@ -26,21 +26,30 @@ PACKED = {"schema_version": "12.0.0", "implementation": "hf-causal-lm-v1", "comp
 
 
 @pytest.fixture(scope="module")
-def svc(tmp_path_factory) -> Iterator[LiveService]:
+def svc(tmp_path_factory, tiny_model_dir) -> Iterator[LiveService]:
     """One service for the module; each test works in its own project with its own token
     (a project token claims only its project's recipe runs)."""
-    yield from _service(tmp_path_factory.mktemp("svc"))
+    yield from _service(tmp_path_factory.mktemp("svc"), _roots(tmp_path_factory, tiny_model_dir))
 
 
-def _service(folder: Path, heartbeat_s: int | None = None) -> Iterator[LiveService]:
-    """A live service homed in ``folder``, with ``service.recipeHeartbeatSeconds`` set to
-    ``heartbeat_s`` in its deployment file when given; stopped when the caller is done."""
+def _roots(tmp_path_factory, tiny_model_dir: Path) -> list[str]:
+    """``service.recipeRoots`` of these tests: their temporary folders and the tiny model's."""
+    return [str(tmp_path_factory.getbasetemp()), str(tiny_model_dir)]
+
+
+def _service(
+    folder: Path, roots: list[str], heartbeat_s: int | None = None
+) -> Iterator[LiveService]:
+    """A live service homed in ``folder`` reading recipes under ``roots``, with
+    ``service.recipeHeartbeatSeconds`` set to ``heartbeat_s`` in its deployment file when
+    given; stopped when the caller is done."""
+    (folder / "home").mkdir()
+    dep = resources.files("akka_optimize").joinpath("deployment.yaml").read_text()
+    raw = yaml.safe_load(dep)
+    raw["service"]["recipeRoots"] = roots
     if heartbeat_s is not None:
-        (folder / "home").mkdir()
-        dep = resources.files("akka_optimize").joinpath("deployment.yaml").read_text()
-        raw = yaml.safe_load(dep)
         raw["service"]["recipeHeartbeatSeconds"] = heartbeat_s
-        (folder / "home" / "deployment.yaml").write_text(yaml.safe_dump(raw))
+    (folder / "home" / "deployment.yaml").write_text(yaml.safe_dump(raw))
     service = LiveService(home=folder / "home", config_dir=folder / "config", port=free_port())
     service.start()
     try:
@@ -293,10 +302,11 @@ def test_forward_posts_metrics_by_their_api_names_and_stops_when_asked():
 
 
 @pytest.fixture(scope="module")
-def quick_deadline(tmp_path_factory) -> Iterator[LiveService]:
+def quick_deadline(tmp_path_factory, tiny_model_dir) -> Iterator[LiveService]:
     """A service whose recipe runs fail after 3 s without an event
     (``service.recipeHeartbeatSeconds``; the shipped default is 300)."""
-    yield from _service(tmp_path_factory.mktemp("deadline"), heartbeat_s=3)
+    roots = _roots(tmp_path_factory, tiny_model_dir)
+    yield from _service(tmp_path_factory.mktemp("deadline"), roots, heartbeat_s=3)
 
 
 def _claimed(demo: Project, tmp_path: Path, tiny_model_dir: Path) -> dict[str, Any]:

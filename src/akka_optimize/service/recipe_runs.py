@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import tempfile
 import threading
 import time
@@ -154,28 +155,79 @@ RECIPE = register_kind(
 on_tick("recipes", reap_silent)
 
 
-def _absolute(doc: dict[str, Any], part: str) -> None:
-    value = (doc.get(part) or {}).get("path")
-    if isinstance(value, str) and not Path(value).is_absolute():
+REFUSED_PATH = (
+    "{field} is not a {kind} under the folders this service reads recipes from "
+    "(service.recipeRoots in its deployment file); name one inside them, by a path whose "
+    "links stay inside."
+)
+"""The one sentence for every refused recipe path: outside the roots, through ``..`` or a
+link that leads out, missing, or of the wrong kind read the same (issue 48 item 2: the
+answer tells nothing about the service's files)."""
+
+
+def confined_path(value: Any, field: str, roots: list[str], folder: bool) -> str:
+    """``value`` resolved (every link followed, ``..`` folded) when it is an existing
+    folder (``folder``) or regular file lying under one of ``roots``, resolved the same way.
+
+    Returns:
+        The resolved absolute path, which is what the service and the worker then read (so a
+        link changed after the check cannot lead out).
+
+    Raises:
+        InvalidRequest: (``field``) a relative path, or :data:`REFUSED_PATH` for any other
+            refusal, the same sentence whatever the reason.
+    """
+    if isinstance(value, str) and value and not Path(value).is_absolute():
         raise InvalidRequest(
-            f"{part}.path {value!r} is relative; a submitted recipe names absolute paths that "
+            f"{field} {value!r} is relative; a submitted recipe names absolute paths that "
             "the service and the workers both read (`training recipes submit` makes a recipe "
             "file's relative paths absolute).",
-            field=f"{part}.path",
+            field=field,
         )
+    refused = InvalidRequest(
+        REFUSED_PATH.format(field=field, kind="folder" if folder else "file"), field=field
+    )
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise refused
+    try:
+        real = Path(os.path.realpath(value, strict=True))
+        ok = real.is_dir() if folder else real.is_file()
+    except (OSError, ValueError):
+        raise refused from None
+    for root in roots:
+        try:
+            base = Path(os.path.realpath(root, strict=True))
+        except (OSError, ValueError):
+            continue
+        if ok and Path(root).is_absolute() and real.is_relative_to(base):
+            return str(real)
+    raise refused
 
 
-def check_recipe(doc: Any) -> dict[str, Any]:
+def _confine(doc: dict[str, Any], roots: list[str]) -> dict[str, Any]:
+    """``doc`` with ``model.path`` and ``data.path`` resolved inside ``roots``
+    (:func:`confined_path`); other fields as given."""
+    out = dict(doc)
+    for part, folder in (("model", True), ("data", False)):
+        ref = doc.get(part)
+        if isinstance(ref, dict) and "path" in ref:
+            out[part] = {**ref, "path": confined_path(ref["path"], f"{part}.path", roots, folder)}
+    return out
+
+
+def check_recipe(doc: Any, roots: list[str]) -> dict[str, Any]:
     """Validate ``doc`` as ``minifield-worker run`` does and describe its computation.
+    Its ``model.path`` and ``data.path`` must lie under ``roots`` (``service.recipeRoots``)
+    and are replaced by their resolved paths before anything reads them.
 
     Returns:
         ``{"computation": {strategy, computation, schemaVersion, implementation,
         computationIdentity, updates}, "recipe": the recipe with defaults, "settings": what
-        the identity binds}``.
+        the identity binds, "submitted": ``doc`` with its paths resolved}``.
 
     Raises:
         InvalidRequest: (the field's path) the sentence of the direct worker's refusal, or
-            a relative ``model.path`` / ``data.path``.
+            a ``model.path`` / ``data.path`` refused by :func:`confined_path`.
     """
     from ..minifield.registry import select as select_strategy
     from ..minifield.train import Worker
@@ -183,8 +235,7 @@ def check_recipe(doc: Any) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InvalidRequest("recipe must be a JSON object.", field="recipe")
     select_strategy(doc)  # the field errors first, as the direct worker reports them
-    _absolute(doc, "model")
-    _absolute(doc, "data")
+    doc = _confine(doc, roots)
     with tempfile.TemporaryDirectory(prefix="akka-recipe-") as tmp:
         path = Path(tmp) / "recipe.json"
         path.write_text(json.dumps(doc))
@@ -201,6 +252,7 @@ def check_recipe(doc: Any) -> dict[str, Any]:
         },
         "recipe": worker.resolved(),
         "settings": worker.settings,
+        "submitted": doc,
     }
 
 
@@ -230,7 +282,8 @@ def submit_recipe(ctx: Any, principal: Principal | None, body: Any) -> dict[str,
     access.check_project_write(principal, body["project"], "recipes.submit")
     with intent(False), ctx.db.session() as s:
         access.find_project(s, str(body["project"]), principal)  # before the costly check
-    checked = check_recipe(body["recipe"])
+    checked = check_recipe(body["recipe"], deployment_for(ctx).service.recipeRoots)
+    submitted = checked.pop("submitted")
     c = checked["computation"]
     with ctx.db.session() as session:
         project = access.find_project(session, str(body["project"]), principal)
@@ -239,7 +292,7 @@ def submit_recipe(ctx: Any, principal: Principal | None, body: Any) -> dict[str,
             project=project.name,
             method=METHOD,
             state=S.QUEUED,
-            plan=body["recipe"],
+            plan=submitted,
             resolved={**checked, "claims": None},
             config_hash=c["computationIdentity"],
             base_model=str(checked["recipe"]["model"]["path"])[:256],
