@@ -33,19 +33,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from akka_optimize.tinker.datums import ADAM_DEFAULTS
 from benchmarks.service import _free_port, _start
 
 REPO = Path(__file__).resolve().parents[1]
 GSM8K = REPO / "data" / "gsm8k" / "train.jsonl"
 DATUMS, TOKENS, RANK, SEED = 4, 256, 16, 0
-ADAM = {
-    "learning_rate": 1e-4,
-    "beta1": 0.9,
-    "beta2": 0.95,
-    "eps": 1e-12,
-    "weight_decay": 0.0,
-    "grad_clip_norm": 0.0,
-}
+ADAM = dict(ADAM_DEFAULTS)
 """Every ``AdamParams`` field given, so both sides apply the same update."""
 
 

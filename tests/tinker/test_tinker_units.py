@@ -14,9 +14,16 @@ pb = pytest.importorskip("tinker.proto.tinker_public_pb2")
 
 from akka_optimize.errors import InvalidRequest  # noqa: E402
 from akka_optimize.tinker.broker import Broker, Model  # noqa: E402
-from akka_optimize.tinker.datums import DatumError, non_finite, to_passes  # noqa: E402
-from akka_optimize.tinker.kind import lora_targets  # noqa: E402
+from akka_optimize.tinker.datums import (  # noqa: E402
+    DatumError,
+    adam_params,
+    non_finite,
+    non_finite_config,
+    to_passes,
+)
+from akka_optimize.tinker.kind import lora_config, lora_targets  # noqa: E402
 from akka_optimize.tinker.wire import (  # noqa: E402
+    WireError,
     decode_forward_backward,
     encode_forward_backward_output,
     encode_sample_response,
@@ -52,6 +59,18 @@ def test_request_decodes_as_the_sdk_encodes_it() -> None:
         "inputs": {"target_tokens": [6, 7, 8], "advantages": [0.5, -1.0, 2.0]},
     }
     assert out["data"][1]["inputs"]["weights"] == [0.0, 3.0]
+
+
+def test_a_body_cut_short_is_refused_naming_where() -> None:
+    """Issue 48 item 6: a ForwardBackwardRequest cut short was decoded as a shorter one."""
+    req = pb.ForwardBackwardRequest(model_id="s:train:0", seq_id=7, loss_fn="cross_entropy")
+    d = req.data.add()
+    d.model_input.add().encoded_text.tokens = np.asarray([5, 6, 7], np.int32).tobytes()
+    d.loss_fn_inputs["target_tokens"].CopyFrom(_tensor([6, 7, 8], pb.DTYPE_INT64))
+    whole = req.SerializeToString()
+    for cut in (len(whole) - 1, len(whole) // 2, 3):
+        with pytest.raises(WireError, match="cut short inside field"):
+            decode_forward_backward(whole[:cut])
 
 
 def test_outputs_parse_with_the_sdk() -> None:
@@ -166,3 +185,62 @@ def test_a_checkpoint_ttl_expires_it_and_bad_ttls_are_refused() -> None:
     assert ttl_refusal(None) is None and ttl_refusal(3600) is None
     for bad in (5, 10**10, True, "3600", 3600.5):
         assert "ttl_seconds" in (ttl_refusal(bad) or ""), bad
+
+
+@pytest.mark.parametrize(
+    ("given", "field", "words"),
+    [
+        ({"rank": "abc"}, "lora_config.rank", "'abc'; give a rank from 1 to 512"),
+        ({"rank": [1]}, "lora_config.rank", "[1]; give a rank from 1 to 512"),
+        ({"rank": True}, "lora_config.rank", "True; give a rank"),
+        ({"rank": 0}, "lora_config.rank", "0; give a rank"),
+        ("rank 4", "lora_config", "'rank 4'; give an object"),
+        ({"rank": 4, "seed": 1.5}, "lora_config.seed", "1.5; give a whole number"),
+        ({"rank": 4, "train_attn": "maybe"}, "lora_config.train_attn", "'maybe'; give true"),
+    ],
+)
+def test_lora_configs_are_refused_naming_the_field(given: object, field: str, words: str) -> None:
+    """Issue 48 items 5 and 6: these were a 500 (``int("abc")``, ``dict("rank 4")``) or
+    taken (``"maybe"`` read as true)."""
+    with pytest.raises(InvalidRequest) as err:
+        lora_config(given)
+    assert err.value.field == field and words in err.value.message
+
+
+def test_a_lora_config_keeps_its_options_with_defaults() -> None:
+    assert lora_config({"rank": 8, "train_mlp": False}) == {
+        "rank": 8,
+        "seed": 0,
+        "train_mlp": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ({"learning_rate": "x"}, "adam_params.learning_rate is 'x'; give a finite number ≥ 0."),
+        ({"beta1": 1.0}, "adam_params.beta1 is 1.0; give a number from 0 up to"),
+        ({"beta2": 1.5}, "adam_params.beta2 is 1.5; give a number from 0 up to"),
+        ({"eps": 0}, "adam_params.eps is 0; give a finite number > 0."),
+        ({"eps": -1e-8}, "adam_params.eps is -1e-08; give a finite number > 0."),
+        ({"weight_decay": True}, "adam_params.weight_decay is True;"),
+        ({"learning_rate": math.nan}, "adam_params.learning_rate is nan;"),
+        ({"momentum": 0.9}, "adam_params.momentum is not an AdamParams field."),
+        ("fast", "adam_params is 'fast'; give an AdamParams object."),
+    ],
+)
+def test_adam_params_are_refused_naming_the_field(given: object, words: str) -> None:
+    """Issue 48 items 5 and 6: ``"x"`` failed as Python's ValueError text; β₁ ≥ 1 and ε ≤ 0
+    were applied."""
+    with pytest.raises(DatumError) as err:
+        adam_params(given)
+    assert str(err.value).startswith(words)
+
+
+def test_adam_params_fill_the_defaults() -> None:
+    got = adam_params({"learning_rate": 1e-3, "beta1": 0})
+    assert got["learning_rate"] == 1e-3 and got["beta1"] == 0.0 and got["eps"] == 1e-12
+    assert (
+        non_finite_config({"beta": math.nan}) == "loss_fn_config.beta is nan; give a finite number."
+    )
+    assert non_finite_config({"beta": 0.1}) is None

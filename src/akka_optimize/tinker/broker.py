@@ -36,6 +36,8 @@ class Future:
     request_id: str
     model_id: str
     type: str
+    project: str
+    """The project of the client that made it: only that project's keys retrieve it."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     result: dict[str, Any] | None = None
     error: str | None = None
@@ -86,13 +88,13 @@ class Broker:
         """sampling_session_id → (model_id, the training step its weights are)."""
 
     # ------------------------------------------------------------ futures
-    def new_future(self, model_id: str, type_: str) -> Future:
-        """A pending future of result type ``type_``."""
+    def new_future(self, model_id: str, type_: str, project: str) -> Future:
+        """A pending future of result type ``type_`` of a client of ``project``."""
         now = time.monotonic()
         for rid, old in list(self.futures.items()):  # results nobody came back for
             if old.done.is_set() and now - old.done_at > KEEP_SECONDS:
                 del self.futures[rid]
-        fut = Future("req-" + uuid.uuid4().hex[:16], model_id, type_)
+        fut = Future("req-" + uuid.uuid4().hex[:16], model_id, type_, project)
         self.futures[fut.request_id] = fut
         return fut
 
@@ -123,10 +125,12 @@ class Broker:
             first = self.futures.get(model.seen[seq_id])
             if first is not None:
                 return first
-            fut = self.new_future(model.model_id, op)  # never applied twice, even then
+            fut = self.new_future(
+                model.model_id, op, model.project
+            )  # never applied twice, even then
             self.resolve(fut.request_id, None, f"seq_id {seq_id} was answered long ago.")
             return fut
-        fut = self.new_future(model.model_id, op)
+        fut = self.new_future(model.model_id, op, model.project)
         item = {"request_id": fut.request_id, "op": op, "body": body}
         if seq_id is None:
             model.queue.put_nowait(item)

@@ -115,6 +115,67 @@ def _datum(d: dict[str, Any], i: int, loss_fn: str, vocab: int) -> tuple[Pass, d
     return p, loss_in
 
 
+ADAM_DEFAULTS = {
+    "learning_rate": 1e-4,
+    "beta1": 0.9,
+    "beta2": 0.95,
+    "eps": 1e-12,
+    "weight_decay": 0.0,
+    "grad_clip_norm": 0.0,
+}
+"""tinker 0.38 ``AdamParams`` defaults, used for a field the client leaves out."""
+ADAM_RANGES = {
+    "learning_rate": "a finite number ≥ 0",
+    "beta1": "a number from 0 up to (not including) 1",
+    "beta2": "a number from 0 up to (not including) 1",
+    "eps": "a finite number > 0",
+    "weight_decay": "a finite number ≥ 0",
+    "grad_clip_norm": "a finite number ≥ 0 (0: no clipping)",
+}
+"""What each ``adam_params`` field must be (AdamW, Loshchilov & Hutter 2019: β < 1 keeps
+the moments' bias correction finite, ε > 0 keeps the update's division finite)."""
+
+
+def adam_params(given: Any) -> dict[str, float]:
+    """``optim_step``'s ``adam_params`` with defaults (:data:`ADAM_DEFAULTS`) filled in.
+
+    Raises:
+        DatumError: naming ``adam_params`` (not an object) or ``adam_params.KEY`` (unknown,
+            not a number, or outside :data:`ADAM_RANGES`).
+    """
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise DatumError(f"adam_params is {given!r}; give an AdamParams object.")
+    unknown = sorted(set(given) - set(ADAM_DEFAULTS))
+    if unknown:
+        raise DatumError(f"adam_params.{unknown[0]} is not an AdamParams field.")
+    params = dict(ADAM_DEFAULTS)
+    for key, value in given.items():
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        v = float(value) if ok else math.nan
+        if key.startswith("beta"):
+            ok = ok and 0 <= v < 1
+        elif key == "eps":
+            ok = ok and math.isfinite(v) and v > 0
+        else:
+            ok = ok and math.isfinite(v) and v >= 0
+        if not ok:
+            shown = repr(value)[:40]
+            raise DatumError(f"adam_params.{key} is {shown}; give {ADAM_RANGES[key]}.")
+        params[key] = v
+    return params
+
+
+def non_finite_config(config: dict[str, float]) -> str | None:
+    """The sentence for the first NaN or infinite ``loss_fn_config`` value, or None
+    (checked where the request is decoded, as :func:`non_finite`)."""
+    for key, value in config.items():
+        if not math.isfinite(value):
+            return f"loss_fn_config.{key} is {value}; give a finite number."
+    return None
+
+
 def non_finite(data: list[dict[str, Any]]) -> str | None:
     """The sentence for the first NaN or infinite value in the datums' inputs, or None
     (checked where the request is decoded: the JSON that carries it on cannot hold NaN)."""

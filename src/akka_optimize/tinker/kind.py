@@ -37,6 +37,48 @@ IDLE_SECONDS = 1800
 """The deployment's default ``service.tinkerIdleSeconds``."""
 
 
+LORA_SWITCHES = ("train_attn", "train_mlp", "train_unembed")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def lora_config(given: Any) -> dict[str, Any]:
+    """Tinker's ``lora_config`` checked: ``rank`` a whole number from 1 to 512, ``seed`` a
+    whole number (0 when absent or null), the switches :data:`LORA_SWITCHES` true or false
+    (true when absent); other keys are kept for :func:`lora_targets`.
+
+    Raises:
+        InvalidRequest: naming ``lora_config`` (not an object) or ``lora_config.KEY``.
+    """
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise InvalidRequest(
+            f"lora_config is {given!r:.60}; give an object with rank (1 to 512).",
+            field="lora_config",
+        )
+    rank = given.get("rank")
+    if not _whole(rank) or not 1 <= rank <= 512:
+        raise InvalidRequest(
+            f"lora_config.rank is {rank!r:.40}; give a rank from 1 to 512.",
+            field="lora_config.rank",
+        )
+    seed = given.get("seed")
+    if seed is not None and not _whole(seed):
+        raise InvalidRequest(
+            f"lora_config.seed is {seed!r:.40}; give a whole number.", field="lora_config.seed"
+        )
+    for key in LORA_SWITCHES:
+        if not isinstance(given.get(key, True), bool):
+            raise InvalidRequest(
+                f"lora_config.{key} is {given[key]!r:.40}; give true or false.",
+                field=f"lora_config.{key}",
+            )
+    return {**given, "rank": rank, "seed": seed or 0}
+
+
 def lora_targets(entry: Any, lora: dict[str, Any]) -> tuple[str, ...]:
     """The LoRA target suffixes for Tinker's ``lora_config`` on catalog entry ``entry``.
 
@@ -45,7 +87,7 @@ def lora_targets(entry: Any, lora: dict[str, Any]) -> tuple[str, ...]:
             expression (only all-default options can be honoured), or leave nothing to train.
     """
     targets = entry.lora_target_modules
-    want = {k: bool(lora.get(k, True)) for k in ("train_attn", "train_mlp", "train_unembed")}
+    want = {k: bool(lora.get(k, True)) for k in LORA_SWITCHES}
     if isinstance(targets, str):
         off = [k for k in ("train_attn", "train_mlp") if not want[k]]
         if off or want["train_unembed"]:
@@ -115,12 +157,8 @@ def create_training_run(
         exc.field = "base_model"
         exc.message = f"base_model {base!r}: {exc.message}"
         raise
-    lora = dict(request.get("lora_config") or {})
-    rank = int(lora.get("rank") or 0)
-    if not 1 <= rank <= 512:
-        raise InvalidRequest(
-            f"lora_config.rank is {rank}; give a rank from 1 to 512.", field="lora_config.rank"
-        )
+    lora = lora_config(request.get("lora_config"))
+    rank = lora["rank"]
     targets = lora_targets(entry, lora)
     dep = load_deployment(ctx.settings.resolved_deployment_file())
     device = _device_kind(dep)
@@ -128,7 +166,7 @@ def create_training_run(
         "kind": "tinker",
         "project": project,
         "baseModel": entry.repository,
-        "lora": {"rank": rank, "seed": int(lora.get("seed") or 0), "targets": list(targets)},
+        "lora": {"rank": rank, "seed": lora["seed"], "targets": list(targets)},
         "userMetadata": request.get("user_metadata") or {},
         "idleSeconds": dep.service.tinkerIdleSeconds,
         **({"loadFrom": load} if load else {}),

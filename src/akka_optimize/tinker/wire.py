@@ -49,12 +49,15 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
         number, wtype = key >> 3, key & 7
         if wtype == 0:
             value, i = _varint(buf, i)
-        elif wtype == 1:
-            value, i = struct.unpack_from("<Q", buf, i)[0], i + 8
-        elif wtype == 5:
-            value, i = struct.unpack_from("<I", buf, i)[0], i + 4
+        elif wtype in (1, 5):
+            size = 8 if wtype == 1 else 4
+            if i + size > len(buf):
+                raise WireError(f"the protobuf body is cut short inside field {number}")
+            value, i = struct.unpack_from("<Q" if size == 8 else "<I", buf, i)[0], i + size
         elif wtype == 2:
             n, i = _varint(buf, i)
+            if i + n > len(buf):
+                raise WireError(f"the protobuf body is cut short inside field {number}")
             value, i = bytes(buf[i : i + n]), i + n
         else:
             raise WireError(f"unsupported protobuf wire type {wtype} (field {number})")

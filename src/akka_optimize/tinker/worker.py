@@ -25,17 +25,7 @@ from ..engine.errors import EngineError
 from ..jobs.blobs import upload_dir
 from ..jobs.spec import JobSpec
 from ..store import BlobStore
-from .datums import DatumError, to_passes
-
-ADAM_DEFAULTS = {
-    "learning_rate": 1e-4,
-    "beta1": 0.9,
-    "beta2": 0.95,
-    "eps": 1e-12,
-    "weight_decay": 0.0,
-    "grad_clip_norm": 0.0,
-}
-"""tinker 0.38 ``AdamParams`` defaults, used for a field the client leaves out."""
+from .datums import DatumError, adam_params, to_passes
 
 
 class Calls:
@@ -75,15 +65,7 @@ class Calls:
         return self._passes(body, backward=not body.get("forward_only"))
 
     def op_optim_step(self, body: dict[str, Any]) -> dict[str, Any]:
-        given = body.get("adam_params") or {}
-        unknown = sorted(set(given) - set(ADAM_DEFAULTS))
-        if unknown:
-            raise DatumError(f"adam_params.{unknown[0]} is not an AdamParams field.")
-        params = {**ADAM_DEFAULTS, **{k: float(v) for k, v in given.items()}}
-        for key, value in params.items():
-            if not math.isfinite(value) or value < 0:
-                raise DatumError(f"adam_params.{key} is {value}; give a finite number ≥ 0.")
-        m = self.session.optim_step_sum(**params)
+        m = self.session.optim_step_sum(**adam_params(body.get("adam_params")))
         self.events.send(
             {
                 "type": "metrics",

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound
 from ...tinker.broker import POLL_SECONDS, Broker, Model, Session, broker_of
-from ...tinker.datums import non_finite
+from ...tinker.datums import non_finite, non_finite_config
 from ...tinker.kind import ttl_refusal
 from ...tinker.wire import (
     WireError,
@@ -129,44 +129,65 @@ def _project(ctx: Any, p: Principal, wanted: str | None) -> str:
 @router.post("/create_session")
 def create_session(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """A client session (tags, metadata, project)."""
+    tags, meta = body.get("tags") or [], body.get("user_metadata") or {}
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise InvalidRequest(f"tags is {tags!r:.60}; give a list of strings.", field="tags")
+    if not isinstance(meta, dict):
+        raise InvalidRequest(
+            f"user_metadata is {meta!r:.60}; give an object.", field="user_metadata"
+        )
     project = _project(ctx, p, body.get("project_id"))
     sid = "sess-" + uuid.uuid4().hex[:12]
-    tags = [str(t) for t in body.get("tags") or []]
-    broker_of(ctx).sessions[sid] = Session(sid, project, tags, body.get("user_metadata") or {})
+    broker_of(ctx).sessions[sid] = Session(sid, project, tags, meta)
     return {"type": "create_session", "session_id": sid}
 
 
+def _mine(p: Principal, project: str) -> bool:
+    """Whether key ``p`` acts on an object of ``project`` (an admin key acts on any)."""
+    return not p.project or p.project == project
+
+
 @router.post("/session_heartbeat")
-async def heartbeat(ctx: CtxDep, _: Caller, body: JsonBody) -> Any:
-    """Keeps nothing alive by itself (a client's idleness is measured by its calls)."""
-    if body.get("session_id") not in broker_of(ctx).sessions:
+async def heartbeat(ctx: CtxDep, p: Caller, body: JsonBody) -> Any:
+    """Keeps nothing alive by itself (a client's idleness is measured by its calls). Another
+    project's session is answered as an unknown one."""
+    sess = broker_of(ctx).sessions.get(str(body.get("session_id")))
+    if sess is None or not _mine(p, sess.project):
         return JSONResponse({"detail": "This session is not known (finished)."}, status_code=410)
     return {"type": "session_heartbeat"}
 
 
 @router.post("/sessions/{session_id}/finish")
-async def finish(ctx: CtxDep, _: Caller, session_id: str) -> dict[str, Any]:
-    """End the session's training clients after their queued calls (runs ``SUCCEEDED``)."""
+async def finish(ctx: CtxDep, p: Caller, session_id: str) -> dict[str, Any]:
+    """End the session's training clients after their queued calls (runs ``SUCCEEDED``).
+    Another project's session is left as it is, answered as an unknown (finished) one."""
     b = broker_of(ctx)
-    b.sessions.pop(session_id, None)
+    sess = b.sessions.get(session_id)
+    if sess is not None and _mine(p, sess.project):
+        b.sessions.pop(session_id, None)
     for m in list(b.models.values()):
-        if m.model_id.startswith(session_id + ":"):
+        if m.model_id.startswith(session_id + ":") and _mine(p, m.project):
             m.queue.put_nowait({"request_id": "", "op": "end", "body": {}})
     return {}
 
 
 def _int(body: dict[str, Any], key: str, default: int) -> int:
+    """``body[key]`` as a whole number ≥ 0 (``default`` when absent).
+
+    Raises:
+        InvalidRequest: (``key``) not a whole number, or negative.
+    """
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"{key} is {value!r}; give a whole number.", field=key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequest(f"{key} is {value!r:.40}; give a whole number ≥ 0.", field=key)
     return value
 
 
 def _session(b: Broker, p: Principal, sid: str) -> Session:
     sess = b.sessions.get(sid)
-    if sess is None or (p.project and sess.project != p.project):
+    if sess is None or not _mine(p, sess.project):
         raise NotFound(f"session_id {sid!r}: no such session for this key.", field="session_id")
     return sess
 
@@ -216,7 +237,7 @@ def _new_model(
     model_id = f"{sess.session_id}:train:{_int(body, 'model_seq_id', 0)}"
     if model_id in b.models:
         raise InvalidRequest(f"model {model_id} exists already.", field="model_seq_id")
-    fut = b.new_future(model_id, "create_model" if load is None else "load_weights")
+    fut = b.new_future(model_id, "create_model" if load is None else "load_weights", sess.project)
     try:  # a refusal is a failed future: a 409 here would be retried for minutes
         with ctx.db.session() as s:
             name = _model_name(sess, request, uuid.uuid4().hex[:16])
@@ -241,7 +262,7 @@ def _new_model(
 
 def _model(ctx: Any, p: Principal, model_id: str, sampler_ok: bool = False) -> Model:
     m = broker_of(ctx).model_of(model_id)
-    if m is None or (p.project and m.project != p.project) or (m.sampler and not sampler_ok):
+    if m is None or not _mine(p, m.project) or (m.sampler and not sampler_ok):
         raise NotFound(f"model_id {model_id!r}: no such training client.", field="model_id")
     return m
 
@@ -279,7 +300,10 @@ async def forward_backward(ctx: CtxDep, p: Caller, request: Request) -> dict[str
     except WireError as exc:
         raise InvalidRequest(str(exc), field="body") from exc
     m = _model(ctx, p, req["model_id"])
-    req["refused"] = non_finite(req["data"])  # JSON cannot carry NaN to the worker
+    # JSON cannot carry NaN to the worker: the call fails in its seq_id order, named
+    req["refused"] = non_finite(req["data"]) or non_finite_config(req["loss_fn_config"])
+    if req["refused"]:
+        req["loss_fn_config"] = {}
     fut = broker_of(ctx).submit(m, req["seq_id"], "forward_backward", req)
     return _future(fut, m)
 
@@ -336,13 +360,13 @@ async def asample(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     client's own worker; the future carries one ``sample_sequence_ids`` entry per sample."""
     b = broker_of(ctx)
     sid = str(body.get("sampling_session_id"))
-    if sid not in b.samplers:
+    model_id, step = b.samplers.get(sid, ("", 0))
+    m = b.model_of(model_id)
+    if m is None or not _mine(p, m.project):  # another project's reads as a missing one
         raise InvalidRequest(
-            f"sampling_session_id {sid!r}: no such sampling client in this service.",
+            f"sampling_session_id {sid!r}: no such sampling client for this key.",
             field="sampling_session_id",
         )
-    model_id, step = b.samplers[sid]
-    m = _model(ctx, p, model_id, sampler_ok=True)
     n = _int(body, "num_samples", 1)
     if not 1 <= n <= 256:
         raise InvalidRequest(f"num_samples is {n}; give 1 to 256.", field="num_samples")
@@ -352,12 +376,13 @@ async def asample(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
 
 
 @router.post("/retrieve_future")
-async def retrieve_future(ctx: CtxDep, _: Caller, body: JsonBody) -> Any:
+async def retrieve_future(ctx: CtxDep, p: Caller, body: JsonBody) -> Any:
     """Long-polls a future: its result (protobuf for ``forward_backward``), a failed future's
-    ``{"error", "category"}``, or 408 ``try_again`` after about 25 s."""
+    ``{"error", "category"}``, or 408 ``try_again`` after about 25 s. Another project's
+    future is answered as a missing one."""
     b = broker_of(ctx)
     fut = b.futures.get(str(body.get("request_id")))
-    if fut is None:
+    if fut is None or not _mine(p, fut.project):
         raise NotFound(
             f"request_id {body.get('request_id')!r}: no such future.", field="request_id"
         )

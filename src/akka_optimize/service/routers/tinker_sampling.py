@@ -57,7 +57,9 @@ def create_sampling_session(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str,
             exc.status = 400
         raise
     model = Model(sid, run_id, sess.project, base_model, rank, {}, sampler=path or base_model)
-    model.info["create_future"] = b.new_future(sid, "create_sampling_session").request_id
+    model.info["create_future"] = b.new_future(
+        sid, "create_sampling_session", sess.project
+    ).request_id
     model.info["ready"] = {"type": "create_sampling_session", "sampling_session_id": sid}
     b.models[sid] = model
     b.by_run[run_id] = sid
