@@ -830,3 +830,39 @@ def test_a_recipe_reads_no_path_outside_the_declared_folders(
     taken = submit("data", str(tmp_path / "sub" / ".." / "rows.jsonl"))
     assert taken.status_code == 201, taken.text
     assert taken.json()["dataset"] == str(rows.resolve())
+
+
+def test_a_project_token_learns_no_service_path_and_no_other_project_s_digest(
+    world: World,
+) -> None:
+    """Issue 48 item 4: ``training info`` gave a project token the home folder and the
+    stores' URLs; a catalog 404 named the catalog file's absolute path; detaching another
+    project's model version from one's own endpoint answered with that version's digest."""
+    a = world.tokens["a"]
+    info = world.ok(a, "GET", "/v1/training/info")
+    assert (info["home"], info["stateStore"]["url"], info["blobStore"]["url"]) == (None,) * 3
+    assert info["stateStore"]["kind"] in ("sqlite", "postgresql")
+    assert world.ok(world.admin, "GET", "/v1/training/info")["home"] == str(world.svc.home)
+
+    r = world.call(a, "POST", "/v1/training/base-models", json={"repository": "acme/unknown-7b"})
+    assert r.status_code == 404, r.text
+    message = r.json()["error"]["message"]
+    assert "not in this deployment's base-model catalog (catalog.yaml)" in message
+    assert "/" + "src" not in message and str(world.svc.home) not in message
+
+    ep = world.ok(a, "POST", "/v1/training/endpoints", json={"model": TINY, "project": "a"})
+    try:
+        listing = world.call(world.admin, "GET", "/v1/registry/models/b/tiny-smollm2/versions")
+        digests = set(re.findall(r"[0-9a-f]{64}", listing.text))
+        assert digests, listing.text
+        theirs = world.call(
+            a, "DELETE", f"/v1/training/endpoints/{ep['id']}/models/b/tiny-smollm2:v1"
+        )
+        missing = world.call(
+            a, "DELETE", f"/v1/training/endpoints/{ep['id']}/models/b/nothing-here:v1"
+        )
+        assert theirs.status_code == missing.status_code == 404, theirs.text
+        assert theirs.json()["error"]["message"] == "Model b/tiny-smollm2 is not in the registry."
+        assert not [d for d in digests if d in theirs.text]
+    finally:
+        world.call(a, "DELETE", f"/v1/training/endpoints/{ep['id']}")

@@ -136,8 +136,8 @@ def test_the_deployment_declares_pools_and_quotas(tmp_path) -> None:
 
 def test_two_projects_with_quotas_of_one_and_three_runs(db, tmp_path) -> None:
     """a1 and b1 hold the pool's two devices; a2 waits for project a's quota, position 1;
-    c1 (no quota) waits for the busy devices. When a1 ends, a2 may start and c1 still
-    waits."""
+    c1 (no quota) waits for the busy devices, which other projects hold: its reason names
+    no run of theirs (issue 48 item 4). When a1 ends, a2 may start and c1 still waits."""
     dep = _dep(tmp_path, **CPU2, **QUOTAS)
     with db.session() as s:
         a1 = _run(s, "a", 1, "RUNNING")
@@ -152,8 +152,10 @@ def test_two_projects_with_quotas_of_one_and_three_runs(db, tmp_path) -> None:
         assert v[a2.id].sentence().startswith("position 1 of 2 in pool cpu: project a's quota")
         assert v[c1.id].position == 2
         assert v[c1.id].reason == (
-            f"devices busy: pool cpu has 2 devices, 2 held by run {a1.id}, run {b1.id}; it needs 1"
+            "devices busy: pool cpu has 2 devices, 2 held by another project's run, another "
+            "project's run; it needs 1"
         )
+        assert b1.id not in v[c1.id].sentence() and a1.id not in v[c1.id].sentence()
         a1.state = "SUCCEEDED"
         s.flush()
         v = _verdicts(s, dep)
@@ -172,7 +174,9 @@ def test_work_held_back_by_busy_devices_holds_back_later_work(db, tmp_path) -> N
         small = _run(s, "b", 3)
         v = _verdicts(s, dep)
         assert v["big"].reason.startswith("devices busy")
-        assert v[small.id].reason == "earlier queued work: run big waits for pool cpu first"
+        assert v[small.id].reason == (
+            "earlier queued work: another project's run waits for pool cpu first"
+        )
     with db.session() as s:  # a quota wait lets the next project's work pass
         a1 = _run(s, "a", 10, "RUNNING", id="a1")
         s.get(Run, "big").state = "CANCELLED"
@@ -191,7 +195,7 @@ def test_an_endpoint_holding_the_device_makes_a_run_wait(db, tmp_path) -> None:
         ep = _endpoint(s, "a", 1, "READY")
         run = _run(s, "b", 2)
         assert _verdicts(s, dep)[run.id].reason == (
-            f"devices busy: pool cpu has 1 device, 1 held by endpoint {ep}; it needs 1"
+            "devices busy: pool cpu has 1 device, 1 held by another project's endpoint; it needs 1"
         )
         s.get(Endpoint, ep).state = "STOPPED"  # idle-stopped: holds nothing
         s.flush()
@@ -206,8 +210,8 @@ def test_a_queued_endpoint_waits_its_turn_and_starts_when_it_fits(db, tmp_path) 
         run = _run(s, "a", 1, "RUNNING")
         ep = _endpoint(s, "b", 2, "QUEUED")
     assert capacity.endpoint_may_start(db, dep, ep) == (
-        f"position 1 of 1 in pool cpu: devices busy: pool cpu has 1 device, 1 held by run "
-        f"{run.id}; it needs 1"
+        "position 1 of 1 in pool cpu: devices busy: pool cpu has 1 device, 1 held by another "
+        "project's run; it needs 1"
     )
     with db.session() as s:
         assert s.get(Endpoint, ep).activity.startswith("queued: position 1 of 1 in pool cpu")
@@ -215,8 +219,13 @@ def test_a_queued_endpoint_waits_its_turn_and_starts_when_it_fits(db, tmp_path) 
     assert capacity.endpoint_may_start(db, dep, ep) is None
     with db.session() as s:
         assert s.get(Endpoint, ep).state == "STARTING"  # holds its claim from now on
-        later = _run(s, "a", 3)
-        assert _verdicts(s, dep)[later.id].reason.endswith(f"held by endpoint {ep}; it needs 1")
+        later, theirs = _run(s, "b", 3), _run(s, "a", 4)  # its own project's: named
+        v = _verdicts(s, dep)
+        assert v[later.id].reason.endswith(f"held by endpoint {ep}; it needs 1")
+        assert (
+            v[theirs.id].reason
+            == "earlier queued work: another project's run waits for pool cpu first"
+        )
 
 
 def test_a_judged_run_claims_its_judge_endpoint_once(db, tmp_path) -> None:

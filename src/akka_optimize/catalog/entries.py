@@ -31,6 +31,7 @@ Each entry states:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,8 +253,9 @@ class Catalog:
         if e is None:
             names = ", ".join(x.repository for x in self.entries[:6])
             more = f" and {len(self.entries) - 6} more" if len(self.entries) > 6 else ""
-            raise NotFound(
-                f"{repository} is not in this deployment's base-model catalog ({self.source}); "
+            where = os.path.basename(self.source) if os.path.isabs(self.source) else self.source
+            raise NotFound(  # the file's name only: the service's folders are its own
+                f"{repository} is not in this deployment's base-model catalog ({where}); "
                 f"it allows {names}{more}. List them with `training base-models list --all`.",
                 code="not_in_catalog",
                 field=field,

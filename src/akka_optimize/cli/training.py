@@ -25,8 +25,8 @@ def info(output: OutputOpt = "text") -> None:
         print_kv(
             [
                 ("Version", d["version"]),
-                ("State store", d["stateStore"]["url"]),
-                ("Blob store", d["blobStore"]["url"]),
+                ("State store", d["stateStore"]["url"] or d["stateStore"]["kind"]),
+                ("Blob store", d["blobStore"]["url"] or "(shown to an admin token)"),
                 ("Started completely", "yes" if d["startedCompletely"] else "no"),
             ]
             + ([("Start-up error", d["startupError"])] if d.get("startupError") else [])

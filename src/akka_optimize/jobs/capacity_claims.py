@@ -52,6 +52,11 @@ class Claim:
         """``run 1a2b…``, ``evaluation …``, ``endpoint …``."""
         return f"{self.kind} {self.id}"
 
+    def label_for(self, project: str) -> str:
+        """:meth:`label` as a sentence read by ``project`` shows it: another project's item
+        is ``another project's run`` (issue 48 item 4: no other project's IDs)."""
+        return self.label() if self.project == project else f"another project's {self.kind}"
+
 
 def _as_aware(t: dt.datetime | None) -> dt.datetime:
     if t is None:

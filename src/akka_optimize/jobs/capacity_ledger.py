@@ -80,7 +80,8 @@ class Ledger:
 
     def why_not(self, claim: Claim) -> str | None:
         """Why ``claim`` cannot start now (None: it fits), in the order a user acts on:
-        its project's quota, earlier queued work, then busy devices."""
+        its project's quota, earlier queued work, then busy devices. Another project's
+        items are named without their IDs (:meth:`Claim.label_for`)."""
         for pool, n in claim.devices.items():
             quota = self.dep.quotas.of(claim.project, pool)
             mine = self.by_project.get((claim.project, pool), 0)
@@ -93,11 +94,14 @@ class Ledger:
         for pool in claim.devices:
             first = self.blocked.get(pool)
             if first is not None:
-                return f"earlier queued work: {first.label()} waits for pool {pool} first"
+                return (
+                    f"earlier queued work: {first.label_for(claim.project)} waits for pool "
+                    f"{pool} first"
+                )
         for pool, n in claim.devices.items():
             size, used = self.sizes.get(pool, 0), self.used.get(pool, 0)
             if used + n > size:
-                who = ", ".join(h.label() for h in self.holders.get(pool, []))
+                who = ", ".join(h.label_for(claim.project) for h in self.holders.get(pool, []))
                 return (
                     f"devices busy: pool {pool} has {_plural(size)}, {used} held by "
                     f"{who or 'nothing'}; it needs {n}"

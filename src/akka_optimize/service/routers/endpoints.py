@@ -229,11 +229,10 @@ def detach_model(
     endpoint_id: str, ref: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Detach the version ``ref`` names (any reference to it) from the endpoint."""
-    from ...registry import resolve
-
     ep = find_endpoint(s, endpoint_id, principal)
     proj = s.get(Project, ep.project_id)
-    rv = resolve(s, "model", ref, proj.name if proj else None, field="ref")
+    # among the versions the caller sees: another project's reads as missing (issue 48)
+    rv = access.resolve(principal, s, "model", ref, proj.name if proj else None, field="ref")
     rows = [r for r in _models(s, ep) if r.pinned == rv.pinned]
     if not rows:
         raise NotFound(f"Endpoint {ep.id} does not serve {rv.pinned}.", field="ref")

@@ -7,7 +7,8 @@ from typing import Any
 from fastapi import APIRouter
 
 from ... import __version__
-from ..deps import RawCtxDep
+from ..access_scope import scope
+from ..deps import PrincipalDep, RawCtxDep
 from ..routing import JsonRoute
 from ..schemas import Health, TrainingInfo
 
@@ -30,14 +31,20 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/v1/training/info", response_model=TrainingInfo)
-def training_info(ctx: RawCtxDep) -> dict[str, Any]:
-    """Build version, state store, blob store and whether start-up completed."""
+def training_info(ctx: RawCtxDep, principal: PrincipalDep) -> dict[str, Any]:
+    """Build version, state store, blob store and whether start-up completed. The stores'
+    URLs and the home folder are the service's own: an admin token sees them, a project
+    token gets null (issue 48 item 4)."""
     db_url = ctx.settings.database_url or ""
+    admin = scope(principal) is None
     return {
         "version": __version__,
-        "stateStore": {"kind": db_url.split(":", 1)[0].split("+")[0], "url": _redact(db_url)},
-        "blobStore": {"url": _redact(ctx.settings.blobs_url or "")},
-        "home": str(ctx.settings.home),
+        "stateStore": {
+            "kind": db_url.split(":", 1)[0].split("+")[0],
+            "url": _redact(db_url) if admin else None,
+        },
+        "blobStore": {"url": _redact(ctx.settings.blobs_url or "") if admin else None},
+        "home": str(ctx.settings.home) if admin else None,
         "startedCompletely": ctx.started.is_set(),
         "startupError": ctx.startup_error,
     }

@@ -206,13 +206,13 @@ class StateStore(View):
     """The state store."""
 
     kind: str = Field(description="sqlite or postgresql.")
-    url: str = Field(description="Its URL, password hidden.")
+    url: str | None = Field(description="Its URL, password hidden (null to a project token).")
 
 
 class BlobStore(View):
     """The blob store."""
 
-    url: str = Field(description="Its URL, credentials hidden.")
+    url: str | None = Field(description="Its URL, credentials hidden (null to a project token).")
 
 
 class TrainingInfo(View):
@@ -221,6 +221,6 @@ class TrainingInfo(View):
     version: str = Field(description="The service's build version.")
     stateStore: StateStore = Field(description="Where runs, versions and tokens are kept.")
     blobStore: BlobStore = Field(description="Where files (datasets, adapters, saves) are kept.")
-    home: str = Field(description="The service's home folder.")
+    home: str | None = Field(description="The service's home folder (null to a project token).")
     startedCompletely: bool = Field(description="Whether start-up has completed.")
     startupError: str | None = Field(description="Why start-up failed, or null.")
