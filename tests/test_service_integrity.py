@@ -296,7 +296,29 @@ BAD_INPUTS = [
     ),
     ("text resume step", "POST", "/v1/training/runs/r/resume", {"json": {"step": "3"}}, "step"),
     ("huge resume step", "POST", "/v1/training/runs/r/resume", {"json": {"step": 2**64}}, "step"),
-]
+    # issue 48 item 6: request bodies are as strict about types as plans
+    *[
+        (f"evaluation limit {limit!r}", "POST", "/v1/training/evaluations",
+         {"json": {"dataset": "p/d", "modelId": "p/none:v1", "limit": limit}}, "limit")
+        for limit in (True, "1")
+    ],
+    ("sampling temperature as text", "POST", "/v1/training/evaluations",
+     {"json": {"modelId": "p/none:v1", "sampling": {"temperature": "0.5"}}},
+     "sampling.temperature"),
+    ("curation minScore as text", "POST", "/v1/training/curations",
+     {"json": {"project": "p", "source": "p/d", "dataset": "p/kept", "judge": "model:x",
+               "keep": {"minScore": "0.5"}}}, "keep.minScore"),
+    ("autoEvaluate as text", "POST", "/v1/training/projects",
+     {"json": {"name": "q", "evaluation": {"dataset": "q/d", "grader": "bundle:q/b#g",
+                                           "autoEvaluate": "yes"}}}, "evaluation.autoEvaluate"),
+    *[
+        (f"stage name {name[:8]!r}", "POST", "/v1/training/pipelines",
+         {"json": {"kind": "pipeline", "project": "p", "stages": [
+             {"kind": "evaluate", "name": name, "dataset": "p/d", "modelId": "p/none:v1"}]}},
+         "stages[0].name")
+        for name in ("/", "x" * 10_000, "a/../b", "")
+    ],
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -331,6 +353,25 @@ def test_worker_events_need_whole_number_counts() -> None:
         with pytest.raises(InvalidRequest) as info:
             check_worker_event(ev)
         assert info.value.field == field
+
+
+def test_a_dataset_zip_member_failing_its_checksum_is_refused(lite) -> None:
+    """Issue 48 item 5: a member whose CRC fails (or whose compressed data is damaged) was a
+    500; it is a 400 naming the member, and nothing is stored."""
+    stored = io.BytesIO()
+    with zipfile.ZipFile(stored, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("train.jsonl", JSONL)
+    bad_crc = stored.getvalue().replace(b'"hi"', b'"HI"', 1)
+    deflated = io.BytesIO()
+    with zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("train.jsonl", JSONL * 50)
+    raw = bytearray(deflated.getvalue())
+    raw[40:48] = b"\xff" * 8  # inside the member's compressed data
+    for body in (bad_crc, bytes(raw)):
+        err = _error(lite.call("POST", "/v1/registry/datasets/p/z?filename=z.zip", content=body))
+        assert err["field"] == "file"
+        assert err["message"].startswith("ZIP member 'train.jsonl' is damaged or cannot be read")
+    assert _error(lite.call("GET", "/v1/registry/datasets/p/z"), 404)
 
 
 def test_cut_or_damaged_bundles_are_refused(lite) -> None:

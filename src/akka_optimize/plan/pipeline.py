@@ -38,7 +38,7 @@ __all__ = [
 class Sampling(BaseModel):
     """How the answers are sampled; a setting left out takes its default (greedy, 256 tokens)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     temperature: float = Field(0.0, ge=0, le=2, description="0 is greedy.")
     topP: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")  # noqa: N815
     maxTokens: int = Field(256, ge=1, le=32768, description="Longest answer, in tokens.")  # noqa: N815
@@ -46,7 +46,10 @@ class Sampling(BaseModel):
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields refused, types strict as on plans (``"1"`` is not a
+    limit, ``true`` not a number; issue 48 item 6)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _EvaluationFields(_Body):
@@ -132,7 +135,8 @@ _NAME = Field(
     None,
     min_length=1,
     max_length=100,
-    description="The stage's name, unique in the pipeline; defaults to its kind.",
+    description="The stage's name, unique in the pipeline; defaults to its kind. Lower-case "
+    "letters, digits, '.', '_' and '-', starting with a letter or digit (as other names).",
 )
 
 

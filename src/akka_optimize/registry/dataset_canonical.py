@@ -14,6 +14,7 @@ import io
 import os
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -50,16 +51,26 @@ def _zip_members(path: Path, limit: int) -> dict[str, bytes]:
                     f"ZIP member {info.filename!r} escapes the archive root.", field="file"
                 )
             buf = bytearray()
-            with zf.open(info) as f:
-                while chunk := f.read(CHUNK):
-                    total += len(chunk)
-                    if total > limit:
-                        raise TooLarge(
-                            f"The ZIP's files expand past the dataset limit of {mib(limit)} "
-                            "(RegistryLimits.uploadBytes).",
-                            field="file",
-                        )
-                    buf += chunk
+            try:
+                with zf.open(info) as f:
+                    while chunk := f.read(CHUNK):
+                        total += len(chunk)
+                        if total > limit:
+                            raise TooLarge(
+                                f"The ZIP's files expand past the dataset limit of "
+                                f"{mib(limit)} (RegistryLimits.uploadBytes).",
+                                field="file",
+                            )
+                        buf += chunk
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError):
+                # a failed CRC, damaged compressed data, a method or encryption zipfile
+                # cannot read: the member, not the service, is at fault (issue 48 item 5)
+                raise InvalidRequest(
+                    f"ZIP member {info.filename!r} is damaged or cannot be read (a failed "
+                    "checksum, cut or damaged compressed data, or an encrypted member); "
+                    "pack the dataset again.",
+                    field="file",
+                ) from None
             members[str(p)] = bytes(buf)
     return members
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import AkkaError, InvalidRequest
 from ..plan.pipeline import PipelinePlan, stage_fields
+from ..refs import validate_name
 
 STAGE_KINDS = ("curate", "train", "evaluate")
 """The kinds of stage a pipeline holds."""
@@ -130,8 +131,7 @@ def _shape(raw: Any) -> tuple[str, list[dict[str, Any]], str | None]:
                     f"{where}.{key}",
                 )
         name = st.get("name", kind)
-        if not isinstance(name, str) or not name.strip():
-            raise _refuse(f"{where}.name: a non-empty string.", f"{where}.name")
+        validate_name(name, f"{where}.name")  # the names' rule (refs.validate_name)
         if name in names:
             raise _refuse(
                 f"{where}.name {name!r}: an earlier stage has this name; give each stage a "

@@ -44,7 +44,7 @@ _MANAGER = "base_models"
 class SelectRequest(BaseModel):
     """Body of ``POST /v1/training/base-models``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     repository: str = Field(min_length=1, description="Hub repository in the catalog.")
 
 

@@ -62,7 +62,7 @@ router = APIRouter(route_class=JsonRoute, prefix="/v1/training/endpoints", tags=
 class EndpointCreate(BaseModel):
     """Body of ``POST /v1/training/endpoints``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     model: str = Field(min_length=1, description="Registry reference of a base model or adapter.")
     project: str | None = Field(None, description="Project name or ID (required for a base model).")
 

@@ -39,7 +39,7 @@ class EvaluationSettings(BaseModel):
     ``evaluation`` in ``POST /v1/training/projects``). The dataset and the grader's bundle
     are pinned to exact versions when accepted (:mod:`akka_optimize.evals.settings`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     dataset: str = Field(min_length=1, description="Registry reference of the dataset.")
     grader: str = Field(
         min_length=1, description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default)."
@@ -57,7 +57,7 @@ class EvaluationSettings(BaseModel):
 class ProjectCreate(BaseModel):
     """``POST /v1/training/projects``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(
         description="The project's name: lower-case letters, digits, '.', '_' and '-'; "

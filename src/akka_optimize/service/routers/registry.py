@@ -372,7 +372,7 @@ def model_merged(
 class AliasBody(BaseModel):
     """Body of ``PUT …/aliases/{alias}``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     version: str = Field(description="The version the alias points at, such as v3.")
 
 
@@ -396,7 +396,7 @@ def alias_route(
 class AnnotationsBody(BaseModel):
     """Body of ``PUT …/annotations``: keys to set (a null value removes a key)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     annotations: dict[str, Any]
 
 
