@@ -268,6 +268,24 @@ def test_bad_inputs_name_the_field_and_the_run_goes_on(world: Any, tokenizer: An
         loss_fn_inputs={"target_tokens": ids[1:], "weights": [float("nan")] * (len(ids) - 1)},
     )
     _fails(lambda: trainer.forward_backward([nan], "cross_entropy").result(), "weights", "nan")
+    nan_config = {"beta": float("nan")}  # issue 48 item 5: was the worker's Python text
+    _fails(
+        lambda: trainer.forward_backward([good], "dro", nan_config).result(),
+        "loss_fn_config.beta is nan; give a finite number.",
+    )
+    key = {"X-API-Key": world["keys"]["demo"]}
+    step = httpx.post(  # no seq_id: queued at once, outside the SDK's own order
+        world["svc"].url + "/api/v1/optim_step",
+        json={"model_id": trainer.model_id, "adam_params": {"learning_rate": "x"}},
+        headers=key,
+    )
+    done = httpx.post(
+        world["svc"].url + "/api/v1/retrieve_future",
+        json={"request_id": step.json()["request_id"]},
+        headers=key,
+        timeout=60,
+    )
+    assert done.json()["error"] == "adam_params.learning_rate is 'x'; give a finite number ≥ 0."
     other = tinker.ServiceClient(base_url=world["svc"].url, api_key=world["keys"]["other"])
     unselected = "HuggingFaceTB/SmolLM2-135M-Instruct"
     _fails(
