@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import tempfile
 import threading
 import time
@@ -57,6 +56,7 @@ from . import access
 from .access_scope import scope
 from .auth import Principal
 from .plans import deployment_for
+from .recipe_paths import confine
 
 METHOD = "recipe"
 MAX_WAIT_S = 60
@@ -155,66 +155,6 @@ RECIPE = register_kind(
 on_tick("recipes", reap_silent)
 
 
-REFUSED_PATH = (
-    "{field} is not a {kind} under the folders this service reads recipes from "
-    "(service.recipeRoots in its deployment file); name one inside them, by a path whose "
-    "links stay inside."
-)
-"""The one sentence for every refused recipe path: outside the roots, through ``..`` or a
-link that leads out, missing, or of the wrong kind read the same (issue 48 item 2: the
-answer tells nothing about the service's files)."""
-
-
-def confined_path(value: Any, field: str, roots: list[str], folder: bool) -> str:
-    """``value`` resolved (every link followed, ``..`` folded) when it is an existing
-    folder (``folder``) or regular file lying under one of ``roots``, resolved the same way.
-
-    Returns:
-        The resolved absolute path, which is what the service and the worker then read (so a
-        link changed after the check cannot lead out).
-
-    Raises:
-        InvalidRequest: (``field``) a relative path, or :data:`REFUSED_PATH` for any other
-            refusal, the same sentence whatever the reason.
-    """
-    if isinstance(value, str) and value and not Path(value).is_absolute():
-        raise InvalidRequest(
-            f"{field} {value!r} is relative; a submitted recipe names absolute paths that "
-            "the service and the workers both read (`training recipes submit` makes a recipe "
-            "file's relative paths absolute).",
-            field=field,
-        )
-    refused = InvalidRequest(
-        REFUSED_PATH.format(field=field, kind="folder" if folder else "file"), field=field
-    )
-    if not isinstance(value, str) or not value or "\x00" in value:
-        raise refused
-    try:
-        real = Path(os.path.realpath(value, strict=True))
-        ok = real.is_dir() if folder else real.is_file()
-    except (OSError, ValueError):
-        raise refused from None
-    for root in roots:
-        try:
-            base = Path(os.path.realpath(root, strict=True))
-        except (OSError, ValueError):
-            continue
-        if ok and Path(root).is_absolute() and real.is_relative_to(base):
-            return str(real)
-    raise refused
-
-
-def _confine(doc: dict[str, Any], roots: list[str]) -> dict[str, Any]:
-    """``doc`` with ``model.path`` and ``data.path`` resolved inside ``roots``
-    (:func:`confined_path`); other fields as given."""
-    out = dict(doc)
-    for part, folder in (("model", True), ("data", False)):
-        ref = doc.get(part)
-        if isinstance(ref, dict) and "path" in ref:
-            out[part] = {**ref, "path": confined_path(ref["path"], f"{part}.path", roots, folder)}
-    return out
-
-
 def check_recipe(doc: Any, roots: list[str]) -> dict[str, Any]:
     """Validate ``doc`` as ``minifield-worker run`` does and describe its computation.
     Its ``model.path`` and ``data.path`` must lie under ``roots`` (``service.recipeRoots``)
@@ -227,7 +167,8 @@ def check_recipe(doc: Any, roots: list[str]) -> dict[str, Any]:
 
     Raises:
         InvalidRequest: (the field's path) the sentence of the direct worker's refusal, or
-            a ``model.path`` / ``data.path`` refused by :func:`confined_path`.
+            a ``model.path`` / ``data.path`` refused by
+            :func:`akka_optimize.service.recipe_paths.confined_path`.
     """
     from ..minifield.registry import select as select_strategy
     from ..minifield.train import Worker
@@ -235,7 +176,7 @@ def check_recipe(doc: Any, roots: list[str]) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InvalidRequest("recipe must be a JSON object.", field="recipe")
     select_strategy(doc)  # the field errors first, as the direct worker reports them
-    doc = _confine(doc, roots)
+    doc = confine(doc, roots)
     with tempfile.TemporaryDirectory(prefix="akka-recipe-") as tmp:
         path = Path(tmp) / "recipe.json"
         path.write_text(json.dumps(doc))

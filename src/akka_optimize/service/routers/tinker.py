@@ -33,6 +33,7 @@ from ...tinker.wire import (
 from ..auth import Principal, authenticate
 from ..deps import CtxDep
 from ..routing import JsonRoute
+from .tinker_access import _int, _mine, _model, _project, _session
 
 router = APIRouter(route_class=JsonRoute, prefix="/api/v1")
 JsonBody = Annotated[dict[str, Any], Body()]
@@ -96,36 +97,6 @@ def capabilities(ctx: CtxDep, _: Caller) -> dict[str, Any]:
     }
 
 
-def _project(ctx: Any, p: Principal, wanted: str | None) -> str:
-    """The project a session acts in: the key's own, else ``project_id`` (admin keys)."""
-    if p.project:
-        if wanted and wanted.strip().lower() != p.project:
-            raise Forbidden(
-                f"project_id {wanted!r}: this key acts only in project {p.project!r}.",
-                field="project_id",
-            )
-        return p.project
-    if not wanted:
-        raise InvalidRequest(
-            "project_id is not set: an admin key needs TINKER_PROJECT_ID (or "
-            "ServiceClient(project_id=...)); a project key (`server token create --project P "
-            "--tinker`) needs none.",
-            field="project_id",
-        )
-    from sqlalchemy import or_, select
-
-    from ...db.models.projects import Project
-
-    key = wanted.strip()
-    with ctx.db.session() as s:
-        name = s.scalar(
-            select(Project.name).where(or_(Project.name == key.lower(), Project.id == key))
-        )
-    if name is None:
-        raise NotFound(f"project_id {wanted!r}: no such training project.", field="project_id")
-    return name
-
-
 @router.post("/create_session")
 def create_session(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """A client session (tags, metadata, project)."""
@@ -140,11 +111,6 @@ def create_session(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     sid = "sess-" + uuid.uuid4().hex[:12]
     broker_of(ctx).sessions[sid] = Session(sid, project, tags, meta)
     return {"type": "create_session", "session_id": sid}
-
-
-def _mine(p: Principal, project: str) -> bool:
-    """Whether key ``p`` acts on an object of ``project`` (an admin key acts on any)."""
-    return not p.project or p.project == project
 
 
 @router.post("/session_heartbeat")
@@ -169,27 +135,6 @@ async def finish(ctx: CtxDep, p: Caller, session_id: str) -> dict[str, Any]:
         if m.model_id.startswith(session_id + ":") and _mine(p, m.project):
             m.queue.put_nowait({"request_id": "", "op": "end", "body": {}})
     return {}
-
-
-def _int(body: dict[str, Any], key: str, default: int) -> int:
-    """``body[key]`` as a whole number ≥ 0 (``default`` when absent).
-
-    Raises:
-        InvalidRequest: (``key``) not a whole number, or negative.
-    """
-    value = body.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidRequest(f"{key} is {value!r:.40}; give a whole number ≥ 0.", field=key)
-    return value
-
-
-def _session(b: Broker, p: Principal, sid: str) -> Session:
-    sess = b.sessions.get(sid)
-    if sess is None or not _mine(p, sess.project):
-        raise NotFound(f"session_id {sid!r}: no such session for this key.", field="session_id")
-    return sess
 
 
 def _model_name(sess: Session, body: dict[str, Any], run_id: str) -> str:
@@ -258,13 +203,6 @@ def _new_model(
     b.models[model_id] = model
     b.by_run[run_id] = model_id
     return {"request_id": fut.request_id, "model_id": model_id}
-
-
-def _model(ctx: Any, p: Principal, model_id: str, sampler_ok: bool = False) -> Model:
-    m = broker_of(ctx).model_of(model_id)
-    if m is None or not _mine(p, m.project) or (m.sampler and not sampler_ok):
-        raise NotFound(f"model_id {model_id!r}: no such training client.", field="model_id")
-    return m
 
 
 @router.post("/get_info")
