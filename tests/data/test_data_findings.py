@@ -337,3 +337,89 @@ def test_findings_over_rows_read_in_place_equal_findings_over_the_parsed_list(
     assert preview(smollm2_tokenizer, view, LossPolicy(), 5) == preview(
         smollm2_tokenizer, rows, LossPolicy(), 5
     )
+
+
+def _mixed_rows(n: int) -> list[dict]:
+    """``n`` distinct rows; every third row's prompt is longer than 48 tokens; the last row
+    repeats the first (an exact duplicate across the whole dataset)."""
+    rows = []
+    for i in range(1, n + 1):
+        prompt = f"question {i} " + ("pad " * 60 if i % 3 == 0 else "short")
+        rows.append(conv(prompt, f"answer {i}"))
+    rows[-1] = rows[0]
+    return rows
+
+
+def test_findings_above_the_row_bound_sample_and_list_real_row_numbers(
+    smollm2_tokenizer, monkeypatch
+) -> None:
+    """Issue 48 item 8: above ``FINDINGS_SAMPLE_ROWS`` the token findings and near
+    duplicates cover a seeded sample and say so; the row numbers they list are the
+    dataset's; exact duplicates still cover every row."""
+    from akka_optimize.data import findings as F
+
+    monkeypatch.setattr(F, "FINDINGS_SAMPLE_ROWS", 20)
+    rows = _mixed_rows(90)
+    numbers = list(range(101, 191))
+    f = F.findings(smollm2_tokenizer, rows, LossPolicy(), 48, numbers)
+    assert f["rows"] == 90
+    assert f["sampled"]["rows"] == 20 and f["sampled"]["of"] == 90
+    assert "20 of 90 rows" in f["sampled"]["why"] and "exact duplicates" in f["sampled"]["why"]
+    assert f["exact_duplicates"] == [[101, 190]]
+    # the sample's rows are counted once each: trained, too long, or neither
+    assert f["trainable_rows"] + f["truncated_rows_count"] == 20
+    assert 0 < f["truncated_rows_count"] < 20
+    assert all((n - 100) % 3 == 0 for n in f["truncated_rows"]), f["truncated_rows"]
+    # the same sample every time
+    assert F.findings(smollm2_tokenizer, rows, LossPolicy(), 48, numbers) == f
+
+
+def test_findings_at_or_below_the_bounds_cover_every_row(smollm2_tokenizer, monkeypatch) -> None:
+    from akka_optimize.data import findings as F
+
+    rows = _mixed_rows(30)
+    monkeypatch.setattr(F, "FINDINGS_SAMPLE_ROWS", 30)
+    f = F.findings(smollm2_tokenizer, rows, LossPolicy(), 48)
+    assert "sampled" not in f
+    assert f["trainable_rows"] + f["truncated_rows_count"] == 30
+    assert f["truncated_rows"] == list(range(3, 30, 3))
+    assert "sampled" not in F.duplicates(rows, list(range(1, 31)))
+
+
+def test_findings_above_the_byte_bound_sample_within_it(smollm2_tokenizer, monkeypatch) -> None:
+    """A few long rows: the sample is bounded in bytes as well as rows."""
+    from akka_optimize.data import findings as F
+    from akka_optimize.registry.blobs import canonical_line
+    from akka_optimize.registry.row_view import JsonlRows
+
+    rows = _mixed_rows(30)
+    view = JsonlRows(b"".join(canonical_line(r) for r in rows))
+    monkeypatch.setattr(F, "FINDINGS_SAMPLE_BYTES", 1000)
+    f = F.findings(smollm2_tokenizer, view, LossPolicy(), 48)
+    k = f["sampled"]["rows"]
+    assert 0 < k < 30 and f["sampled"]["of"] == 30
+    assert f["trainable_rows"] + f["truncated_rows_count"] == k
+    assert f["exact_duplicates"] == [[1, 30]]
+    assert f == F.findings(smollm2_tokenizer, rows, LossPolicy(), 48)
+
+
+def test_duplicates_above_the_bound_say_near_duplicates_were_sampled(monkeypatch) -> None:
+    from akka_optimize.data import findings as F
+
+    monkeypatch.setattr(F, "FINDINGS_SAMPLE_ROWS", 10)
+    rows = _mixed_rows(40)
+    d = F.duplicates(rows, list(range(1, 41)))
+    assert d["exact_duplicates"] == [[1, 40]]
+    assert d["sampled"]["rows"] == 10 and d["sampled"]["of"] == 40
+    assert "near duplicates" in d["sampled"]["why"]
+
+
+def test_print_findings_says_the_findings_were_sampled() -> None:
+    import io
+
+    from akka_optimize.cli.runs import print_findings
+
+    out = io.StringIO()
+    why = "20 of 90 rows examined"
+    print_findings({"dataset": "d", "rows": 90, "sampled": {"rows": 20, "of": 90, "why": why}}, out)
+    assert f"  sampled: 20 of 90 rows ({why})" in out.getvalue()

@@ -136,6 +136,9 @@ def print_findings(f: dict[str, Any], file: Any = None) -> None:
     if "trainable_rows" in f:
         line += f", trainable: {f['trainable_rows']}"
     print(line, file=out)
+    if f.get("sampled"):  # above the findings' bound (data/findings.py FINDINGS_SAMPLE_ROWS)
+        s = f["sampled"]
+        print(f"  sampled: {s['rows']} of {s['of']} rows ({s['why']})", file=out)
     labels = {
         "exact_duplicates": "exact duplicates (row groups)",
         "near_duplicates": "near duplicates (row groups)",

@@ -70,3 +70,19 @@ class JsonlRows(Sequence[dict[str, Any]]):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for i in range(len(self)):
             yield self._row(i)
+
+    @property
+    def nbytes(self) -> int:
+        """The rows' size in bytes: every row's line and one newline each."""
+        return sum(self._ends) - sum(self._starts) + len(self)
+
+    def line(self, i: int) -> bytes:
+        """Row ``i``'s canonical JSON line (0-based, without its newline), not parsed."""
+        return self._data[self._starts[i] : self._ends[i]]
+
+    def lines(self) -> Iterator[bytes]:
+        """Every row's canonical JSON line (without its newline), in order, not parsed:
+        what exact duplicate findings hash (:mod:`akka_optimize.data.findings`)."""
+        data = self._data
+        for s, e in zip(self._starts, self._ends, strict=True):
+            yield data[s:e]

@@ -139,10 +139,16 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
     given: their report is the registered counts (``prepared``), and ``tokenFindings``
     says so.
 
+    Above the findings' bound (``FINDINGS_SAMPLE_ROWS`` rows or ``FINDINGS_SAMPLE_BYTES``,
+    :func:`akka_optimize.data.findings.sample`) token findings and near duplicates cover a
+    seeded sample and ``sampled`` says so (issue 48 item 8): at the upload limit the dry run
+    answers in seconds (README "Dataset findings").
+
     Returns:
-        The dict of :func:`akka_optimize.data.findings.findings` (or of ``duplicates``),
-        with ``dataset`` (the pinned reference) and ``tokenFindings`` (``true`` or the
-        reason they are missing).
+        The dict of :func:`akka_optimize.data.findings.findings` (or of ``duplicates``,
+        its lists cut to ``MAX_LISTED`` groups with ``*_count`` keys), with ``dataset``
+        (the pinned reference) and ``tokenFindings`` (``true`` or the reason they are
+        missing).
     """
     from ..data import findings as F
     from ..data.policy import LossPolicy
@@ -166,7 +172,7 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
         }
     rows = dataset_rows_view(ctx.store, version)
     hold("findings")  # tests: a dry run held here while its client leaves
-    numbers = list(range(1, len(rows) + 1))
+    numbers = range(1, len(rows) + 1)  # not a list: millions of ints at the upload limit
     reason: Any = True
     tokenizer = None
     if resolved.method != "sft":
@@ -189,7 +195,7 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
         )
         out = F.findings(tokenizer, rows, policy, cfg["maxSeqLength"], numbers)
     else:
-        out = {"rows": len(rows), **F.duplicates(rows, numbers)}
+        out = {"rows": len(rows), **F.duplicates(rows, numbers, listed=F.MAX_LISTED)}
     return {"dataset": cfg["dataset"], "tokenFindings": reason, **out}
 
 
