@@ -423,3 +423,14 @@ def test_print_findings_says_the_findings_were_sampled() -> None:
     why = "20 of 90 rows examined"
     print_findings({"dataset": "d", "rows": 90, "sampled": {"rows": 20, "of": 90, "why": why}}, out)
     assert f"  sampled: 20 of 90 rows ({why})" in out.getvalue()
+
+
+def test_rows_whose_hashes_collide_are_grouped_by_their_bytes(monkeypatch) -> None:
+    """Exact duplicates hash each row to 8 bytes: rows with equal hashes and different
+    bytes are not duplicates (every hash made equal here)."""
+    from akka_optimize.data import findings as F
+
+    monkeypatch.setattr(F, "hash", lambda line: 7, raising=False)
+    rows = _mixed_rows(30)
+    rows[10] = rows[4]
+    assert F.duplicates(rows, list(range(1, 31)))["exact_duplicates"] == [[1, 30], [5, 11]]

@@ -209,7 +209,9 @@ def _exact_groups(rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
     starts = same[np.concatenate(([0], breaks))]
     ends = same[np.concatenate((breaks - 1, [len(same) - 1]))] + 2
     groups: list[np.ndarray] = []
-    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+    for k, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        if k % 4096 == 0:
+            cancel.check()
         run = order[s:e]
         first = _line_at(rows, int(run[0]))
         if all(_line_at(rows, int(i)) == first for i in run[1:]):
