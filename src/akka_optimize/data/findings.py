@@ -130,7 +130,8 @@ class Sample:
             "why": f"the dataset's {self.of} rows{size} are more than the findings examine "
             f"({FINDINGS_SAMPLE_ROWS} rows, {FINDINGS_SAMPLE_BYTES / 2**20:g} MiB): {covers} "
             f"cover {len(self.indices)} of {self.of} rows drawn at random (seed "
-            f"{SAMPLE_SEED}); exact duplicates cover every row",
+            f"{SAMPLE_SEED}); exact duplicates cover every row, and a row outside the "
+            "sample that cannot train fails the run when it prepares, naming the row",
         }
 
 
@@ -163,7 +164,7 @@ def sample(rows: Sequence[dict[str, Any]]) -> Sample | None:
     return Sample(sorted(taken), n, nbytes)
 
 
-class _Picked(Sequence[dict[str, Any]]):
+class Picked(Sequence[dict[str, Any]]):
     """The sampled rows of ``rows`` as a sequence (read from ``rows`` when accessed)."""
 
     def __init__(self, rows: Sequence[dict[str, Any]], indices: list[int]) -> None:
@@ -254,7 +255,7 @@ def duplicates(
         picked = sample(rows)
     exact = _exact_groups(rows)
     cancel.check()
-    examined = rows if picked is None else _Picked(rows, picked.indices)
+    examined = rows if picked is None else Picked(rows, picked.indices)
     positions = range(len(rows)) if picked is None else picked.indices
     seen: set[bytes] = set()
     reps = []  # positions in ``examined`` of its first row of each distinct line
@@ -337,7 +338,7 @@ def findings(
     if picked is None:
         examined, examined_numbers = rows, numbers
     else:
-        examined = _Picked(rows, picked.indices)
+        examined = Picked(rows, picked.indices)
         examined_numbers = [numbers[i] for i in picked.indices]
     errors: list[RenderError] = []
     counts, warnings = _count_rows(tokenizer, examined, policy, examined_numbers, errors)

@@ -342,6 +342,7 @@ def check_trainable(
     policy: LossPolicy,
     max_seq_length: int,
     on_too_long: Literal["drop", "refuse"] = "drop",
+    numbers: Sequence[int] | None = None,
 ) -> int:
     """Raise what :func:`prepare_examples` would raise for ``rows``, keeping only counts:
     admission's check that the worker will find something to train (issue 47).
@@ -350,7 +351,8 @@ def check_trainable(
     counted, so memory grows with two numbers per row, not with the dataset's tokens.
 
     Args:
-        rows: normalised rows, a list or a sequence that slices to lists (row numbers 1..N).
+        rows: normalised rows, a list or a sequence that slices to lists.
+        numbers: the rows' row numbers (1..N by default; a sample's are the dataset's).
 
     Returns:
         The number of rows that would train (fit ``max_seq_length``, supervise a token).
@@ -364,8 +366,12 @@ def check_trainable(
     kept = 0
     for b in range(0, len(rows), CHECK_CHUNK_ROWS):
         chunk = list(rows[b : b + CHECK_CHUNK_ROWS])
-        numbers = list(range(b + 1, b + len(chunk) + 1))
-        for enc in encode_rows(tokenizer, chunk, policy, numbers):
+        names = (
+            list(numbers[b : b + len(chunk)])
+            if numbers is not None
+            else list(range(b + 1, b + len(chunk) + 1))
+        )
+        for enc in encode_rows(tokenizer, chunk, policy, names):
             kept += _trains(enc.example, max_seq_length, too_long, empty)
     _refuse_untrainable(len(rows), too_long, empty, kept, max_seq_length, on_too_long)
     return kept

@@ -9,6 +9,11 @@ question with :func:`akka_optimize.data.masks.check_trainable`, which raises wha
 ``prepare_examples`` would, so the dry run and the start refuse such a plan, naming the
 dataset's field and reference, before anything is created or claimed.
 
+Above the dry run's stated bound (:func:`akka_optimize.data.findings.sample`) the rows
+checked are the findings' seeded sample, so a dry run and a start answer within seconds at
+the upload limit (issue 48 item 8); the findings' ``sampled`` field says so, and a row
+outside the sample that cannot train fails the run when it prepares, naming the row.
+
 The answer is cached per dataset version, tokenizer folder, loss policy, ``maxSeqLength``
 and ``onTooLong``, so a dry run and the start that follows tokenize the rows once.
 """
@@ -28,11 +33,28 @@ _CACHE_SIZE = 32
 _LOCK = threading.Lock()
 
 
+def check_rows(tokenizer: Any, rows: Any, policy: Any, length: int, on: str) -> None:
+    """Raise what the worker's preparation raises for ``rows`` (a dataset's rows view), on
+    every row up to the findings' stated bound and on their seeded sample above it
+    (:func:`akka_optimize.data.findings.sample`), naming the dataset's own row numbers.
+
+    Raises:
+        RenderError, InvalidRequest: as :func:`akka_optimize.data.masks.check_trainable`.
+    """
+    from ..data.findings import Picked, sample
+    from ..data.masks import check_trainable
+
+    picked = sample(rows)
+    numbers = None
+    if picked is not None:
+        rows, numbers = Picked(rows, picked.indices), [i + 1 for i in picked.indices]
+    check_trainable(tokenizer, rows, policy, length, on, numbers)  # type: ignore[arg-type]
+
+
 def _refusal(ctx: Any, version: Any, tokenizer_path: Path, policy: Any, length: int, on: str):
     """The refusal :func:`check_trainable` gives ``version``'s rows, or None (cached while
     the tokenizer folder is unchanged; the oldest answer goes past ``_CACHE_SIZE``)."""
     from ..catalog.cache import load_tokenizer
-    from ..data.masks import check_trainable
     from ..registry.datasets import dataset_rows_view
 
     key = (version.pinned, str(tokenizer_path), tokenizer_path.stat().st_mtime, policy, length, on)
@@ -42,7 +64,7 @@ def _refusal(ctx: Any, version: Any, tokenizer_path: Path, policy: Any, length: 
     rows = dataset_rows_view(ctx.store, version)
     refusal = None
     try:
-        check_trainable(load_tokenizer(tokenizer_path), rows, policy, length, on)  # type: ignore[arg-type]
+        check_rows(load_tokenizer(tokenizer_path), rows, policy, length, on)
     except InvalidRequest as exc:
         refusal = exc
     with _LOCK:
