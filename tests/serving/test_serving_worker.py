@@ -235,7 +235,7 @@ def test_a_request_without_system_message_gets_the_training_instructions(client)
                 "tool_choice": {"type": "function", "function": {"name": "zz"}},
             },
             "tool_choice",
-            "invalid_value",
+            "unsupported_parameter",
         ),
     ],
 )

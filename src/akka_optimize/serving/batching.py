@@ -9,7 +9,9 @@ decoding loop for all of them; each answer streams to its own queue and ends on
 its own stop token, stop string or ``max_tokens``. Sampling uses one generator
 per request, so a seeded request gets the same answer alone or in a batch. A request
 with ``choice`` (guided choice) has every other token's logit set to ``-inf`` before
-its token is picked (:func:`allowed_tokens`).
+its token is picked (:func:`allowed_tokens`). Penalties and ``logit_bias`` change the
+logits a request picks from (:func:`adjusted`); ``logprobs`` are read from the model's own
+logits of the same step (:func:`token_logprobs`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import queue
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import SamplingParams, StepEvent
+from .engine import SamplingParams, StepEvent, logprob_entry
 
 
 @dataclass
@@ -45,6 +47,7 @@ class _Row:
     text: str = ""
     sent: int = 0
     done: bool = False
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # not sent yet
 
 
 def first_stop(text: str, stops: list[str]) -> int | None:
@@ -70,15 +73,15 @@ def _feed(row: _Row, tok: int, step: int, stop_ids: set[int], tokenizer: Any) ->
     if reason:
         row.done = True
         used = len(row.tokens) + (reason == "stop" and tok in stop_ids)
-        ev = StepEvent(row.index, row.text[row.sent :], reason, int(used))
-        row.sent = len(row.text)
+        ev = StepEvent(row.index, row.text[row.sent :], reason, int(used), row.logprobs)
+        row.sent, row.logprobs = len(row.text), []
         return ev
     safe = len(row.text) - row.hold
     if row.text.endswith("\ufffd"):
         safe = min(safe, len(row.text) - 1)
     if safe > row.sent:
-        ev = StepEvent(row.index, row.text[row.sent : safe])
-        row.sent = safe
+        ev = StepEvent(row.index, row.text[row.sent : safe], logprobs=row.logprobs)
+        row.sent, row.logprobs = safe, []
         return ev
     return None
 
@@ -109,17 +112,23 @@ def _guide(logits: Any, rows: list[_Row], idx: list[int], stop_ids: set[int]) ->
     return out
 
 
+#: Temperatures below this decode greedily (vLLM's ``_SAMPLING_EPS``): dividing the logits
+#: by a smaller one overflows float32 and leaves no distribution to sample.
+GREEDY_BELOW = 1e-5
+
+
 def pick(logits: Any, params: SamplingParams, gen: Any) -> Any:
-    """Next tokens for ``logits`` (k, V) float32: argmax at temperature 0, else
-    nucleus sampling with ``gen``."""
+    """Next tokens for ``logits`` (k, V) float32: argmax at a temperature below
+    :data:`GREEDY_BELOW` (0 included), else nucleus sampling with ``gen``."""
     import torch
 
-    if params.temperature == 0:
+    if params.temperature < GREEDY_BELOW:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits / params.temperature, dim=-1)
     if params.top_p < 1.0:
         sp, si = probs.sort(dim=-1, descending=True)
         keep = sp.cumsum(dim=-1) - sp < params.top_p
+        keep[:, 0] = True  # the most likely token, even for a top_p below float32's range
         probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
     return torch.multinomial(probs, 1, generator=gen).view(-1)
 
@@ -162,29 +171,88 @@ def _left_padded(rows: list[_Row], lengths: list[int], tokenizer: Any) -> tuple[
     return ids, mask
 
 
-def _choose(logits: Any, rows: list[_Row], spans: list, stop_ids: set[int]) -> Any:
+def adjusted(logits: Any, answers: list[list[int]], params: SamplingParams) -> Any:
+    """``logits`` (k, V) float32 of ``k`` answers so far ``answers`` (their generated
+    token ids) with ``params``' penalties and ``logit_bias`` applied: OpenAI's
+    ``logit - count · frequency_penalty - (count > 0) · presence_penalty + bias``,
+    ``count`` being how often the answer holds the token. Unchanged (the same tensor)
+    when the request sets none of them."""
+    import torch
+
+    fp, pp, bias = params.frequency_penalty, params.presence_penalty, params.logit_bias
+    if not (fp or pp or bias):
+        return logits
+    out = logits.clone()
+    if fp or pp:
+        counts = torch.zeros_like(out)
+        for j, toks in enumerate(answers):
+            if toks:
+                t = torch.tensor(toks, dtype=torch.long, device=out.device)
+                counts[j].index_add_(0, t, torch.ones_like(t, dtype=out.dtype))
+        out -= counts * fp + (counts > 0).to(out.dtype) * pp
+    if bias:
+        ids = torch.tensor(list(bias), dtype=torch.long, device=out.device)
+        out[:, ids] += torch.tensor(list(bias.values()), dtype=out.dtype, device=out.device)
+    return out
+
+
+def token_logprobs(logits: Any, chosen: Any, top: int) -> list[tuple[float, list]]:
+    """Per row of ``logits`` (k, V) float32: the log probability of the ``chosen`` token
+    (int64 ``[k]``) and the ``top`` most likely (token id, log probability) pairs, most
+    likely first, from ``log_softmax(logits)``."""
+    import torch
+
+    lp = torch.log_softmax(logits, dim=-1)
+    mine = lp.gather(1, chosen.view(-1, 1)).view(-1).tolist()
+    vals, ids = lp.topk(top, dim=-1) if top else (lp[:, :0], lp[:, :0].long())
+    return [
+        (mine[j], list(zip(ids[j].tolist(), vals[j].tolist(), strict=True)))
+        for j in range(len(mine))
+    ]
+
+
+def _choose(
+    logits: Any, rows: list[_Row], spans: list, stop_ids: set[int]
+) -> tuple[Any, dict[int, tuple[float, list]]]:
     """The next token of every row (int64 ``[rows]``) from ``logits`` (``[rows, V]``
-    float32): each request picks with its own sampling settings and generator."""
+    float32): each request picks with its own sampling settings and generator. Also, for
+    the rows of requests that ask for ``logprobs``, row -> :func:`token_logprobs` of the
+    model's logits."""
     import torch
 
     nxt = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+    logprobs: dict[int, tuple[float, list]] = {}
     for r, idx in spans:
-        part = logits[idx]
+        part = adjusted(logits[idx], [rows[b].tokens for b in idx], r.params)
         if r.choice_ids is not None:
             part = _guide(part, rows, idx, stop_ids)
         nxt[idx] = pick(part, r.params, r.generator)
-    return nxt
+        if r.params.logprobs is not None:
+            found = token_logprobs(logits[idx], nxt[idx], r.params.logprobs)
+            logprobs.update(zip(idx, found, strict=True))
+    return nxt, logprobs
 
 
-def _emit(rows: list[_Row], chosen: list[int], step: int, stop_ids: set[int], tok: Any) -> None:
+def _emit(
+    rows: list[_Row],
+    chosen: list[int],
+    step: int,
+    stop_ids: set[int],
+    tok: Any,
+    logprobs: dict[int, tuple[float, list]],
+) -> None:
     """Feed each unfinished row its chosen token and send what it now says (a cancelled
-    request's rows end without a word)."""
+    request's rows end without a word). A chosen token the answer keeps (not a stop
+    token) adds its entry of ``logprobs`` to what the row sends next."""
     for b, row in enumerate(rows):
         if row.done:
             continue
         if row.req.cancelled:
             row.done = True
             continue
+        if b in logprobs and chosen[b] not in stop_ids:
+            mine, top = logprobs[b]
+            row.logprobs.append(logprob_entry(tok, chosen[b], mine, top))
         ev = _feed(row, chosen[b], step, stop_ids, tok)
         if ev is not None:
             row.req.out.put(ev)
@@ -243,8 +311,8 @@ def decode_batch(
                         past = None  # the lean steps hold the KV cache from here
                     else:
                         fast = None
-            nxt = _choose(logits, rows, spans, stop_ids)
-            _emit(rows, nxt.tolist(), step, stop_ids, tokenizer)
+            nxt, logprobs = _choose(logits, rows, spans, stop_ids)
+            _emit(rows, nxt.tolist(), step, stop_ids, tokenizer, logprobs)
             if all(row.done for row in rows):
                 break
             keep = [b for b, row in enumerate(rows) if not row.done]

@@ -20,27 +20,11 @@ from .schema import ChatRequest, Message, OpenAIError
 
 
 def _offered_tools(req: ChatRequest) -> list[dict[str, Any]]:
+    """The tools offered (``tool_choice`` is none, auto or absent: the schema refuses
+    the values that would force a call, :data:`~.schema.TOOL_CHOICES`)."""
     if not req.tools or req.tool_choice == "none":
         return []
-    tools = [t.model_dump(exclude_none=True) for t in req.tools]
-    choice = req.tool_choice
-    if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name")
-        picked = [t for t in tools if t["function"]["name"] == name]
-        if not picked:
-            raise OpenAIError(
-                f"tool_choice names the function {name!r}, which is not in tools.",
-                param="tool_choice",
-                code="invalid_value",
-            )
-        return picked
-    if choice not in (None, "auto", "required"):
-        raise OpenAIError(
-            f"tool_choice must be none, auto, required or a function, not {choice!r}.",
-            param="tool_choice",
-            code="invalid_value",
-        )
-    return tools
+    return [t.model_dump(exclude_none=True) for t in req.tools]
 
 
 def check_tools_supported(req: ChatRequest, architecture: str) -> bool:

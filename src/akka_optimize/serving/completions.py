@@ -57,12 +57,13 @@ def prepare(
     )
     room = eng.max_context - len(ids)
     asked = req.max_completion_tokens or req.max_tokens
+    field = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
     if room < 1 or (asked is not None and asked > room):
         raise OpenAIError(
             f"This endpoint's maximum context length is {eng.max_context} tokens; the "
-            f"messages use {len(ids)} tokens and max_tokens asks for "
+            f"messages use {len(ids)} tokens and {field} asks for "
             f"{asked if asked is not None else 'at least 1'} more. Shorten the messages "
-            "or lower max_tokens.",
+            f"or lower {field}.",
             param="messages",
             code="context_length_exceeded",
         )
@@ -71,11 +72,36 @@ def prepare(
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
         seed=req.seed,
-        n=req.n,
+        n=req.n or 1,
         stop=req.stop_strings(),
         choice=req.guided_choice,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        presence_penalty=req.presence_penalty or 0.0,
+        logit_bias=_logit_bias(req, len(eng.tokenizer)),
+        logprobs=(req.top_logprobs or 0) if req.logprobs else None,
     )
     return req, adapter, ids, params
+
+
+def _logit_bias(req: ChatRequest, vocab: int) -> dict[int, float] | None:
+    """``logit_bias`` with its keys as token ids.
+
+    Raises:
+        OpenAIError: 400 naming ``logit_bias`` when a key is not a token id below ``vocab``.
+    """
+    if not req.logit_bias:
+        return None
+    out: dict[int, float] = {}
+    for key, bias in req.logit_bias.items():
+        if not (key.isascii() and key.isdigit()) or int(key) >= vocab:
+            raise OpenAIError(
+                f"logit_bias maps token ids to biases; {key!r} is not a token id of this "
+                f"model (0 to {vocab - 1}).",
+                param="logit_bias",
+                code="invalid_value",
+            )
+        out[int(key)] = float(bias)
+    return out
 
 
 def _tools_on(req: ChatRequest) -> bool:
@@ -101,9 +127,11 @@ async def complete(state: WorkerState, body: Any) -> Any:
     events = await run_in_threadpool(generate)
     texts = [""] * params.n
     reasons: list[str] = ["stop"] * params.n
+    logprobs: list[list[dict[str, Any]]] = [[] for _ in range(params.n)]
     used = 0
     for ev in events:
         texts[ev.index] += ev.delta
+        logprobs[ev.index] += ev.logprobs
         if ev.finish_reason:
             reasons[ev.index] = ev.finish_reason
             used += ev.n_tokens
@@ -117,7 +145,8 @@ async def complete(state: WorkerState, body: Any) -> Any:
             msg["tool_calls"] = p.tool_calls
             msg["content"] = p.content or None
         reason = "tool_calls" if p.tool_calls else reasons[i]
-        choices.append({"index": i, "message": msg, "finish_reason": reason, "logprobs": None})
+        lp = {"content": logprobs[i], "refusal": None} if params.logprobs is not None else None
+        choices.append({"index": i, "message": msg, "finish_reason": reason, "logprobs": lp})
     return JSONResponse(
         {
             "id": new_id(),
@@ -134,13 +163,24 @@ async def complete(state: WorkerState, body: Any) -> Any:
     )
 
 
-def _chunk(cid: str, model: str, index: int, delta: dict[str, Any], reason: str | None) -> str:
+def _chunk(
+    cid: str,
+    model: str,
+    index: int,
+    delta: dict[str, Any],
+    reason: str | None,
+    logprobs: list[dict[str, Any]] | None = None,
+) -> str:
+    """One ``chat.completion.chunk`` SSE line; ``logprobs`` (None: not asked) are the
+    entries of the tokens this chunk brings."""
+    lp = None if logprobs is None else {"content": logprobs, "refusal": None}
+    choice = {"index": index, "delta": delta, "finish_reason": reason, "logprobs": lp}
     body = {
         "id": cid,
         "object": "chat.completion.chunk",
         "created": now(),
         "model": model,
-        "choices": [{"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}],
+        "choices": [choice],
     }
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
@@ -181,6 +221,8 @@ async def _sse(
     cid = new_id()
     splitters = [StreamSplitter(tools=tools, reasoning=reasoning) for _ in range(params.n)]
     calls = [0] * params.n
+    asked = params.logprobs is not None
+    pending: list[list[dict[str, Any]]] = [[] for _ in range(params.n)]  # logprobs unsent
     used = 0
     for i in range(params.n):
         yield _chunk(cid, req.model, i, {"role": "assistant", "content": ""}, None)
@@ -196,14 +238,17 @@ async def _sse(
                 return
             assert isinstance(ev, StepEvent)
             sp = splitters[ev.index]
+            pending[ev.index] += ev.logprobs
             events = sp.feed(ev.delta) + (sp.finish() if ev.finish_reason else [])
-            for kind, value in events:
-                yield _delta_chunk(cid, req.model, ev.index, kind, value, calls)
+            for kind, value in events:  # a token's logprobs ride on the next chunk sent
+                lp, pending[ev.index] = (pending[ev.index] if asked else None), []
+                yield _delta_chunk(cid, req.model, ev.index, kind, value, calls, lp)
             if ev.finish_reason:
                 used += ev.n_tokens
                 reason = "tool_calls" if calls[ev.index] else ev.finish_reason
-                yield _chunk(cid, req.model, ev.index, {}, reason)
-        if (req.stream_options or {}).get("include_usage"):
+                lp, pending[ev.index] = (pending[ev.index] if asked else None), []
+                yield _chunk(cid, req.model, ev.index, {}, reason, lp)
+        if req.stream_options and req.stream_options.include_usage:
             usage = {
                 "prompt_tokens": len(ids),
                 "completion_tokens": used,
@@ -223,11 +268,19 @@ async def _sse(
         cancel.set()
 
 
-def _delta_chunk(cid: str, model: str, index: int, kind: str, value: Any, calls: list[int]) -> str:
+def _delta_chunk(
+    cid: str,
+    model: str,
+    index: int,
+    kind: str,
+    value: Any,
+    calls: list[int],
+    logprobs: list[dict[str, Any]] | None,
+) -> str:
     if kind == "content":
-        return _chunk(cid, model, index, {"content": value}, None)
+        return _chunk(cid, model, index, {"content": value}, None, logprobs)
     if kind == "reasoning":
-        return _chunk(cid, model, index, {"reasoning_content": value}, None)
+        return _chunk(cid, model, index, {"reasoning_content": value}, None, logprobs)
     call = {"index": calls[index], **value}
     calls[index] += 1
-    return _chunk(cid, model, index, {"tool_calls": [call]}, None)
+    return _chunk(cid, model, index, {"tool_calls": [call]}, None, logprobs)

@@ -30,13 +30,20 @@ from ..engine.check_prompts import stop_token_ids as stop_token_ids
 class SamplingParams:
     """How to sample one request.
 
-    ``temperature`` 0 is greedy (argmax); ``top_p`` in (0, 1] keeps the smallest set
+    ``temperature`` 0 (or below 1e-5, as in vLLM) is greedy (argmax); ``top_p`` in (0, 1] keeps the smallest set
     of tokens whose probability reaches it; ``seed`` makes sampling repeatable;
     ``n`` answers are sampled in one batch; generation of an answer ends at a stop
     token, at a ``stop`` string (not included in the text) or after ``max_tokens``.
     ``choice`` (the request's ``guided_choice``, vLLM's name for it) limits every answer
     to one of the given strings: each step may only pick a token that continues the
     tokenization of one of them, and a finished one ends the answer.
+    ``frequency_penalty`` and ``presence_penalty`` lower each token's logit by
+    ``count · frequency_penalty + (count > 0) · presence_penalty`` (``count``: how often
+    the answer already holds the token; OpenAI's definition) and ``logit_bias`` adds its
+    value to the logit of each token id it names, all before temperature and top-p.
+    ``logprobs`` (None: off) asks for each chosen token's log probability and that many
+    most likely alternatives (0 to 20), from the model's own logits (log-softmax before
+    penalties, bias and temperature: vLLM's default ``raw_logprobs``).
     """
 
     max_tokens: int
@@ -46,17 +53,43 @@ class SamplingParams:
     n: int = 1
     stop: list[str] = field(default_factory=list)
     choice: list[str] | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: dict[int, float] | None = None
+    logprobs: int | None = None
 
 
 @dataclass
 class StepEvent:
     """What one decoding step produced for answer ``index``: new text and, at the
-    end, ``finish_reason`` (``stop`` or ``length``)."""
+    end, ``finish_reason`` (``stop`` or ``length``). With ``logprobs`` asked,
+    ``logprobs`` holds one :func:`logprob_entry` per token chosen since the last event."""
 
     index: int
     delta: str
     finish_reason: str | None = None
     n_tokens: int = 0
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def logprob_entry(
+    tokenizer: Any, token_id: int, logprob: float, top: list[tuple[int, float]]
+) -> dict[str, Any]:
+    """One token of OpenAI's ``logprobs.content``: ``{"token", "logprob", "bytes",
+    "top_logprobs": [{"token", "logprob", "bytes"}, …]}``.
+
+    Args:
+        token_id: the chosen token; its text is ``tokenizer.decode([token_id])`` and
+            ``bytes`` that text's UTF-8 bytes.
+        logprob: its natural-log probability.
+        top: (token id, log probability) of the alternatives, most likely first.
+    """
+
+    def one(tok: int, lp: float) -> dict[str, Any]:
+        text = tokenizer.decode([tok])
+        return {"token": text, "logprob": float(lp), "bytes": list(text.encode("utf-8"))}
+
+    return {**one(token_id, logprob), "top_logprobs": [one(t, lp) for t, lp in top]}
 
 
 class ServingEngine(Protocol):

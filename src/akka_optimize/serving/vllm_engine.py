@@ -16,7 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .engine import SamplingParams, StepEvent, read_architecture, stop_token_ids
+from .engine import (
+    SamplingParams,
+    StepEvent,
+    logprob_entry,
+    read_architecture,
+    stop_token_ids,
+)
 
 
 class VLLMEngine:
@@ -99,6 +105,10 @@ class VLLMEngine:
             seed=params.seed,
             stop=params.stop or None,
             stop_token_ids=sorted(self.stop_ids),
+            frequency_penalty=params.frequency_penalty,
+            presence_penalty=params.presence_penalty,
+            logit_bias=params.logit_bias,
+            logprobs=params.logprobs,
         )
         lora = None
         if adapter is not None:
@@ -109,7 +119,25 @@ class VLLMEngine:
         )
         for i, out in enumerate(res.outputs):
             reason = "length" if out.finish_reason == "length" else "stop"
-            yield StepEvent(i, out.text, reason, len(out.token_ids))
+            lps = self._logprobs(out, params.logprobs)
+            yield StepEvent(i, out.text, reason, len(out.token_ids), lps)
+
+    def _logprobs(self, out: Any, top: int | None) -> list[dict[str, Any]]:
+        """vLLM's per-token ``{token id: Logprob}`` maps (the chosen token plus the ``top``
+        most likely, by ``rank``) as :func:`~.engine.logprob_entry` entries; stop tokens
+        are left out, as the transformers engine leaves them out."""
+        if top is None or not out.logprobs:
+            return []
+        entries = []
+        for tok, found in zip(out.token_ids, out.logprobs, strict=False):
+            if tok in self.stop_ids:
+                continue
+            best = sorted(
+                ((t, lp.logprob) for t, lp in found.items() if lp.rank and lp.rank <= top),
+                key=lambda x: -x[1],
+            )
+            entries.append(logprob_entry(self.tokenizer, tok, found[tok].logprob, best[:top]))
+        return entries
 
 
 def _guided_choice(choice: list[str]) -> dict[str, Any]:
