@@ -139,6 +139,33 @@ def test_endpoint_over_an_adapter_serves_it_through_the_proxy(
     assert svc.api("GET", f"/v1/training/endpoints/{ep['id']}").status_code == 404
 
 
+def test_an_endpoint_answers_every_reference_to_the_versions_it_serves(ready_service, lora_dirs):
+    """Issue 47 item 12: the registry's references (any case, bare name in the project,
+    alias, digest, the base model's repository) name a served version; a version the
+    endpoint does not serve is refused naming ``model``."""
+    svc = ready_service
+    pinned = _upload(svc, lora_dirs["beta"], "beta")["ref"]
+    r = svc.api("PUT", "/v1/registry/models/proj/beta/aliases/champion", json={"version": "v1"})
+    assert r.status_code == 200, r.text
+    ep = create_endpoint(svc, "proj/beta")
+    url = f"/v1/training/endpoints/{ep['id']}/openai/v1/chat/completions"
+
+    def ask(model: str):
+        body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+        return svc.api("POST", url, json=body)
+
+    for ref in ("proj/beta", "PROJ/Beta:v1", "beta", "proj/beta:champion", pinned):
+        r = ask(ref)
+        assert (r.status_code, r.json().get("model")) == (200, "proj/beta:v1"), (ref, r.text)
+    for ref in ("Akka-Optimize/Tiny-SmolLM2", "akka-optimize/tiny-smollm2:v1"):
+        r = ask(ref)
+        assert (r.status_code, r.json().get("model")) == (200, TINY + ":v1"), (ref, r.text)
+    for ref in ("proj/beta:v2", "proj/other"):
+        r = ask(ref)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "model" and ref in r.json()["error"]["message"]
+
+
 def test_create_refuses_an_adapter_above_the_rank_and_a_base_model_without_project(
     ready_service, tiny_model_dir, tmp_path
 ):

@@ -10,7 +10,7 @@ import anyio
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from ...errors import InvalidRequest
+from ...errors import InvalidRequest, NotFound
 from ..auth import Principal
 from ..context import ServiceContext
 from .endpoint_records import _models, find_endpoint, manager
@@ -75,3 +75,60 @@ async def end_request(ctx: ServiceContext, endpoint_id: str, base: str | None) -
     when the request that counted it is being cancelled (its client left)."""
     with anyio.CancelScope(shield=True):
         await run_in_threadpool(manager(ctx).end, endpoint_id, base)
+
+
+def served_model(ctx: ServiceContext, endpoint_id: str, model: str, names: list[str]) -> str:
+    """The served name (one of ``names``) that the request's ``model`` refers to (reads
+    the state store: an async route calls it in the thread pool).
+
+    Any unambiguous reference to a version the endpoint serves names it, as the registry
+    resolves references (issue 47 item 12): the served name itself, the repository in
+    any case (``HuggingFaceTB/SmolLM2-135M-Instruct``), a bare name in the endpoint's
+    project, an alias, ``:vN`` or a digest. A reference without a version names the one
+    version of that repository the endpoint serves.
+
+    Raises:
+        InvalidRequest: (``field="model"``) a malformed reference, one naming a version the
+            endpoint does not serve (``model_not_found``), or a repository of which it
+            serves several versions (``model_ambiguous``).
+    """
+    from ...db.models.projects import Project
+    from ...refs import parse_ref
+    from ...registry.resolution import resolve_ref
+
+    if model in names:
+        return model
+    served = {n: parse_ref(n, field="model") for n in names}
+    with ctx.db.session() as s:
+        ep = find_endpoint(s, endpoint_id)
+        proj = s.get(Project, ep.project_id) if ep.project_id else None
+        ref = parse_ref(model, proj.name if proj else None, field="model")
+        if ref.version is None and ref.alias is None and ref.digest is None:
+            hits = [n for n, r in served.items() if r.repo == ref.repo]
+            named = ref.repo
+        else:
+            try:
+                rv = resolve_ref(s, "model", ref, field="model")
+            except NotFound as exc:
+                raise InvalidRequest(
+                    f"The model {model!r} does not exist on this endpoint: {exc.message}",
+                    field="model",
+                    code="model_not_found",
+                ) from exc
+            hits = [n for n, r in served.items() if (r.repo, r.version) == (rv.repo, rv.version)]
+            named = f"{rv.repo}:v{rv.version}"
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise InvalidRequest(
+            f"The model {model!r} names {named}, of which this endpoint serves "
+            f"{', '.join(hits)}; name one of them.",
+            field="model",
+            code="model_ambiguous",
+        )
+    raise InvalidRequest(
+        f"The model {model!r} ({named}) does not exist on this endpoint; it serves "
+        f"{', '.join(names)}.",
+        field="model",
+        code="model_not_found",
+    )

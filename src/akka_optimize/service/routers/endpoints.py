@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from ...db.models.projects import Project
 from ...db.models.serving import Endpoint, EndpointModel
@@ -47,7 +48,14 @@ from ..schemas import (
     OpenAIModelList,
     answers,
 )
-from .endpoint_forwarding import _oai_error, _ready_worker, _visible_id, begin_request, end_request
+from .endpoint_forwarding import (
+    _oai_error,
+    _ready_worker,
+    _visible_id,
+    begin_request,
+    end_request,
+    served_model,
+)
 from .endpoint_judges import ensure_judge_endpoint as ensure_judge_endpoint
 from .endpoint_judges import judge_chat as judge_chat
 from .endpoint_records import _KEY, _limits, _models, _new_endpoint
@@ -283,14 +291,12 @@ async def openai_chat(
     w, names = await _ready_worker(ctx, endpoint_id)
     if isinstance(body, dict):
         body.setdefault("model", names[0] if names else None)
-        if body["model"] not in names:
-            return _oai_error(
-                f"The model {body['model']!r} does not exist on this endpoint; it serves "
-                f"{', '.join(names)}.",
-                400,
-                "model_not_found",
-                "model",
+        try:
+            body["model"] = await run_in_threadpool(
+                served_model, ctx, endpoint_id, str(body["model"]), names
             )
+        except InvalidRequest as exc:
+            return _oai_error(exc.message, 400, exc.code or "model_not_found", "model")
     base = await begin_request(ctx, endpoint_id)  # busy, not idle, until the answer ends
     client = httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10))
     try:
