@@ -316,3 +316,53 @@ def test_top_logprobs_beyond_openais_limit_or_without_logprobs_is_refused(worker
     r = post(worker, {**BASE, **extra})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "top_logprobs"
+
+
+# 11: legacy /v1/completions with echo and prompt logprobs ----------------------------
+@torch.no_grad()
+def _teacher_forced(ref: dict[str, Any], ids: list[int]) -> torch.Tensor:
+    """``log_softmax`` of the model's logits at each position of ``ids`` (fp32)."""
+    return torch.log_softmax(ref["model"](input_ids=torch.tensor([ids])).logits[0].float(), -1)
+
+
+def test_echo_with_logprobs_scores_the_prompt_as_lm_eval_reads_it(client, reference):
+    ids = reference["ids"]
+    r = client.completions.create(
+        model="tiny/base", prompt=ids, max_tokens=1, temperature=0, logprobs=2, echo=True
+    )
+    lp = r.choices[0].logprobs
+    lps = _teacher_forced(reference, ids)
+    tok = reference["tok"]
+    assert len(lp.token_logprobs) == len(ids) + 1 and lp.token_logprobs[0] is None
+    assert lp.tokens[: len(ids)] == [tok.decode([t]) for t in ids]
+    want = [float(lps[i - 1, ids[i]]) for i in range(1, len(ids))]
+    assert lp.token_logprobs[1 : len(ids)] == pytest.approx(want, abs=2e-4)
+    top = lps[len(ids) - 2].topk(2)
+    assert list(lp.top_logprobs[len(ids) - 1].values()) == pytest.approx(
+        top.values.tolist(), abs=2e-4
+    )
+    greedy = int(lps[-1].argmax())
+    assert lp.tokens[-1] == tok.decode([greedy])
+    assert lp.token_logprobs[-1] == pytest.approx(float(lps[-1, greedy]), abs=2e-4)
+    assert r.choices[0].text == tok.decode(ids) + tok.decode([greedy])
+
+
+def test_echo_without_new_tokens_returns_the_prompt_and_its_scores(client, reference):
+    text = "The sea is blue"
+    r = client.completions.create(
+        model="tiny/base", prompt=text, max_tokens=0, logprobs=0, echo=True
+    )
+    ids = reference["tok"](text)["input_ids"]
+    assert r.choices[0].text == text
+    assert len(r.choices[0].logprobs.token_logprobs) == len(ids)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("stream", True), ("best_of", 2), ("suffix", "end"), ("logprobs", 6), ("temprature", 1)],
+)
+def test_a_completions_field_not_honoured_is_refused_naming_it(worker, field, value):
+    body = {"model": "tiny/base", "prompt": "hi", "max_tokens": 1, field: value}
+    r = httpx.post(worker.url + "/v1/completions", json=body, headers=worker.headers())
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field

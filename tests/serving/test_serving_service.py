@@ -160,6 +160,11 @@ def test_an_endpoint_answers_every_reference_to_the_versions_it_serves(ready_ser
     for ref in ("Akka-Optimize/Tiny-SmolLM2", "akka-optimize/tiny-smollm2:v1"):
         r = ask(ref)
         assert (r.status_code, r.json().get("model")) == (200, TINY + ":v1"), (ref, r.text)
+    text = {"model": "beta", "prompt": "The sea", "max_tokens": 0, "echo": True, "logprobs": 1}
+    r = svc.api("POST", url.replace("chat/completions", "completions"), json=text)
+    assert r.status_code == 200, r.text  # item 11: what lm-eval's local-completions sends
+    assert r.json()["model"] == "proj/beta:v1" and r.json()["choices"][0]["text"] == "The sea"
+    assert r.json()["choices"][0]["logprobs"]["token_logprobs"][0] is None
     for ref in ("proj/beta:v2", "proj/other"):
         r = ask(ref)
         assert r.status_code == 400, r.text

@@ -89,6 +89,7 @@ RAW_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/training/recipes"): _JSON_OBJECT,
     ("post", "/v1/training/recipes/claim"): _JSON_OBJECT,
     ("post", "/v1/training/endpoints/{endpoint_id}/openai/v1/chat/completions"): _JSON_OBJECT,
+    ("post", "/v1/training/endpoints/{endpoint_id}/openai/v1/completions"): _JSON_OBJECT,
 }
 
 

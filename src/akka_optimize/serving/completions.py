@@ -40,14 +40,7 @@ def prepare(
         OpenAIError: 400 for any refusal listed in the module docstring.
     """
     req = parse_chat_request(body)
-    if req.model not in state.instructions:
-        raise OpenAIError(
-            f"The model {req.model!r} does not exist on this endpoint; it serves "
-            f"{', '.join(state.models())}.",
-            param="model",
-            code="model_not_found",
-        )
-    adapter = None if req.model == state.base_name else req.model
+    adapter = state.adapter_for(req.model)
     eng = state.engine
     ids = render_prompt(
         eng.tokenizer,
@@ -77,22 +70,22 @@ def prepare(
         choice=req.guided_choice,
         frequency_penalty=req.frequency_penalty or 0.0,
         presence_penalty=req.presence_penalty or 0.0,
-        logit_bias=_logit_bias(req, len(eng.tokenizer)),
+        logit_bias=logit_bias_ids(req.logit_bias, len(eng.tokenizer)),
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
     )
     return req, adapter, ids, params
 
 
-def _logit_bias(req: ChatRequest, vocab: int) -> dict[int, float] | None:
-    """``logit_bias`` with its keys as token ids.
+def logit_bias_ids(bias: dict[str, float] | None, vocab: int) -> dict[int, float] | None:
+    """A request's ``logit_bias`` with its keys as token ids (None when empty).
 
     Raises:
         OpenAIError: 400 naming ``logit_bias`` when a key is not a token id below ``vocab``.
     """
-    if not req.logit_bias:
+    if not bias:
         return None
     out: dict[int, float] = {}
-    for key, bias in req.logit_bias.items():
+    for key, value in bias.items():
         if not (key.isascii() and key.isdigit()) or int(key) >= vocab:
             raise OpenAIError(
                 f"logit_bias maps token ids to biases; {key!r} is not a token id of this "
@@ -100,12 +93,29 @@ def _logit_bias(req: ChatRequest, vocab: int) -> dict[int, float] | None:
                 param="logit_bias",
                 code="invalid_value",
             )
-        out[int(key)] = float(bias)
+        out[int(key)] = float(value)
     return out
 
 
 def _tools_on(req: ChatRequest) -> bool:
     return bool(req.tools) and req.tool_choice != "none"
+
+
+def gather(
+    events: list[StepEvent], n: int
+) -> tuple[list[str], list[str], list[list[dict[str, Any]]], int]:
+    """The ``n`` answers' texts, finish reasons and logprob entries from their step
+    events, and the tokens generated in all."""
+    texts, reasons = [""] * n, ["stop"] * n
+    logprobs: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+    used = 0
+    for ev in events:
+        texts[ev.index] += ev.delta
+        logprobs[ev.index] += ev.logprobs
+        if ev.finish_reason:
+            reasons[ev.index] = ev.finish_reason
+            used += ev.n_tokens
+    return texts, reasons, logprobs, used
 
 
 async def complete(state: WorkerState, body: Any) -> Any:
@@ -124,17 +134,7 @@ async def complete(state: WorkerState, body: Any) -> Any:
         hold("answer")  # tests only: an answer that lasts until the test releases it
         return list(state.engine.stream(ids, adapter, params))
 
-    events = await run_in_threadpool(generate)
-    texts = [""] * params.n
-    reasons: list[str] = ["stop"] * params.n
-    logprobs: list[list[dict[str, Any]]] = [[] for _ in range(params.n)]
-    used = 0
-    for ev in events:
-        texts[ev.index] += ev.delta
-        logprobs[ev.index] += ev.logprobs
-        if ev.finish_reason:
-            reasons[ev.index] = ev.finish_reason
-            used += ev.n_tokens
+    texts, reasons, logprobs, used = gather(await run_in_threadpool(generate), params.n)
     choices = []
     for i, text in enumerate(texts):
         p = parse_hermes(text, tools=tools, reasoning=reasoning)

@@ -110,6 +110,10 @@ class ServingEngine(Protocol):
         self, prompt_ids: list[int], adapter: str | None, params: SamplingParams
     ) -> Iterator[StepEvent]: ...
 
+    def prompt_logprobs(
+        self, prompt_ids: list[int], adapter: str | None, top: int
+    ) -> list[dict[str, Any]]: ...
+
 
 def read_architecture(model_dir: Path) -> str:
     """``config.json``'s first architecture, such as ``LlamaForCausalLM``."""

@@ -23,9 +23,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+_M = TypeVar("_M", bound=BaseModel)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -313,26 +315,30 @@ def _refuse_unhonoured(req: ChatRequest) -> None:
         )
 
 
-def parse_chat_request(body: Any) -> ChatRequest:
-    """Validate a decoded JSON body.
+def validate_body(model: type[_M], body: Any, what: str, extensions: str) -> _M:
+    """``body`` validated as ``model`` (a pydantic model refusing unknown fields).
+
+    Args:
+        what: the request named in refusals (``chat request``).
+        extensions: the fields beyond OpenAI's that this endpoint serves, for the
+            refusal of an unknown field.
 
     Raises:
-        OpenAIError: 400 naming the first invalid field (``param``) and the problem: a
-            field OpenAI's chat request does not have (``unknown_parameter``), a field
-            not honoured here (``unsupported_parameter``), or a bad value.
+        OpenAIError: 400 naming the first field that OpenAI's request does not have
+            (``unknown_parameter``) or whose value is invalid (``invalid_value``).
     """
     if not isinstance(body, dict):
         raise OpenAIError("The request body must be a JSON object.", code="invalid_body")
     try:
-        req = ChatRequest.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as exc:
         e = exc.errors()[0]
         loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith("function-"))
         if e["type"] == "extra_forbidden":
             raise OpenAIError(
                 f"Unrecognized request argument supplied: {loc}. It is not a field of "
-                "OpenAI's chat request nor an extension this endpoint serves "
-                "(guided_choice); remove it.",
+                f"OpenAI's {what} nor an extension this endpoint serves ({extensions}); "
+                "remove it.",
                 param=loc,
                 code="unknown_parameter",
             ) from exc
@@ -341,6 +347,17 @@ def parse_chat_request(body: Any) -> ChatRequest:
             param=loc or None,
             code="invalid_value",
         ) from exc
+
+
+def parse_chat_request(body: Any) -> ChatRequest:
+    """Validate a decoded JSON body.
+
+    Raises:
+        OpenAIError: 400 naming the first invalid field (``param``) and the problem: a
+            field OpenAI's chat request does not have (``unknown_parameter``), a field
+            not honoured here (``unsupported_parameter``), or a bad value.
+    """
+    req = validate_body(ChatRequest, body, "chat request", "guided_choice")
     _refuse_unhonoured(req)
     if len(req.stop_strings()) > 4:
         raise OpenAIError("stop holds at most 4 strings.", param="stop", code="invalid_value")

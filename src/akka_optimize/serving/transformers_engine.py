@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from .batching import Request, decode_batch
-from .engine import SamplingParams, StepEvent, read_architecture, stop_token_ids
+from .engine import (
+    SamplingParams,
+    StepEvent,
+    logprob_entry,
+    read_architecture,
+    stop_token_ids,
+)
 
 #: ``serving.precision`` values (:class:`TransformersEngine`'s ``precision``).
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -250,6 +256,26 @@ class TransformersEngine:
                 yield item
         finally:
             req.cancelled = True
+
+    def prompt_logprobs(
+        self, prompt_ids: list[int], adapter: str | None, top: int
+    ) -> list[dict[str, Any]]:
+        """The log probability of each prompt token after the first given the tokens
+        before it, with its ``top`` most likely alternatives (one
+        :func:`~.engine.logprob_entry` per token from the second on): one forward pass of
+        ``adapter`` (None: the base model) over the prompt, log-softmax in float32."""
+        import torch
+
+        from .batching import token_logprobs
+
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        with self.lock, self._select(adapter), torch.inference_mode():
+            logits = self.model(input_ids=ids).logits[0, :-1].float()
+        found = token_logprobs(logits, ids[0, 1:], top)
+        return [
+            logprob_entry(self.tokenizer, t, mine, alts)
+            for t, (mine, alts) in zip(prompt_ids[1:], found, strict=True)
+        ]
 
     def _next_batch(self) -> list[Request]:
         with self._cv:

@@ -122,6 +122,23 @@ class VLLMEngine:
             lps = self._logprobs(out, params.logprobs)
             yield StepEvent(i, out.text, reason, len(out.token_ids), lps)
 
+    def prompt_logprobs(
+        self, prompt_ids: list[int], adapter: str | None, top: int
+    ) -> list[dict[str, Any]]:
+        """Not served on this engine yet.
+
+        Raises:
+            OpenAIError: 400 naming ``echo``.
+        """
+        from .schema import OpenAIError
+
+        raise OpenAIError(
+            "echo with logprobs (prompt scoring) is served by the transformers engine only; "
+            "serve this model with serving.engine: transformers.",
+            param="echo",
+            code="unsupported_parameter",
+        )
+
     def _logprobs(self, out: Any, top: int | None) -> list[dict[str, Any]]:
         """vLLM's per-token ``{token id: Logprob}`` maps (the chosen token plus the ``top``
         most likely, by ``rank``) as :func:`~.engine.logprob_entry` entries; stop tokens

@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from .completions import complete
 from .parsers import parsers_for
 from .schema import OpenAIError, now
+from .text_completions import complete_text
 from .worker_state import WorkerState
 
 
@@ -68,7 +69,7 @@ def _guard(app: FastAPI, state: WorkerState) -> None:
 
 
 def _serve_routes(app: FastAPI, state: WorkerState) -> None:
-    """``/health``, ``/v1/models`` and ``/v1/chat/completions``."""
+    """``/health``, ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``."""
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -100,13 +101,21 @@ def _serve_routes(app: FastAPI, state: WorkerState) -> None:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        try:
-            body = json.loads(await request.body() or b"null")
-        except ValueError as exc:
-            raise OpenAIError(
-                f"The request body is not valid JSON: {exc}", code="invalid_json"
-            ) from exc
-        return await complete(state, body)
+        return await complete(state, await _json_body(request))
+
+    @app.post("/v1/completions")
+    async def text(request: Request) -> Any:
+        return await complete_text(state, await _json_body(request))
+
+
+async def _json_body(request: Request) -> Any:
+    """The request's JSON body (400 ``invalid_json`` when it is not JSON)."""
+    try:
+        return json.loads(await request.body() or b"null")
+    except ValueError as exc:
+        raise OpenAIError(
+            f"The request body is not valid JSON: {exc}", code="invalid_json"
+        ) from exc
 
 
 def _admin_routes(app: FastAPI, state: WorkerState) -> None:

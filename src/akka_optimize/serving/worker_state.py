@@ -33,6 +33,21 @@ class WorkerState:
         """Served model names: the base first, then the adapters."""
         return [self.base_name] + self.engine.adapter_names()
 
+    def adapter_for(self, model: str) -> str | None:
+        """The adapter a request's ``model`` names (None: the base model).
+
+        Raises:
+            OpenAIError: 400 ``model_not_found`` naming the served models.
+        """
+        if model not in self.instructions:
+            raise OpenAIError(
+                f"The model {model!r} does not exist on this endpoint; it serves "
+                f"{', '.join(self.models())}.",
+                param="model",
+                code="model_not_found",
+            )
+        return None if model == self.base_name else model
+
     def add_adapter(self, name: str, path: Path, instructions: str | None) -> None:
         """Load adapter ``name`` from ``path``.
 

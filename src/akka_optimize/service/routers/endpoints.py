@@ -46,6 +46,7 @@ from ..schemas import (
     EndpointsInfo,
     EndpointView,
     OpenAIModelList,
+    TextCompletion,
     answers,
 )
 from .endpoint_forwarding import (
@@ -282,6 +283,27 @@ async def openai_chat(
     endpoint_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep
 ) -> Any:
     """Forward a chat completion to the endpoint's worker."""
+    return await _forward(endpoint_id, request, ctx, principal, "/v1/chat/completions")
+
+
+@router.post(
+    "/{endpoint_id}/openai/v1/completions",
+    response_model=None,
+    responses={200: {"model": TextCompletion, "description": "The legacy text completion."}},
+)
+async def openai_completions(
+    endpoint_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep
+) -> Any:
+    """Forward a legacy text completion (``echo``, prompt ``logprobs``: what lm-eval's
+    ``local-completions`` sends) to the endpoint's worker."""
+    return await _forward(endpoint_id, request, ctx, principal, "/v1/completions")
+
+
+async def _forward(
+    endpoint_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep, path: str
+) -> Any:
+    """Send the request's body, its ``model`` mapped to a served name
+    (:func:`served_model`), to the worker's ``path``; stream an SSE answer through."""
     endpoint_id = await _visible_id(ctx, endpoint_id, principal)
     raw = await request.body()
     try:
@@ -300,9 +322,7 @@ async def openai_chat(
     base = await begin_request(ctx, endpoint_id)  # busy, not idle, until the answer ends
     client = httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10))
     try:
-        req = client.build_request(
-            "POST", w.url + "/v1/chat/completions", json=body, headers=w.headers()
-        )
+        req = client.build_request("POST", w.url + path, json=body, headers=w.headers())
         resp = await client.send(req, stream=True)
     except BaseException:
         await client.aclose()

@@ -10,6 +10,7 @@ from .endpoints import (
     EndpointsInfo,
     EndpointView,
     OpenAIModelList,
+    TextCompletion,
 )
 from .evals import (
     ComparisonList,
@@ -66,6 +67,7 @@ __all__ = [
     "CandidateList",
     "CapacityReport",
     "ChatCompletion",
+    "TextCompletion",
     "ComparisonList",
     "ComparisonView",
     "CurationList",

@@ -115,7 +115,11 @@ class ChatChoice(_Open):
     index: int = Field(description="The choice's index (0 to n - 1).")
     message: ChatMessageOut = Field(description="The generated message.")
     finish_reason: str | None = Field(description="stop, length or tool_calls.")
-    logprobs: Any = Field(None, description="Always null.")
+    logprobs: Any = Field(
+        None,
+        description="With logprobs true: {content: [{token, logprob, bytes, top_logprobs}], "
+        "refusal: null}; else null.",
+    )
 
 
 class Usage(_Open):
@@ -126,12 +130,37 @@ class Usage(_Open):
     total_tokens: int = Field(description="prompt_tokens + completion_tokens.")
 
 
-class ChatCompletion(_Open):
-    """A chat completion (OpenAI ``chat.completion``; not streamed)."""
+class TextChoice(_Open):
+    """One legacy text completion."""
+
+    index: int = Field(description="The choice's index (prompts times n).")
+    text: str = Field(description="The generated text, after the prompt with echo.")
+    finish_reason: str | None = Field(description="stop or length.")
+    logprobs: Any = Field(
+        None,
+        description="With logprobs: {tokens, token_logprobs, top_logprobs}, the prompt's "
+        "tokens first with echo (the first one's log probability null); else null.",
+    )
+
+
+class _Completion(_Open):
+    """What a chat and a legacy text completion share."""
 
     id: str = Field(description="The completion's ID.")
-    object: str = Field(description="chat.completion.")
     created: int = Field(description="Unix seconds.")
     model: str = Field(description="The served name that answered.")
-    choices: list[ChatChoice] = Field(description="The answers, n of them.")
     usage: Usage | None = Field(None, description="Tokens read and generated.")
+
+
+class TextCompletion(_Completion):
+    """A legacy text completion (OpenAI ``text_completion``)."""
+
+    object: str = Field(description="text_completion.")
+    choices: list[TextChoice] = Field(description="One per prompt and n.")
+
+
+class ChatCompletion(_Completion):
+    """A chat completion (OpenAI ``chat.completion``; not streamed)."""
+
+    object: str = Field(description="chat.completion.")
+    choices: list[ChatChoice] = Field(description="The answers, n of them.")
