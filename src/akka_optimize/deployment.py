@@ -142,6 +142,14 @@ class ServiceLimits(_Strict):
         description="A Tinker training client with no call for this long saves its state "
         "(tinker://MODEL_ID/weights/idle) and ends, releasing its device.",
     )
+    tinkerHeartbeatSeconds: int = Field(
+        45,
+        ge=15,
+        description="A Tinker client's session whose SDK sends no heartbeat for this long "
+        "(the SDK beats every 10 s; a client killed without close()) ends its training and "
+        "sampling clients: a training client saves its state "
+        "(tinker://MODEL_ID/weights/heartbeat) and its device is released.",
+    )
     recipeHeartbeatSeconds: int = Field(
         300,
         ge=1,

@@ -183,8 +183,11 @@ def _result_pairs(run: dict[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
-def _modules(names: list[str]) -> str | None:
-    """Full module paths, shortened past three (``-o json`` lists every one)."""
+def _modules(names: list[str] | int) -> str | None:
+    """Full module paths, shortened past three (``-o json`` lists every one); a count
+    alone for a Tinker run recorded before its worker sent the paths."""
+    if isinstance(names, int):
+        return str(names)
     if len(names) <= 3:
         return ", ".join(names) or None
     return f"{len(names)}: {', '.join(names[:2])} and {len(names) - 2} more (-o json lists all)"

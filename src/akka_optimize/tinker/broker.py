@@ -74,6 +74,8 @@ class Session:
     project: str
     tags: list[str]
     metadata: dict[str, Any]
+    beat: float = field(default_factory=time.monotonic)
+    """When (``time.monotonic()``) the SDK last sent ``session_heartbeat`` (or created it)."""
 
 
 class Broker:
@@ -164,6 +166,19 @@ class Broker:
         except TimeoutError:
             return False
         return True
+
+    def silent_for(self, model: Model) -> float | None:
+        """Seconds since the last heartbeat of ``model``'s session (its id's first part);
+        None when the session is not known (finished, or the service restarted)."""
+        sess = self.sessions.get(model.model_id.split(":", 1)[0])
+        return None if sess is None else time.monotonic() - sess.beat
+
+    def drop(self, model: Model, reason: str) -> None:
+        """Forget ``model`` (its worker is told to end) and fail its pending futures with
+        the sentence ``reason``."""
+        self.models.pop(model.model_id, None)
+        self.by_run.pop(model.run_id, None)
+        self.fail_model(model.model_id, reason)
 
     def model_of(self, model_id: str) -> Model | None:
         """The model ``model_id``, or None."""

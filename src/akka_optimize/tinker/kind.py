@@ -35,6 +35,8 @@ MLP = ("gate_proj", "up_proj", "down_proj")
 UNEMBED = "lm_head"
 IDLE_SECONDS = 1800
 """The deployment's default ``service.tinkerIdleSeconds``."""
+HEARTBEAT_SECONDS = 45
+"""The deployment's default ``service.tinkerHeartbeatSeconds``."""
 
 
 LORA_SWITCHES = ("train_attn", "train_mlp", "train_unembed")
@@ -169,6 +171,7 @@ def create_training_run(
         "lora": {"rank": rank, "seed": lora["seed"], "targets": list(targets)},
         "userMetadata": request.get("user_metadata") or {},
         "idleSeconds": dep.service.tinkerIdleSeconds,
+        "heartbeatSeconds": dep.service.tinkerHeartbeatSeconds,
         **({"loadFrom": load} if load else {}),
         **({"sampler": sampler} if sampler else {}),
     }
@@ -341,14 +344,15 @@ def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str,
     res = event.get("result") or {}
     ended = str(res.get("ended") or "the client finished")
     results = dict(run.results or {})
-    if res.get("stateKey"):  # an idle client saved its state before it ended
-        saves = {**(results.get("tinkerSaves") or {}), "weights/idle": res["stateKey"]}
-        path = f"tinker://{results.get('tinkerModelId')}/weights/idle"
+    checkpoint = f"weights/{res.get('stateName') or 'idle'}"  # idle, or heartbeat
+    if res.get("stateKey"):  # an idle or silent client saved its state before it ended
+        saves = {**(results.get("tinkerSaves") or {}), checkpoint: res["stateKey"]}
+        path = f"tinker://{results.get('tinkerModelId')}/{checkpoint}"
         results["tinkerSaves"] = saves
         ended += f"; its state was saved as {path}"
     run.results = {**results, "ended": ended}
     if res.get("stateKey"):
-        record_checkpoint(run, "weights/idle", res["stateKey"], res.get("bytes"))
+        record_checkpoint(run, checkpoint, res["stateKey"], res.get("bytes"))
     end_attempt(run, att, S.SUCCEEDED)
 
 

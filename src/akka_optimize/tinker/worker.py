@@ -133,7 +133,7 @@ def serve(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
             "type": "phase",
             "phase": "RUNNING",
             "detail": "serving a Tinker training client",
-            "adaptedModules": session.adapted_module_count,
+            "adaptedModules": session.adapted_modules,
         }
     )
     calls = Calls(session, spec, store, events, work)
@@ -152,6 +152,12 @@ def serve(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         if r.status_code != 200:
             raise RuntimeError(f"the service refused the worker's poll: {r.text[:300]}")
         reply = r.json()
+        if reply.get("cancel"):  # `training runs cancel`: its saved states stay
+            return {"type": "cancelled"}
+        if reply.get("save") and not sampler:  # its session went silent: save, then end
+            saved = calls.op_save_weights({"name": "heartbeat"})
+            result = {"ended": reply["end"], "stateKey": saved["key"], "bytes": saved["bytes"]}
+            return {"type": "completed", "result": {**result, "stateName": "heartbeat"}}
         if reply.get("end"):
             return {"type": "completed", "result": {"ended": reply["end"]}}
         item = reply.get("item")

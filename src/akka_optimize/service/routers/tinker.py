@@ -13,6 +13,7 @@ worker's own poll (``…/attempts/N/tinker/next``) lives in
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Annotated, Any
 
@@ -20,7 +21,7 @@ from fastapi import APIRouter, Body, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound
+from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound, Unauthorized
 from ...tinker.broker import POLL_SECONDS, Broker, Model, Session, broker_of
 from ...tinker.datums import non_finite, non_finite_config
 from ...tinker.kind import ttl_refusal
@@ -45,9 +46,21 @@ def tinker_principal(
     """The caller of a protocol route, from its ``X-API-Key`` (checked like any token).
 
     Raises:
-        Unauthorized: no key, or one the service does not know. Forbidden: a worker token.
+        Unauthorized: no key, or one the service does not know (the sentence names the
+            ``X-API-Key`` header the SDK sends). Forbidden: a worker token.
     """
-    p = authenticate(ctx, f"Bearer {x_api_key}" if x_api_key else None)
+    if not x_api_key:
+        raise Unauthorized(
+            "This request has no X-API-Key header: pass api_key= (or TINKER_API_KEY) a key "
+            "from `server token create --project P --tinker`.",
+            field="X-API-Key",
+        )
+    try:
+        p = authenticate(ctx, f"Bearer {x_api_key}")
+    except Unauthorized as exc:  # the SDK sent X-API-Key, not a bearer token
+        exc.message = exc.message.replace("The bearer token", "The X-API-Key")
+        exc.field = "X-API-Key"
+        raise
     if p.kind == "worker":
         raise Forbidden("A worker's token cannot use the Tinker API.", field="X-API-Key")
     return p
@@ -115,11 +128,13 @@ def create_session(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
 
 @router.post("/session_heartbeat")
 async def heartbeat(ctx: CtxDep, p: Caller, body: JsonBody) -> Any:
-    """Keeps nothing alive by itself (a client's idleness is measured by its calls). Another
+    """The SDK's beat (every 10 s): a session silent for ``service.tinkerHeartbeatSeconds``
+    has its clients ended (:mod:`akka_optimize.service.routers.tinker_worker`). Another
     project's session is answered as an unknown one."""
     sess = broker_of(ctx).sessions.get(str(body.get("session_id")))
     if sess is None or not _mine(p, sess.project):
         return JSONResponse({"detail": "This session is not known (finished)."}, status_code=410)
+    sess.beat = time.monotonic()
     return {"type": "session_heartbeat"}
 
 

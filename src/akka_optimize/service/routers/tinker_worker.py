@@ -4,13 +4,19 @@
 The body carries the answer to the worker's previous item (``request_id``, ``result``,
 ``error``), or on the first poll ``ready``; the reply is the next item in ``seq_id`` order
 (``{"item": …}``), ``{"item": null}`` after about 25 s without one, or ``{"end":
-sentence}`` when the client's session finished or the service no longer knows the client.
+sentence}`` when the client's session finished or the service no longer knows the client,
+``{"end", "cancel": true}`` after ``training runs cancel``, and ``{"end", "save": true}``
+when the client's session sent no SDK heartbeat for ``service.tinkerHeartbeatSeconds``
+(a client killed without ``close()``; the worker saves its state, then ends). The poll
+checks both about every :data:`CHECK_SECONDS` while it waits, so a cancel or a lost
+client ends the run within that bound (after the call the worker is in, if any).
 Sampler weights a worker saved are registered here as model versions, before the future
 resolves with their ``tinker://`` path.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path
@@ -26,6 +32,8 @@ from ..routing import JsonRoute
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
 MAX_INT = 2**31 - 1
+CHECK_SECONDS = 1.0
+"""How often a waiting poll looks for a cancel and for a silent session."""
 
 
 def _authorize(ctx: Any, run_id: str, number: int, authorization: str | None) -> None:
@@ -88,6 +96,34 @@ async def _take_answer(ctx: Any, b: Broker, m: Model, answer: dict[str, Any]) ->
         b.finish_item(m, rid, None, f"The save could not be registered: {exc}")
 
 
+def _run_marks(ctx: Any, run_id: str) -> tuple[str | None, float]:
+    """The run's pending control (``cancel``, …) and its heartbeat bound in seconds."""
+    from ...db.models.jobs import Run
+    from ...tinker.kind import HEARTBEAT_SECONDS
+
+    with ctx.db.session() as s:
+        run = s.get(Run, run_id)
+        if run is None:
+            return None, float(HEARTBEAT_SECONDS)
+        bound = (run.resolved or {}).get("heartbeatSeconds", HEARTBEAT_SECONDS)
+        return run.control, float(bound)
+
+
+async def _stop(ctx: Any, b: Broker, m: Model) -> dict[str, Any] | None:
+    """The ``end`` answer when ``m``'s run was cancelled or its session went silent
+    (``m`` is dropped and its pending futures fail with the sentence), else None."""
+    control, bound = await run_in_threadpool(_run_marks, ctx, m.run_id)
+    if control == "cancel":
+        b.drop(m, f"Run {m.run_id} was cancelled (`training runs cancel`).")
+        return {"end": "the run was cancelled (`training runs cancel`)", "cancel": True}
+    silent = b.silent_for(m)
+    if silent is not None and silent > bound:
+        ended = f"the client sent no heartbeat for {bound:g} s (service.tinkerHeartbeatSeconds)"
+        b.drop(m, f"Run {m.run_id}: {ended}.")
+        return {"end": ended, "save": True}
+    return None
+
+
 @router.post("/runs/{run_id}/attempts/{number}/tinker/next")
 async def tinker_next(
     run_id: str,
@@ -108,7 +144,15 @@ async def tinker_next(
     await _take_answer(ctx, b, m, body)
     wait = body.get("wait")
     wait = min(max(float(wait), 1.0), POLL_SECONDS) if isinstance(wait, int | float) else None
-    item = await b.next_item(m, wait or POLL_SECONDS)
+    deadline = time.monotonic() + (wait or POLL_SECONDS)
+    while True:
+        stop = await _stop(ctx, b, m)
+        if stop is not None:
+            return stop
+        left = deadline - time.monotonic()
+        item = await b.next_item(m, min(CHECK_SECONDS, max(left, 0.01)))
+        if item is not None or left <= CHECK_SECONDS:
+            break
     if item is not None and item["op"] == "end":
         b.by_run.pop(run_id, None)
         b.models.pop(m.model_id, None)
