@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
 
 from .. import __version__
 from ..errors import AkkaError, NotFound
@@ -84,7 +85,8 @@ async def login(request: Request) -> Response:
     if not token:
         return render("login.html", 400, message="Paste a token.", next=nxt, title="Log in")
     try:
-        authenticate(request.app.state.ctx, f"Bearer {token}")
+        # the token check reads the state store: in the thread pool, not on the event loop
+        await run_in_threadpool(authenticate, request.app.state.ctx, f"Bearer {token}")
     except AkkaError as exc:
         return render("login.html", exc.status, message=exc.message, next=nxt, title="Log in")
     resp = RedirectResponse(nxt, status_code=303)
