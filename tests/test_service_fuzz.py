@@ -27,6 +27,21 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 
 from service_app import in_process  # noqa: E402
 
+#: Operations whose documented parameters carry the service's own rules (issue 48 item 9:
+#: the registry's name grammar and collections), so that no schema-valid request is refused.
+NAME_OPERATIONS = {
+    ("GET", "/v1/registry/{kinds}"),
+    ("GET", "/v1/registry/{kinds}/{namespace}/{name}"),
+    ("GET", "/v1/registry/{kinds}/{namespace}/{name}/versions"),
+    ("GET", "/v1/registry/datasets/{namespace}/{name}/object"),
+    ("GET", "/v1/registry/models/{namespace}/{name}/object"),
+    ("GET", "/v1/registry/models/{namespace}/{name}/merged"),
+    # uploads: their names and alias only; the bytes' content is no document's business
+    ("POST", "/v1/registry/datasets/{namespace}/{name}"),
+    ("POST", "/v1/registry/bundles/{namespace}/{name}"),
+    ("POST", "/v1/registry/models/{namespace}/{name}"),
+}
+
 EXAMPLES_PER_OPERATION = 6
 CHECKS = [
     not_a_server_error,
@@ -43,18 +58,24 @@ SKIPPED = {
 }
 
 
-def _fuzz(operation, mode, headers: dict[str, str], failures: list[str]) -> int:
-    calls: list[object] = []
-
-    @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(
-        max_examples=EXAMPLES_PER_OPERATION,
+def _bounded(examples: int) -> settings:
+    """Hypothesis settings of a bounded, deterministic run: ``examples`` generated cases per
+    operation, no shrinking, no example database."""
+    return settings(
+        max_examples=examples,
         deadline=None,
         database=None,
         derandomize=True,
         phases=[Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
+
+
+def _fuzz(operation, mode, headers: dict[str, str], failures: list[str]) -> int:
+    calls: list[object] = []
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @_bounded(EXAMPLES_PER_OPERATION)
     def run(case) -> None:
         calls.append(case)
         response = case.call(headers=headers)
@@ -85,3 +106,35 @@ def test_the_openapi_document_fuzzes_clean(tmp_path, monkeypatch) -> None:
                 calls += _fuzz(operation, mode, svc.headers, failures)
         assert count > 40 and calls > 5 * count
         assert not failures, "\n".join(failures)
+
+
+def test_schema_valid_names_are_accepted(tmp_path, monkeypatch) -> None:
+    """Issue 48 item 9: on the operations of :data:`NAME_OPERATIONS`, a request the document
+    calls valid (generated from it) is never refused for its parameters: no 400 but an
+    upload's refused bytes (field ``file`` or ``FILE:line N``), no 5xx; a name that names
+    nothing stored is a 404."""
+    with in_process(tmp_path / "h", monkeypatch) as svc:
+        svc.call("POST", "/v1/training/projects", json={"name": "p"})
+        schema = schemathesis.openapi.from_asgi("/openapi.json", svc.app, headers=svc.headers)
+        refused: list[str] = []
+        seen = set()
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            if (operation.method.upper(), operation.path) not in NAME_OPERATIONS:
+                continue
+            seen.add((operation.method.upper(), operation.path))
+
+            @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE))
+            @_bounded(25)
+            def run(case) -> None:
+                response = case.call(headers=svc.headers)
+                field = (response.json().get("error") or {}).get("field") or ""
+                upload = field == "file" or ":line " in field
+                if (response.status_code == 400 and not upload) or response.status_code >= 500:
+                    refused.append(
+                        f"{case.operation.label} {case.path_parameters}: {response.text}"
+                    )
+
+            run()
+        assert seen == NAME_OPERATIONS
+        assert not refused, "\n".join(refused[:10])

@@ -28,6 +28,26 @@ MAX_NAME_LENGTH = 100
 """Longest namespace, name, alias or project name, in characters."""
 
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+
+NAME_PATTERN = r"^[A-Za-z0-9](\.?[A-Za-z0-9_-])*\.?$"
+""":func:`validate_name`'s rule as one regular expression, for documents (the OpenAPI
+``pattern`` of every name parameter, issue 48): ASCII letters of either case (a name is
+lower-cased on reading), digits, ``.``, ``_`` and ``-``, a letter or digit first, and no
+``..`` (each ``.`` is followed by another character or ends the name). Its length bound is
+:data:`MAX_NAME_LENGTH`."""
+
+REF_NAME_PATTERN = (
+    r"^[A-Za-z0-9](\.?[A-Za-z0-9_-])*\.?"
+    r"(:[Vv][1-9][0-9]{0,17}(@[Ss][Hh][Aa]256:[0-9A-Fa-f]{64})?"
+    r"|:[A-Za-uw-zA-UW-Z0-9](\.?[A-Za-z0-9_-])*\.?"
+    r"|@[Ss][Hh][Aa]256:[0-9A-Fa-f]{64})?$"
+)
+"""The ``NAME`` part of a reference with its optional selector (``NAME``, ``NAME:vN``,
+``NAME:vN@sha256:<64 hex>``, ``NAME:ALIAS``, ``NAME@sha256:<64 hex>``), as one regular
+expression for documents (module docstring; :func:`parse_ref`). An alias documented here
+does not start with ``v`` (``v0`` and ``v`` plus a huge number are refused as versions),
+and a version has at most 18 digits (below :data:`MAX_VERSION`); both are narrower than
+:func:`parse_ref` accepts, never wider."""
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _VERSION_RE = re.compile(r"v([0-9]+)")
 

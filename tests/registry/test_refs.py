@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from akka_optimize.errors import InvalidRequest
-from akka_optimize.refs import MAX_NAME_LENGTH, parse_ref, repository_ref, validate_name
+from akka_optimize.refs import (
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
+    REF_NAME_PATTERN,
+    parse_ref,
+    repository_ref,
+    validate_name,
+)
 
 CASES = [
     json.loads(x)
@@ -99,3 +109,35 @@ def test_hub_repository_names_the_base_model_in_lower_case():
     )
     with pytest.raises(InvalidRequest):
         repository_ref("Qwen/Qwen3-0.6B:v2")
+
+
+_NAMEISH = "aZ09._-/:@\u212a\u00e9 v"  # the name alphabet, its separators, and look-alikes
+
+
+@settings(max_examples=400, deadline=None, database=None, derandomize=True)
+@given(st.one_of(st.text(_NAMEISH, max_size=12), st.from_regex(NAME_PATTERN, fullmatch=True)))
+@example("a..b")
+@example("a.b.")
+@example(".a")
+@example("Ab-_9")
+@example("\u212aelvin")
+@example("a" * (MAX_NAME_LENGTH + 1))
+def test_the_documented_name_pattern_is_the_naming_rule(name):
+    """The OpenAPI document's name pattern (issue 48 item 9) accepts a name exactly when
+    validate_name does, up to the length bound the document gives separately."""
+    try:
+        validate_name(name, "name")
+        accepted = True
+    except InvalidRequest:
+        accepted = False
+    documented = re.fullmatch(NAME_PATTERN, name) is not None and len(name) <= MAX_NAME_LENGTH
+    assert documented == accepted, name
+
+
+@settings(max_examples=200, deadline=None, database=None, derandomize=True)
+@given(st.from_regex(REF_NAME_PATTERN, fullmatch=True))
+def test_every_documented_reference_name_parses(name):
+    """A ``{name}`` the document calls valid on a reference route parses (it may be
+    narrower than the grammar, never wider)."""
+    if len(name) <= MAX_NAME_LENGTH:
+        assert parse_ref(f"ns/{name}").name == name.partition(":")[0].partition("@")[0].lower()

@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..refs import NAME_PATTERN
 from .schema import BranchFrom, ExecutionGroup, RunConfig
 
 __all__ = [
@@ -137,6 +138,7 @@ _NAME = Field(
     max_length=100,
     description="The stage's name, unique in the pipeline; defaults to its kind. Lower-case "
     "letters, digits, '.', '_' and '-', starting with a letter or digit (as other names).",
+    json_schema_extra={"pattern": NAME_PATTERN},  # documented; validate_name refuses
 )
 
 

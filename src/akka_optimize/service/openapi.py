@@ -14,6 +14,9 @@ parameter, and no bodies for routes that read the raw request (uploads, plans).
   body, run plans the :class:`akka_optimize.plan.schema.RunPlan` schema, pipeline
   descriptors :class:`akka_optimize.plan.pipeline.PipelinePlan`, and the other raw JSON
   routes an object body;
+- says which names the registry's path parameters take (the name grammar of
+  :func:`akka_optimize.refs.validate_name`, by :data:`PATH_NAMES`), so that a request the
+  document calls valid is not refused for its name (issue 48);
 - keeps the success answers the routes declare: a response model per JSON answer
   (:mod:`.schemas`, by :func:`.schemas.answers`; both statuses of a route that picks 200 or
   201 at run time), and bytes with their media type for downloads (:func:`.schemas.binary`).
@@ -25,6 +28,8 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+
+from ..refs import MAX_NAME_LENGTH, NAME_PATTERN, REF_NAME_PATTERN
 
 ERROR_STATUSES = {
     "400": "The request is malformed or refused; `error.field` names what is wrong.",
@@ -93,6 +98,42 @@ RAW_BODIES: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+_NAME = {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH}
+_REF_NAME = {**_NAME, "pattern": REF_NAME_PATTERN}
+
+#: Path parameters that the routes check against the name rule, by parameter name; the
+#: registry kinds are the three collections (``_kind`` answers 404 for any other).
+PATH_NAMES: dict[str, dict[str, Any]] = {
+    "namespace": _NAME,
+    "name": _NAME,
+    "alias": _NAME,
+    "kinds": {"type": "string", "enum": ["datasets", "bundles", "models"]},
+}
+#: Operations whose ``{name}`` is the name part of a reference, selector included
+#: (``NAME:v3``, ``NAME:champion``, ``NAME@sha256:…``).
+REF_NAMES = {
+    ("get", "/v1/registry/{kinds}/{namespace}/{name}"),
+    ("get", "/v1/registry/datasets/{namespace}/{name}/object"),
+    ("get", "/v1/registry/models/{namespace}/{name}/object"),
+    ("get", "/v1/registry/models/{namespace}/{name}/merged"),
+}
+
+
+def _name_parameters(method: str, path: str, op: dict[str, Any]) -> None:
+    """Give the registry's name parameters of ``op`` their grammar: the path parameters of
+    :data:`PATH_NAMES`, an upload's ``alias`` and a listing's ``namespace`` query parameter."""
+    if not path.startswith("/v1/registry/"):
+        return
+    for p in op.get("parameters", []):
+        if p.get("in") == "query" and p["name"] in ("alias", "namespace"):  # optional names
+            p["schema"] = {**p["schema"], "anyOf": [_NAME, {"type": "null"}]}
+        schema = PATH_NAMES.get(p["name"]) if p.get("in") == "path" else None
+        if schema is not None:
+            if p["name"] == "name" and (method, path) in REF_NAMES:
+                schema = _REF_NAME
+            p["schema"] = {**schema, "title": p["schema"].get("title", p["name"])}
+
+
 def _model_bodies(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """Request bodies of the raw JSON routes that take a descriptor, by (method, path); the
     descriptors' schemas go into ``schemas``."""
@@ -122,6 +163,7 @@ def _fix_operation(
     ]
     if not op["parameters"]:
         del op["parameters"]
+    _name_parameters(method, path, op)
     if (method, path) in RAW_BODIES:
         op["requestBody"] = RAW_BODIES[(method, path)]
     elif (method, path) in bodies:

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from ...db.models.projects import Project
 from ...errors import AkkaError, Conflict
 from ...evals.settings import make_settings, project_scores, settings_view
-from ...refs import validate_name
+from ...refs import MAX_NAME_LENGTH, NAME_PATTERN, validate_name
 from .. import access
 from ..access import find_project
 from ..auth import Principal
@@ -61,7 +61,9 @@ class ProjectCreate(BaseModel):
 
     name: str = Field(
         description="The project's name: lower-case letters, digits, '.', '_' and '-'; "
-        "it cannot change."
+        "it cannot change.",
+        # documented only: validate_name refuses a bad name with its own sentence
+        json_schema_extra={"pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH},
     )
     evaluation: EvaluationSettings | None = Field(
         None, description="The project's evaluation settings (set later with set-evaluation)."
