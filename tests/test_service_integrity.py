@@ -10,6 +10,7 @@ import contextlib
 import gzip
 import io
 import json
+import re
 import socket
 import stat
 import tarfile
@@ -462,6 +463,23 @@ def test_405_carries_allow(lite) -> None:
     r = lite.call("PUT", "/v1/training/projects")
     assert _error(r, 405)["code"] == "method_not_allowed"
     assert r.headers["Allow"] == "GET, POST"
+
+
+def test_allow_lists_the_methods_the_document_gives_the_path(lite) -> None:
+    """Issue 48 item 9: a path that also matches a templated route (``/{kinds}/…`` for
+    ``/datasets/…``, ``/{endpoint_id}`` for ``/info``) lists the methods of its own, more
+    concrete path only, as the OpenAPI document gives them; so does every documented path."""
+    r = lite.call("PATCH", "/v1/registry/datasets/p/d")
+    assert (r.status_code, r.headers["Allow"]) == (405, "POST")
+    r = lite.call("PATCH", "/v1/training/endpoints/info")
+    assert (r.status_code, r.headers["Allow"]) == (405, "GET")
+    for path, operations in lite.app.openapi()["paths"].items():
+        documented = {m.upper() for m in operations}
+        # a collection no concrete path shadows; any other parameter value
+        url = re.sub(r"\{[^}]+\}", "x", path.replace("{number}", "1"))
+        r = lite.call("PATCH" if "PATCH" not in documented else "TRACE", url)
+        assert r.status_code == 405, (path, r.text)
+        assert set(r.headers["Allow"].split(", ")) == documented, (path, r.headers["Allow"])
 
 
 @pytest.mark.parametrize("name", ["\u212aelvin", "caf\u00e9", "\u0130stanbul", "\uff41bc"])

@@ -246,16 +246,31 @@ def _json_body_limit(settings: Settings) -> int:
 
 
 def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    """Every method some route serves at the request's path (the ``Allow`` header).
+    """The methods of the route the request's path matched (the ``Allow`` header).
 
-    Each method is tried against the routes (included routers nest, so their
-    ``methods`` cannot simply be read off).
+    Each method is tried against the routes (included routers nest, so their ``methods``
+    cannot simply be read off). A path can match several path templates
+    (``/v1/registry/datasets/{namespace}/{name}`` and ``/v1/registry/{kinds}/…``,
+    ``/v1/training/endpoints/info`` and ``/v1/training/endpoints/{endpoint_id}``), each its
+    own path of the OpenAPI document. The path belongs to the most concrete of them (the
+    OpenAPI rule: concrete paths match before templated ones; here a literal segment wins
+    over a parameter, the first differing segment deciding), and only that path's
+    documented methods are listed (issue 48). HEAD goes with GET. A path no documented
+    template matches lists every method some route serves there.
     """
-    from starlette.routing import Match
+    from starlette.routing import Match, compile_path
 
     found = []
     for method in ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"):
         scope = {**request.scope, "method": method}
         if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
             found.append(method)
-    return found
+    paths = app.openapi().get("paths", {})
+    matching = [t for t in paths if compile_path(t)[0].match(request.url.path)]
+    if not matching:
+        return found
+    template = min(matching, key=lambda t: [part.startswith("{") for part in t.split("/")])
+    documented = {m.upper() for m in paths[template]}
+    if "GET" in documented:
+        documented.add("HEAD")
+    return [m for m in found if m in documented]
