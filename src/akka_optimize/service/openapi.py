@@ -119,12 +119,27 @@ REF_NAMES = {
 }
 
 
+def _image_filename() -> dict[str, Any]:
+    """The ``filename`` of an image push: a last path component with a stem and one of
+    :data:`akka_optimize.registry.images.IMAGE_TYPES`' extensions, in any case."""
+    from ..registry.images import IMAGE_TYPES
+
+    exts = "|".join(
+        "".join(f"[{c.upper()}{c}]" if c.isalpha() else c for c in ext[1:])
+        for ext in sorted(IMAGE_TYPES)
+    )
+    return {"type": "string", "pattern": f"^([^/\\n]*/)*[^/\\n]+\\.({exts})$"}
+
+
 def _name_parameters(method: str, path: str, op: dict[str, Any]) -> None:
     """Give the registry's name parameters of ``op`` their grammar: the path parameters of
-    :data:`PATH_NAMES`, an upload's ``alias`` and a listing's ``namespace`` query parameter."""
+    :data:`PATH_NAMES`, an upload's ``alias`` and a listing's ``namespace`` query parameter,
+    and an image push's ``filename`` its image extensions."""
     if not path.startswith("/v1/registry/"):
         return
     for p in op.get("parameters", []):
+        if (method, path, p["name"]) == ("post", "/v1/registry/images", "filename"):
+            p["schema"] = {**_image_filename(), "title": "Filename"}
         if p.get("in") == "query" and p["name"] in ("alias", "namespace"):  # optional names
             p["schema"] = {**p["schema"], "anyOf": [_NAME, {"type": "null"}]}
         schema = PATH_NAMES.get(p["name"]) if p.get("in") == "path" else None
