@@ -36,6 +36,7 @@ NAME_OPERATIONS = {
     ("GET", "/v1/registry/datasets/{namespace}/{name}/object"),
     ("GET", "/v1/registry/models/{namespace}/{name}/object"),
     ("GET", "/v1/registry/models/{namespace}/{name}/merged"),
+    ("PUT", "/v1/registry/{kinds}/{namespace}/{name}/aliases/{alias}"),  # and its version
     # uploads: their names and alias only; the bytes' content is no document's business
     ("POST", "/v1/registry/datasets/{namespace}/{name}"),
     ("POST", "/v1/registry/bundles/{namespace}/{name}"),

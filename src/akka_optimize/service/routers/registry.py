@@ -373,7 +373,11 @@ class AliasBody(BaseModel):
     """Body of ``PUT …/aliases/{alias}``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    version: str = Field(description="The version the alias points at, such as v3.")
+    version: str = Field(
+        description="The version the alias points at, such as v3.",
+        # documented only: registry.aliases.parse_version refuses with its own sentence
+        json_schema_extra={"pattern": r"^[Vv]?0*[1-9][0-9]{0,17}$"},
+    )
 
 
 @router.put("/{kinds}/{namespace}/{name}/aliases/{alias}", **answers(VersionView))
