@@ -662,3 +662,17 @@ def _half_body() -> bytes:
         b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: 100\r\n\r\n{"
     )
+
+
+def test_a_stage_name_is_documented_as_the_string_the_service_takes(lite) -> None:
+    """Issue 48 item 9: the service refuses a stage name given as null, so the document
+    calls a stage's name a string of the name grammar (left out for the default)."""
+    schemas = lite.app.openapi()["components"]["schemas"]
+    for stage in ("CurateStage", "TrainStage", "EvaluateStage"):
+        name = schemas[stage]["properties"]["name"]
+        assert (name["type"], name["maxLength"], "anyOf" in name) == ("string", 100, False)
+    body = {"kind": "pipeline", "project": "p", "stages": [{"kind": "evaluate", "name": None}]}
+    lite.call("POST", "/v1/training/projects", json={"name": "p"})
+    assert _error(lite.call("POST", "/v1/training/pipelines", json=body))["field"] == (
+        "stages[0].name"
+    )

@@ -132,13 +132,21 @@ class CurationRequest(_CurationFields):
     project: str = Field(min_length=1, description="The project (name or ID) it runs in.")
 
 
+def _stage_name_schema(schema: dict) -> None:
+    """A stage name's JSON schema: a string of the name grammar, to leave out for the
+    default (the service reads an explicit null as a name that is not a string)."""
+    schema.pop("anyOf", None)
+    schema.pop("default", None)
+    schema.update(type="string", pattern=NAME_PATTERN, minLength=1, maxLength=100)
+
+
 _NAME = Field(
     None,
     min_length=1,
     max_length=100,
     description="The stage's name, unique in the pipeline; defaults to its kind. Lower-case "
     "letters, digits, '.', '_' and '-', starting with a letter or digit (as other names).",
-    json_schema_extra={"pattern": NAME_PATTERN},  # documented; validate_name refuses
+    json_schema_extra=_stage_name_schema,  # documented; validate_name refuses
 )
 
 
