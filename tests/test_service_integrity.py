@@ -143,6 +143,9 @@ REFUSED_WRITES: dict[tuple[str, str], list[dict]] = {
     ("POST", "/v1/training/endpoints/{endpoint_id}/openai/v1/chat/completions"): [
         {"json": {"model": "x", "messages": [{"role": "user", "content": "hi"}]}},
     ],
+    ("POST", "/v1/training/endpoints/{endpoint_id}/openai/v1/completions"): [
+        {"json": {"model": "x", "prompt": "hi"}},
+    ],
     ("POST", "/v1/training/evaluations"): [
         {"json": {"project": "p", "dataset": "p/d", "modelId": "p/none:v1"}},
     ],
