@@ -11,6 +11,7 @@ tokens); the log-probs are one forward of prompt and completion.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..data.types import Pass
@@ -25,6 +26,11 @@ def _stops(session: Any, stop: Any) -> set[int] | None:
     ids: set[int] = set()
     for s in items:
         if isinstance(s, int):
+            if not 0 <= s < session.vocab_size:
+                raise DatumError(
+                    f"sampling_params.stop holds token {s}, outside the model's vocabulary "
+                    f"(0..{session.vocab_size - 1})."
+                )
             ids.add(s)
             continue
         enc = session._tokenizer.encode(s, add_special_tokens=False)
@@ -37,6 +43,35 @@ def _stops(session: Any, stop: Any) -> set[int] | None:
     return ids
 
 
+MIN_TEMPERATURE = 1e-6
+"""The least non-zero ``temperature``: the engine divides float32 logits by it, and far
+below this the quotient overflows to inf and the softmax to NaN."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def params_refusal(params: dict[str, Any]) -> str | None:
+    """The sentence refusing the first ``sampling_params`` field the engine cannot honour
+    as asked, or None. ``max_tokens`` a whole number ≥ 1 (absent: 16), ``temperature`` 0
+    (greedy) or from :data:`MIN_TEMPERATURE` up and ``top_p`` in (0, 1] (OpenAI's range: above
+    1 would silently mean 1, 0 keeps nothing). ``seed`` is bounded where it is decoded."""
+    n = params.get("max_tokens")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        return f"sampling_params.max_tokens is {n!r:.40}; give a whole number of at least 1."
+    t = params.get("temperature", 1.0)
+    if not _number(t) or not (t == 0 or MIN_TEMPERATURE <= t < math.inf):
+        return (
+            f"sampling_params.temperature is {t!r:.40}; give 0 (greedy) or a number of at "
+            f"least {MIN_TEMPERATURE:g}."
+        )
+    p = params.get("top_p", 1.0)
+    if not _number(p) or not 0 < p <= 1:
+        return f"sampling_params.top_p is {p!r:.40}; give a number above 0 and at most 1."
+    return None
+
+
 def _check(body: dict[str, Any], step: int) -> dict[str, Any]:
     if body.get("snapshot_step") != step:
         raise DatumError(
@@ -45,6 +80,9 @@ def _check(body: dict[str, Any], step: int) -> dict[str, Any]:
             "save_weights_and_get_sampling_client again."
         )
     params = body.get("sampling_params") or {}
+    refusal = params_refusal(params)
+    if refusal:
+        raise DatumError(refusal)
     if params.get("top_k") not in (None, -1, 0):
         raise DatumError("sampling_params.top_k is not supported; leave it at -1.")
     for key in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k",

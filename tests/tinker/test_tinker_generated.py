@@ -1,0 +1,245 @@
+"""Generated Tinker requests on the SDK's own types (issue 47 §2, "the same for Tinker
+requests"): ``SamplingParams``, ``forward_backward``'s loss names (the SDK's ``LossFnType``
+literal) with their ``loss_fn_inputs`` and ``loss_fn_config``, and ``AdamParams``, sent by
+the official ``tinker==0.38.0`` SDK to a live service on the tiny model.
+
+Each call either succeeds and its fields visibly took effect (``max_tokens`` bounds the
+sample, a stop token ends it, a seed reproduces it; ``weights`` scale the cross-entropy
+loss; a zero learning rate leaves the weights as they were), or is refused with a sentence
+naming a field the request set: never a 5xx, a hang or Python exception text. One training
+client serves every example (on the CI's one CPU device a second would queue behind it).
+Each example prints itself before it runs, so a failure is rerun from the printed values
+(no shrinking: each example is a round trip).
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+from tinker_kit import TINY, created, tinker_service
+
+tinker = pytest.importorskip("tinker")
+from tinker.types import datum as datum_types  # noqa: E402
+
+from tinker import types  # noqa: E402
+
+PROMPT = [1, 504, 3180, 314, 1345, 30, 2, 2016, 314]
+SEQ = [1, 504, 3180, 314, 1345, 30, 2, 2016, 314, 480, 12, 42]
+LOSSES = typing.get_args(types.LossFnType)
+INPUT_KEYS = tuple(datum_types._KEY_TO_TYPE)  # the keys the SDK's Datum can carry
+CONFIG_KEYS = ("clip_low_threshold", "clip_high_threshold", "beta", "temperature")
+BUDGET = settings(
+    max_examples=24,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("tinker-generated")
+    with tinker_service(tmp) as (svc, keys):
+        client = tinker.ServiceClient(base_url=svc.url, api_key=keys["demo"])
+        trainer = created(client.create_lora_training_client(base_model=TINY, rank=4, seed=3))
+        yield {"svc": svc, "client": client, "trainer": trainer}
+
+
+def refused(error: BaseException, fields: list[str]) -> None:
+    """``error`` is the SDK's refusal (not a 5xx) and its text names one of ``fields``."""
+    assert isinstance(error, tinker.TinkerError), repr(error)
+    assert not isinstance(error, tinker.InternalServerError), str(error)
+    status = getattr(error, "status_code", None)
+    assert status is None or status < 500, (status, str(error))
+    text = str(error)
+    assert "Traceback" not in text and "failed in the worker" not in text, text
+    assert any(f in text for f in fields), (fields, text)
+
+
+def attempt(call: Any) -> tuple[Any, BaseException | None]:
+    try:
+        return call(), None
+    except Exception as e:  # the SDK's error, or whatever leaked: judged by refused()
+        return None, e
+
+
+# Sampling ---------------------------------------------------------------------------
+finite = st.floats(-2.0, 3.0, allow_nan=False)
+odd = st.sampled_from([1e30, -1e30, 1e-30])  # the SDK cannot send NaN or ±inf in JSON
+stops = st.one_of(
+    st.none(),
+    st.sampled_from(["\n", ".", " the", "zebra zebra", ""]),
+    st.lists(st.sampled_from(["\n", ".", ",", " the"]), max_size=3),
+    st.lists(st.integers(-3, 49_200), max_size=3),
+)
+
+
+@st.composite
+def sampling_params(draw: st.DrawFn) -> dict[str, Any]:
+    """Keyword arguments of ``types.SamplingParams``: each field left out or drawn."""
+    fields = {
+        "max_tokens": st.one_of(st.none(), st.integers(-3, 20)),
+        "temperature": st.one_of(finite, odd, st.just(0.0)),
+        "top_p": st.one_of(st.floats(-0.5, 1.5, allow_nan=False), odd),
+        "top_k": st.one_of(st.sampled_from([-1, 0]), st.integers(-3, 60)),
+        "seed": st.one_of(st.none(), st.integers(-5, 2**40), st.sampled_from([2**64, -(2**70)])),
+        "stop": stops,
+    }
+    chosen = draw(st.lists(st.sampled_from(sorted(fields)), unique=True, max_size=4))
+    return {k: draw(fields[k]) for k in chosen}
+
+
+def _stop_ids(tok: Any, stop: Any) -> set[int]:
+    items = [stop] if isinstance(stop, str) else list(stop or [])
+    out: set[int] = set()
+    for s in items:
+        out |= {s} if isinstance(s, int) else set(tok.encode(s, add_special_tokens=False)[:1])
+    return out
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@BUDGET
+@example(kw={"max_tokens": 0}, n=1)
+@example(kw={"temperature": -1.0, "seed": 3}, n=1)
+@example(kw={"top_p": 0.0, "temperature": 1.0}, n=1)
+@example(kw={"stop": "zebra zebra"}, n=1)
+@example(kw={"stop": [-1]}, n=1)
+@example(kw={"temperature": 5e-324}, n=1)
+@given(kw=sampling_params(), n=st.sampled_from([1, 1, 2, 3, 0]))
+def test_generated_sampling_params_are_honoured_or_refused_naming_them(
+    world: Any, tokenizer: Any, kw: dict[str, Any], n: int
+) -> None:
+    print(f"sampling example: num_samples={n} SamplingParams(**{kw!r})")
+    try:
+        params = types.SamplingParams(**kw)
+    except ValueError:
+        return  # the SDK's own type refuses it before anything is sent
+    sampler = created(world["trainer"].save_weights_and_get_sampling_client())
+    prompt = types.ModelInput.from_ints(PROMPT)
+    got, error = attempt(lambda: sampler.sample(prompt, n, params).result())
+    print(f"  -> {error or [s.tokens for s in got.sequences]}")
+    if error is not None:
+        refused(error, [*kw, "num_samples"])
+        return
+    assert len(got.sequences) == n
+    limit = kw.get("max_tokens")
+    ids = _stop_ids(tokenizer, kw.get("stop"))
+    for s in got.sequences:
+        assert limit is None or len(s.tokens) <= limit, (limit, s.tokens)
+        assert len(s.logprobs) == len(s.tokens) and all(lp <= 0 for lp in s.logprobs)
+        if ids:
+            assert not ids & set(s.tokens[:-1]), (ids, s.tokens)  # a stop token ends it
+            assert (s.stop_reason == "stop") == (bool(s.tokens) and s.tokens[-1] in ids)
+    if n and kw.get("seed") is not None:
+        again = sampler.sample(prompt, n, params).result()
+        assert [s.tokens for s in again.sequences] == [s.tokens for s in got.sequences]
+
+
+# forward_backward --------------------------------------------------------------------
+NEEDS = {"cross_entropy": ("target_tokens", "weights")}
+"""Tinker's documented inputs per loss (the reinforcement losses: tokens, sampler log-probs
+and advantages); drawn most often, so most examples get past the first refusal."""
+
+
+@st.composite
+def loss_requests(draw: st.DrawFn) -> tuple[str, dict[str, list[float]], dict[str, float]]:
+    """A loss name from the SDK's ``LossFnType``, ``loss_fn_inputs`` for one datum over
+    :data:`SEQ` (the loss's documented keys, then maybe one dropped and one of the SDK's
+    other keys added, each at the right length or one off), and a ``loss_fn_config``."""
+    n = len(SEQ) - 1
+    loss = draw(st.sampled_from(LOSSES))
+    keys = list(NEEDS.get(loss, ("target_tokens", "logprobs", "advantages")))
+    if draw(st.booleans()):
+        keys.remove(draw(st.sampled_from(keys)))
+    if draw(st.booleans()):
+        keys.append(draw(st.sampled_from(INPUT_KEYS)))
+    inputs: dict[str, list[float]] = {}
+    for key in dict.fromkeys(keys):
+        size = n + draw(st.sampled_from([0, 0, 0, 0, -1, 1]))
+        if key == "target_tokens":
+            inputs[key] = (SEQ[1:] + [7])[:size]
+        else:
+            lo, hi = (-5.0, 0.0) if key == "logprobs" else (-2.0, 2.0)
+            inputs[key] = draw(st.lists(st.floats(lo, hi), min_size=size, max_size=size))
+    config_keys = draw(st.lists(st.sampled_from(CONFIG_KEYS), unique=True, max_size=2))
+    config = {k: draw(st.floats(-1.0, 3.0)) for k in config_keys if draw(st.booleans())}
+    return loss, inputs, config
+
+
+@BUDGET
+@given(req=loss_requests())
+def test_generated_forward_backward_is_honoured_or_refused_naming_a_field(
+    world: Any, req: tuple[str, dict[str, list[float]], dict[str, float]]
+) -> None:
+    loss, inputs, config = req
+    print(f"forward_backward example: loss_fn={loss!r} inputs={inputs!r} config={config!r}")
+    datum = types.Datum(model_input=types.ModelInput.from_ints(SEQ[:-1]), loss_fn_inputs=inputs)
+    call = lambda: world["trainer"].forward_backward([datum], loss, config or None).result()  # noqa: E731
+    got, error = attempt(call)
+    print(f"  -> {error or got.metrics}")
+    if error is not None:
+        refused(error, ["loss_fn", *inputs, *config])
+        return
+    out = got.loss_fn_outputs[0]["logprobs"].tolist()
+    assert len(out) == len(SEQ) - 1 and all(lp <= 0 for lp in out)
+    assert all(math.isfinite(v) for v in got.metrics.values()), got.metrics
+    if loss == "cross_entropy":  # the weights took effect: loss = -Σ wᵢ·log pᵢ
+        weights = inputs.get("weights", [1.0] * len(out))
+        want = -sum(w * lp for w, lp in zip(weights, out, strict=True))
+        assert math.isclose(got.metrics["loss:sum"], want, rel_tol=1e-4, abs_tol=1e-4)
+
+
+# optim_step --------------------------------------------------------------------------
+@st.composite
+def adam_params(draw: st.DrawFn) -> dict[str, Any]:
+    """Keyword arguments of ``types.AdamParams``: each field left out or drawn."""
+    value = st.one_of(st.floats(-0.5, 1.5), st.just(0.0), st.sampled_from([1e-12, 1e-2]))
+    chosen = draw(
+        st.lists(st.sampled_from(sorted(types.AdamParams.model_fields)), unique=True, max_size=4)
+    )
+    return {k: draw(value) for k in chosen}
+
+
+@BUDGET
+@example(kw={"learning_rate": 0.0, "weight_decay": 0.5})
+@example(kw={"learning_rate": 0.05, "eps": 1e-8})
+@given(kw=adam_params())
+def test_generated_adam_params_are_honoured_or_refused_naming_them(
+    world: Any, kw: dict[str, Any]
+) -> None:
+    print(f"optim_step example: AdamParams(**{kw!r})")
+    try:
+        params = types.AdamParams(**kw)
+    except ValueError:
+        return
+    trainer = world["trainer"]
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(SEQ[:-1]),
+        loss_fn_inputs={"target_tokens": SEQ[1:], "weights": [1.0] * (len(SEQ) - 1)},
+    )
+    before = trainer.forward([datum], "cross_entropy").result()
+    trainer.forward_backward([datum], "cross_entropy").result()  # a gradient to step with
+    got, error = attempt(lambda: trainer.optim_step(params).result())
+    print(f"  -> {error or 'stepped'}")
+    if error is not None:
+        refused(error, ["adam_params", *kw])
+        return
+    after = trainer.forward([datum], "cross_entropy").result()
+    old = before.loss_fn_outputs[0]["logprobs"].tolist()
+    new = after.loss_fn_outputs[0]["logprobs"].tolist()
+    lr = kw.get("learning_rate", 1e-4)
+    if lr == 0:  # AdamW's decay is scaled by the learning rate too
+        assert new == pytest.approx(old, abs=1e-6)
+    elif lr >= 1e-2 and kw.get("eps", 1e-12) <= 1e-6:
+        assert new != pytest.approx(old, abs=1e-6)
