@@ -3,6 +3,9 @@ requests"): ``SamplingParams``, ``forward_backward``'s loss names (the SDK's ``L
 literal) with their ``loss_fn_inputs`` and ``loss_fn_config``, and ``AdamParams``, sent by
 the official ``tinker==0.38.0`` SDK to a live service on the tiny model.
 
+``LoraConfig`` is drawn without a service, against the function the create request calls
+(each ``create_lora_training_client`` would hold the CI's one CPU device).
+
 Each call either succeeds and its fields visibly took effect (``max_tokens`` bounds the
 sample, a stop token ends it, a seed reproduces it; ``weights`` scale the cross-entropy
 loss; a zero learning rate leaves the weights as they were), or is refused with a sentence
@@ -26,8 +29,12 @@ from tinker_kit import TINY, created, tinker_service
 tinker = pytest.importorskip("tinker")
 from tinker.types import datum as datum_types  # noqa: E402
 
+from akka_optimize.catalog import load_catalog  # noqa: E402
+from akka_optimize.errors import InvalidRequest  # noqa: E402
+from akka_optimize.tinker.kind import ATTN, MLP, UNEMBED, lora_config, lora_targets  # noqa: E402
 from tinker import types  # noqa: E402
 
+CATALOG = load_catalog(None)
 PROMPT = [1, 504, 3180, 314, 1345, 30, 2, 2016, 314]
 SEQ = [1, 504, 3180, 314, 1345, 30, 2, 2016, 314, 480, 12, 42]
 LOSSES = typing.get_args(types.LossFnType)
@@ -243,3 +250,41 @@ def test_generated_adam_params_are_honoured_or_refused_naming_them(
         assert new == pytest.approx(old, abs=1e-6)
     elif lr >= 1e-2 and kw.get("eps", 1e-12) <= 1e-6:
         assert new != pytest.approx(old, abs=1e-6)
+
+
+# LoraConfig --------------------------------------------------------------------------
+@st.composite
+def lora_configs(draw: st.DrawFn) -> dict[str, Any]:
+    """``types.LoraConfig`` as the SDK sends it: ``rank`` drawn around its range, each
+    other field its default or drawn."""
+    kw: dict[str, Any] = {"rank": draw(st.integers(-2, 600))}
+    for key in ("seed", "train_attn", "train_mlp", "train_unembed"):
+        if draw(st.booleans()):
+            kw[key] = draw(st.integers(-5, 99)) if key == "seed" else draw(st.booleans())
+    return types.LoraConfig(**kw).model_dump()  # every field, as the SDK's create sends
+
+
+@settings(max_examples=60, deadline=None)
+@given(lora=lora_configs(), repo=st.sampled_from([e.repository for e in CATALOG.entries]))
+def test_generated_lora_configs_become_targets_or_are_refused_naming_them(
+    lora: dict[str, Any], repo: str
+) -> None:
+    """Without a service (each ``create_lora_training_client`` would hold the one CPU
+    device): the function the create request calls either maps the options onto each
+    catalog entry's targets, each switch visibly kept or dropped, or refuses naming one."""
+    print(f"lora example: {repo} LoraConfig {lora!r}")
+    entry = CATALOG.get(repo)
+    try:
+        checked = lora_config(lora)
+        targets = lora_targets(entry, checked)
+    except InvalidRequest as e:
+        assert e.field and e.field.startswith("lora_config") and e.field in e.message, e.message
+        assert e.field == "lora_config" or e.field.removeprefix("lora_config.") in lora
+        return
+    assert 1 <= checked["rank"] <= 512 and targets
+    if isinstance(entry.lora_target_modules, str):
+        return
+    want = {k: lora.get(k, True) for k in ("train_attn", "train_mlp", "train_unembed")}
+    assert want["train_attn"] == bool(set(targets) & set(ATTN))
+    assert want["train_mlp"] == bool(set(targets) & set(MLP))
+    assert want["train_unembed"] == (UNEMBED in targets)
