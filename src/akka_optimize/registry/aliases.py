@@ -19,6 +19,8 @@ from .resolution import resolve_ref
 
 RESERVED_ALIASES = ("latest",)
 _VERSION_ARG = re.compile(r"v?([0-9]+)")
+VERSION_PATTERN = r"^[Vv]?0*[1-9][0-9]{0,17}$"
+"""The versions :func:`parse_version` takes, as the API document states them."""
 
 
 def parse_version(version: int | str, field: str = "version") -> int:

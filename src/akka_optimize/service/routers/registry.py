@@ -35,6 +35,7 @@ from ...registry import (
     register_dataset,
     set_alias,
 )
+from ...registry.aliases import VERSION_PATTERN
 from ...registry.core import check_alias
 from ...store import content_key
 from .. import access
@@ -92,8 +93,7 @@ def _answer(rv: Any, created: bool) -> JSONResponse:
 
 @router.get("/info", response_model=RegistryInfo)
 def registry_info(ctx: CtxDep) -> dict[str, Any]:
-    """The registry's build version, artifact kinds and upload limits (seeds/001 "registry
-    info shows the registry's build version")."""
+    """The registry's build version, artifact kinds and upload limits (seeds/001)."""
     return {
         "version": __version__,
         "kinds": ["dataset", "bundle", "model", "image"],
@@ -241,8 +241,7 @@ def get_image(digest: str, ctx: CtxDep, principal: PrincipalDep) -> StreamingRes
 def list_route(
     kinds: str, ctx: CtxDep, principal: PrincipalDep, namespace: str | None = None
 ) -> dict[str, Any]:
-    """Named artifacts of one kind with their latest version and aliases (those the caller
-    sees)."""
+    """Named artifacts of one kind the caller sees, with latest version and aliases."""
     kind = _kind(kinds)
     with ctx.db.session() as s:
         return {"items": access.filter_names(principal, s, kind, list_names(s, kind, namespace))}
@@ -373,10 +372,9 @@ class AliasBody(BaseModel):
     """Body of ``PUT …/aliases/{alias}``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    version: str = Field(
+    version: str = Field(  # the pattern is documented only: parse_version refuses
         description="The version the alias points at, such as v3.",
-        # documented only: registry.aliases.parse_version refuses with its own sentence
-        json_schema_extra={"pattern": r"^[Vv]?0*[1-9][0-9]{0,17}$"},
+        json_schema_extra={"pattern": VERSION_PATTERN},
     )
 
 
