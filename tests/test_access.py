@@ -528,6 +528,10 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"path": "/v1/training/endpoints/{endpoint}/openai/v1/chat/completions",
          "json": {"messages": [{"role": "user", "content": "hi"}]}, "expect": "hidden"},
     ],
+    ("POST", "/v1/training/endpoints/{endpoint_id}/openai/v1/completions"): [
+        {"path": "/v1/training/endpoints/{endpoint}/openai/v1/completions",
+         "json": {"prompt": "hi", "max_tokens": 1}, "expect": "hidden"},
+    ],
 }  # fmt: skip
 
 

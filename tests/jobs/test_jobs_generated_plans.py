@@ -5,8 +5,8 @@ field and message), and an accepted plan trains its update to SUCCEEDED, or fail
 sentence that names a plan field, never a worker's Python error.
 
 Bounded for CI: ``EXAMPLES`` plans, each training at most one update of four rows. A
-failing example prints the plan itself and hypothesis's seed (``--hypothesis-seed``), so
-it can be rerun.
+failing example prints the plan itself; the plans are derandomized (the same in every run,
+so CI never fails at random: a change that breaks one of them fails every time).
 """
 
 from __future__ import annotations
@@ -96,6 +96,8 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
+    derandomize=True,  # the same plans in every run: CI never fails at random
+    database=None,
     print_blob=True,
     # no shrinking: each example trains, and shrinking one ran past five minutes; the
     # failing plan is printed whole instead

@@ -203,7 +203,13 @@ def refused_values(draw: st.DrawFn) -> tuple[str, Any]:
     return field, value
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(refused_values())
 def test_generated_values_of_refused_fields_are_answered_400_naming_the_field(worker, case):
     field, value = case
@@ -236,7 +242,13 @@ def honoured_values(draw: st.DrawFn) -> tuple[str, Any]:
     return field, draw(sdk_values(SDK_FIELDS[field]))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(honoured_values())
 def test_generated_values_of_honoured_fields_are_served_or_refused_naming_the_field(worker, case):
     field, value = case

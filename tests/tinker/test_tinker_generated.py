@@ -43,6 +43,8 @@ CONFIG_KEYS = ("clip_low_threshold", "clip_high_threshold", "beta", "temperature
 BUDGET = settings(
     max_examples=24,
     deadline=None,
+    derandomize=True,  # the same examples in every run: CI never fails at random
+    database=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -264,7 +266,7 @@ def lora_configs(draw: st.DrawFn) -> dict[str, Any]:
     return types.LoraConfig(**kw).model_dump()  # every field, as the SDK's create sends
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(lora=lora_configs(), repo=st.sampled_from([e.repository for e in CATALOG.entries]))
 def test_generated_lora_configs_become_targets_or_are_refused_naming_them(
     lora: dict[str, Any], repo: str

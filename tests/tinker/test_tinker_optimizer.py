@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import torch
 
-from akka_optimize.tinker.worker import ADAM_DEFAULTS, Calls
+from akka_optimize.tinker.datums import ADAM_DEFAULTS
+from akka_optimize.tinker.worker import Calls
 
 TOL = 1e-6
 """Largest absolute difference in any adapter weight from torch's AdamW (both fp32 on the

@@ -25,6 +25,7 @@ def _pick(logits_V: Tensor, temperature: float, top_p: float, gen: torch.Generat
     if top_p < 1.0:
         sorted_p, order = torch.sort(probs_V, descending=True)
         keep = torch.cumsum(sorted_p, 0) - sorted_p < top_p  # smallest set reaching top_p
+        keep[0] = True  # the most likely token always (a top_p below fp32's range keeps none)
         probs_V = torch.zeros_like(probs_V).scatter(0, order[keep], sorted_p[keep])
     return int(torch.multinomial(probs_V, 1, generator=gen))
 
