@@ -203,13 +203,16 @@ def refused_values(draw: st.DrawFn) -> tuple[str, Any]:
     return field, value
 
 
-@settings(
+GENERATED = settings(
     max_examples=30,
     deadline=None,
-    derandomize=True,
+    derandomize=True,  # the same examples in every run: CI never fails at random
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+@GENERATED
 @given(refused_values())
 def test_generated_values_of_refused_fields_are_answered_400_naming_the_field(worker, case):
     field, value = case
@@ -242,13 +245,7 @@ def honoured_values(draw: st.DrawFn) -> tuple[str, Any]:
     return field, draw(sdk_values(SDK_FIELDS[field]))
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@GENERATED
 @given(honoured_values())
 def test_generated_values_of_honoured_fields_are_served_or_refused_naming_the_field(worker, case):
     field, value = case
