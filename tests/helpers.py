@@ -242,3 +242,35 @@ def make_random_adapter(base_dir: Path, dest: Path, seed: int, rank: int = 8) ->
                 p.normal_(0, 0.3)
     peft.save_pretrained(dest)
     return dest
+
+
+CHATML = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def byte_tokenizer(dest: Path) -> None:
+    """Save a fast tokenizer: 3 specials and ``<unk>`` (ids 0–3), then the byte-level
+    characters of newline and printable ASCII (ids 4–99), no merges."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    # GPT-2's byte-to-character map: printable ASCII is itself, bytes 0-32 are chr(256 + b)
+    vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2, "<unk>": 3}
+    for b in [10, *range(32, 127)]:
+        vocab[chr(256 + b) if b <= 32 else chr(b)] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<unk>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = CHATML
+    fast.save_pretrained(dest)

@@ -22,17 +22,11 @@ import pytest
 import yaml
 from jobs_helpers import run_json
 
-from helpers import LiveService, free_port
+from helpers import LiveService, byte_tokenizer, free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from families import FAMILIES, build  # noqa: E402
 
-CHATML = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
 CHOSEN = ["gemma3", "gemma3-text", "gemma4", "ministral", "ministral3", "qwen3"]
 ROWS = [
     {
@@ -43,30 +37,6 @@ ROWS = [
     }
     for a, b in [(2, 3), (4, 5), (6, 7), (8, 9)]
 ]
-
-
-def byte_tokenizer(dest: Path) -> None:
-    """Save a fast tokenizer: 3 specials and ``<unk>`` (ids 0–3), then the byte-level
-    characters of newline and printable ASCII (ids 4–99), no merges."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    # GPT-2's byte-to-character map: printable ASCII is itself, bytes 0-32 are chr(256 + b)
-    vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2, "<unk>": 3}
-    for b in [10, *range(32, 127)]:
-        vocab[chr(256 + b) if b <= 32 else chr(b)] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token="<unk>",
-        additional_special_tokens=["<|im_start|>"],
-    )
-    fast.chat_template = CHATML
-    fast.save_pretrained(dest)
 
 
 @pytest.fixture(scope="module")

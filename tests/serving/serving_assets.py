@@ -29,9 +29,18 @@ MARGIN = 0.2
 CACHE = Path(os.environ.get("AKKA_OPTIMIZE_TEST_CACHE", REPO / ".cache" / "test-models"))
 
 
-def train_tool_adapter(base_dir: Path, dest: Path) -> Path:
-    """A LoRA adapter trained until greedy decoding reproduces a Hermes tool call
-    for the weather question and the final answer after the tool's response: every
+def train_tool_adapter(
+    base_dir: Path,
+    dest: Path,
+    *,
+    architecture: str = "LlamaForCausalLM",
+    call_text: str = CALL_TEXT,
+    targets: str = "all-linear",
+) -> Path:
+    """A LoRA adapter trained until greedy decoding reproduces ``call_text`` (a Hermes
+    tool call unless told otherwise; the prompt is rendered as an endpoint of
+    ``architecture`` renders it) for the weather question and the final answer after the
+    tool's response: every
     target token leads the runner-up by :data:`MARGIN` logits (far above the rounding of
     merging the adapter), except the closing EOS. The tiny model's EOS is its padding
     token, whose tied embedding row is zero, so its logit stays 0 whatever the adapter
@@ -46,7 +55,7 @@ def train_tool_adapter(base_dir: Path, dest: Path) -> Path:
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(base_dir)
     model = AutoModelForCausalLM.from_pretrained(base_dir)
-    peft = get_peft_model(model, LoraConfig(r=32, lora_alpha=64, target_modules="all-linear"))
+    peft = get_peft_model(model, LoraConfig(r=32, lora_alpha=64, target_modules=targets))
     q = {"role": "user", "content": "Weather in Paris?"}
     call = {
         "role": "assistant",
@@ -61,9 +70,9 @@ def train_tool_adapter(base_dir: Path, dest: Path) -> Path:
     }
     answer = {"role": "tool", "tool_call_id": "call_1", "content": '{"sky": "sunny"}'}
     rows = []
-    for msgs, target in (([q], CALL_TEXT), ([q, call, answer], FINAL_ANSWER)):
+    for msgs, target in (([q], call_text), ([q, call, answer], FINAL_ANSWER)):
         req = parse_chat_request({"model": "m", "messages": msgs, "tools": TOOLS})
-        prompt = render_prompt(tok, req, architecture="LlamaForCausalLM", instructions=INSTRUCTIONS)
+        prompt = render_prompt(tok, req, architecture=architecture, instructions=INSTRUCTIONS)
         ids = prompt + tok.encode(target, add_special_tokens=False) + [tok.eos_token_id]
         rows.append((prompt, ids))
     opt = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=5e-3)

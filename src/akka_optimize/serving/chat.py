@@ -4,10 +4,11 @@
   ``developer`` message gets the model's training instructions as its system
   message; ``developer`` is rendered as ``system``.
 - Tools: a chat template that renders tools itself (it mentions ``tools``) gets
-  them through ``apply_chat_template(tools=…)``; otherwise the Hermes system text
-  offers them (:func:`~.parsers.hermes_tools_prompt`), an assistant's calls are
-  written as ``<tool_call>`` blocks, and a tool answer as a user turn holding a
-  ``<tool_response>`` block (the layout of Qwen 2.5's template).
+  them through ``apply_chat_template(tools=…)``; otherwise a system text offers them
+  (:func:`~.parsers.tools_prompt`) in the markup of the architecture's parser, an
+  assistant's calls are written in that markup (``<tool_call>`` blocks for Hermes),
+  and a tool answer as a user turn holding a tool-response block (the layout of Qwen
+  2.5's template).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .parsers import hermes_call_text, hermes_tools_prompt, parsers_for
+from .parsers import GEMMA4, markup_for, parsers_for, tools_prompt
 from .schema import ChatRequest, Message, OpenAIError
 
 
@@ -47,7 +48,7 @@ def check_tools_supported(req: ChatRequest, architecture: str) -> bool:
     return True
 
 
-def _message_dict(m: Message, native_tools: bool) -> dict[str, Any]:
+def _message_dict(m: Message, native_tools: bool, architecture: str) -> dict[str, Any]:
     role = "system" if m.role == "developer" else m.role
     text = m.text()
     if m.role == "assistant" and m.tool_calls:
@@ -61,9 +62,12 @@ def _message_dict(m: Message, native_tools: bool) -> dict[str, Any]:
                 for c in m.tool_calls
             ]
             return {"role": "assistant", "content": text, "tool_calls": calls}
-        blocks = [hermes_call_text(c.function.name, c.function.arguments) for c in m.tool_calls]
+        write = markup_for(architecture).write_call
+        blocks = [write(c.function.name, c.function.arguments) for c in m.tool_calls]
         return {"role": "assistant", "content": "\n".join(([text] if text else []) + blocks)}
     if m.role == "tool" and not native_tools:
+        if markup_for(architecture) is GEMMA4:
+            return {"role": "user", "content": f"<|tool_response>{text}<tool_response|>"}
         return {"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"}
     out: dict[str, Any] = {"role": role, "content": text}
     if m.role == "tool":
@@ -96,11 +100,11 @@ def render_prompt(
     tools = _offered_tools(req) if check_tools_supported(req, architecture) else []
     template = tokenizer.chat_template or ""
     native = bool(tools) and "tools" in str(template)
-    msgs = [_message_dict(m, native) for m in req.messages]
+    msgs = [_message_dict(m, native, architecture) for m in req.messages]
     if not any(m.role in ("system", "developer") for m in req.messages) and instructions:
         msgs.insert(0, {"role": "system", "content": instructions})
     if tools and not native:
-        offer = hermes_tools_prompt(tools)
+        offer = tools_prompt(tools, markup_for(architecture))
         if msgs and msgs[0]["role"] == "system":
             msgs[0] = {"role": "system", "content": msgs[0]["content"] + "\n\n" + offer}
         else:

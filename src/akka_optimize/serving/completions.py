@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from ..testhooks import hold
 from .chat import render_prompt
 from .engine import SamplingParams, StepEvent
-from .parsers import StreamSplitter, parse_hermes, parsers_for
+from .parsers import StreamSplitter, markup_for, parse_generated, parsers_for
 from .schema import ChatRequest, OpenAIError, new_id, now, parse_chat_request
 from .worker_state import WorkerState
 
@@ -137,7 +137,9 @@ async def complete(state: WorkerState, body: Any) -> Any:
     texts, reasons, logprobs, used = gather(await run_in_threadpool(generate), params.n)
     choices = []
     for i, text in enumerate(texts):
-        p = parse_hermes(text, tools=tools, reasoning=reasoning)
+        p = parse_generated(
+            text, tools=tools, reasoning=reasoning, markup=markup_for(state.engine.architecture)
+        )
         msg: dict[str, Any] = {"role": "assistant", "content": p.content}
         if p.reasoning is not None:
             msg["reasoning_content"] = p.reasoning
@@ -219,7 +221,10 @@ async def _sse(
     reasoning: bool,
 ) -> AsyncIterator[str]:
     cid = new_id()
-    splitters = [StreamSplitter(tools=tools, reasoning=reasoning) for _ in range(params.n)]
+    markup = markup_for(state.engine.architecture)
+    splitters = [
+        StreamSplitter(tools=tools, reasoning=reasoning, markup=markup) for _ in range(params.n)
+    ]
     calls = [0] * params.n
     asked = params.logprobs is not None
     pending: list[list[dict[str, Any]]] = [[] for _ in range(params.n)]  # logprobs unsent

@@ -2,12 +2,17 @@
 and reasoning").
 
 A parser turns generated text into the answer, the reasoning and the tool calls,
-separately. This release ships the Hermes format (NousResearch Hermes 2 Pro, Qwen
-2.5/3), the format vLLM calls ``hermes`` for tool calls and ``deepseek_r1``/``qwen3``
-for reasoning:
+separately. Two markups ship, each a :class:`Markup` (its tags and how a call's body
+reads):
 
-- a tool call is ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``;
-- reasoning is ``<think>…</think>`` before the answer.
+- Hermes (NousResearch Hermes 2 Pro, Qwen 2.5/3), what vLLM calls ``hermes`` for tool
+  calls and ``deepseek_r1``/``qwen3`` for reasoning: a tool call is
+  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, reasoning is
+  ``<think>…</think>`` before the answer;
+- Gemma 4 (``gemma4``, the response template transformers 5 declares for
+  ``model_type: gemma4``): a tool call is ``<|tool_call>call:NAME{key:<|"|>text<|"|>,
+  n:3}<tool_call|>`` (keys unquoted, strings between ``<|"|>`` marks), reasoning is
+  ``<|channel>thought\n…<channel|>``.
 
 The tiny test model and SmolLM2 (``LlamaForCausalLM`` with the ChatML template of
 SmolLM2) have no tool format of their own; they get the Hermes parser, and tools
@@ -22,11 +27,15 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+GEMMA4_TOOL_OPEN, GEMMA4_TOOL_CLOSE = "<|tool_call>call:", "<tool_call|>"
+GEMMA4_THINK_OPEN, GEMMA4_THINK_CLOSE = "<|channel>thought\n", "<channel|>"
+GEMMA4_QUOTE = '<|"|>'
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,8 @@ PARSERS: dict[str, ParserSpec] = {
     "Qwen2ForCausalLM": ParserSpec("hermes", "deepseek_r1"),
     "Qwen3ForCausalLM": ParserSpec("hermes", "qwen3"),
     "Qwen3MoeForCausalLM": ParserSpec("hermes", "qwen3"),
+    "Gemma4ForConditionalGeneration": ParserSpec("gemma4", "gemma4"),
+    "Gemma4ForCausalLM": ParserSpec("gemma4", "gemma4"),
 }
 
 
@@ -71,7 +82,10 @@ class Parsed:
 def _call(obj: Any) -> dict[str, Any] | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return None
-    args = obj.get("arguments", obj.get("parameters", {}))
+    return _openai_call(obj["name"], obj.get("arguments", obj.get("parameters", {})))
+
+
+def _openai_call(name: str, args: Any) -> dict[str, Any] | None:
     if isinstance(args, str):
         try:
             args = json.loads(args)
@@ -80,37 +94,114 @@ def _call(obj: Any) -> dict[str, Any] | None:
     return {
         "id": f"call_{uuid.uuid4().hex[:24]}",
         "type": "function",
-        "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
+        "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
     }
 
 
-_TOOL_RE = re.compile(re.escape(TOOL_OPEN) + r"(.*?)" + re.escape(TOOL_CLOSE), re.S)
+def _hermes_body(body: str) -> dict[str, Any] | None:
+    try:
+        return _call(json.loads(body.strip()))
+    except ValueError:
+        return None
 
 
-def parse_hermes(text: str, *, tools: bool, reasoning: bool) -> Parsed:
-    """Split ``text`` into reasoning, answer and tool calls (Hermes format).
+_GEMMA4_NAME = re.compile(r"\s*([A-Za-z_][\w.\-]*)\s*(\{.*\})\s*", re.S)
+_BARE_KEY = re.compile(r"([{,]\s*)([A-Za-z_][\w\-]*)\s*:")
 
-    A ``<tool_call>`` block whose body is not a JSON object with a ``name`` stays in
-    the answer as text, so nothing generated is lost. With ``tools`` False, tool
-    blocks are not parsed; with ``reasoning`` False, think blocks are not.
+
+def gemma4_arguments(text: str) -> Any:
+    """Gemma 4's argument object as Python: ``{city:<|"|>Paris<|"|>,n:3}`` → ``{"city":
+    "Paris", "n": 3}`` (strings between ``<|"|>`` marks, keys unquoted, the rest JSON).
+
+    Raises:
+        ValueError: ``text`` is not such an object (an unclosed string mark included).
+    """
+    parts = text.split(GEMMA4_QUOTE)
+    if len(parts) % 2 == 0:
+        raise ValueError('an unclosed <|"|> string')
+    strings = parts[1::2]
+    code = "".join(
+        p + (f"\x00{i}\x00" if i < len(strings) else "") for i, p in enumerate(parts[::2])
+    )
+    code = _BARE_KEY.sub(lambda m: f'{m.group(1)}"{m.group(2)}":', code)
+    code = re.sub(r"\x00(\d+)\x00", lambda m: json.dumps(strings[int(m.group(1))]), code)
+    return json.loads(code)
+
+
+def _gemma4_body(body: str) -> dict[str, Any] | None:
+    m = _GEMMA4_NAME.fullmatch(body)
+    if not m:
+        return None
+    try:
+        args = gemma4_arguments(m.group(2))
+    except ValueError:
+        return None
+    return _openai_call(m.group(1), args) if isinstance(args, dict) else None
+
+
+@dataclass(frozen=True)
+class Markup:
+    """How one model family writes reasoning and tool calls: the tags around each, how
+    a call's body reads (``read_call``: body text → OpenAI call, or None when the body is
+    not a call, which then stays in the answer as text) and how a call is written back
+    into a prompt (``write_call(name, arguments)``, for templates that render no tools)."""
+
+    think: tuple[str, str]
+    tool: tuple[str, str]
+    read_call: Callable[[str], dict[str, Any] | None]
+    write_call: Callable[[str, Any], str]
+
+
+HERMES = Markup(
+    (THINK_OPEN, THINK_CLOSE),
+    (TOOL_OPEN, TOOL_CLOSE),
+    _hermes_body,
+    lambda n, a: hermes_call_text(n, a),
+)
+GEMMA4 = Markup(
+    (GEMMA4_THINK_OPEN, GEMMA4_THINK_CLOSE),
+    (GEMMA4_TOOL_OPEN, GEMMA4_TOOL_CLOSE),
+    _gemma4_body,
+    lambda n, a: gemma4_call_text(n, a),
+)
+#: Parser name (as :class:`ParserSpec` spells it) → markup.
+MARKUPS: dict[str, Markup] = {
+    "hermes": HERMES,
+    "deepseek_r1": HERMES,
+    "qwen3": HERMES,
+    "gemma4": GEMMA4,
+}
+
+
+def markup_for(architecture: str) -> Markup:
+    """The markup ``architecture``'s parsers read (Hermes for one without parsers, whose
+    requests offering tools are refused before generation)."""
+    spec = parsers_for(architecture)
+    return MARKUPS.get(spec.tool_calls or spec.reasoning or "hermes", HERMES)
+
+
+def parse_generated(text: str, *, tools: bool, reasoning: bool, markup: Markup = HERMES) -> Parsed:
+    """Split ``text`` into reasoning, answer and tool calls as ``markup`` writes them.
+
+    A tool block whose body is not a call stays in the answer as text, so nothing
+    generated is lost. With ``tools`` False, tool blocks are not parsed; with
+    ``reasoning`` False, think blocks are not.
     """
     reason = None
+    (t_open, t_close), (c_open, c_close) = markup.think, markup.tool
     if reasoning:
-        start = text.find(THINK_OPEN)
-        end = text.find(THINK_CLOSE)
+        start = text.find(t_open)
+        end = text.find(t_close)
         if end != -1 and (start == -1 or start < end):
-            s = start + len(THINK_OPEN) if start != -1 else 0
+            s = start + len(t_open) if start != -1 else 0
             reason = text[s:end].strip()
-            text = text[: max(start, 0)] + text[end + len(THINK_CLOSE) :]
+            text = text[: max(start, 0)] + text[end + len(t_close) :]
     calls: list[dict[str, Any]] = []
     if tools:
         kept = []
         pos = 0
-        for m in _TOOL_RE.finditer(text):
-            try:
-                call = _call(json.loads(m.group(1).strip()))
-            except ValueError:
-                call = None
+        for m in re.finditer(re.escape(c_open) + r"(.*?)" + re.escape(c_close), text, re.S):
+            call = markup.read_call(m.group(1))
             kept.append(text[pos : m.start()] if call else text[pos : m.end()])
             pos = m.end()
             if call:
@@ -123,16 +214,18 @@ def parse_hermes(text: str, *, tools: bool, reasoning: bool) -> Parsed:
 
 
 class StreamSplitter:
-    """Incremental Hermes parsing for ``stream: true``.
+    """Incremental parsing for ``stream: true``.
 
-    Text is released as answer deltas as soon as it cannot be the start of a
-    ``<think>`` or ``<tool_call>`` tag; a think block is released as one reasoning
-    delta when it closes, and a tool call as one call when its block closes.
-    :meth:`finish` flushes what is held back.
+    Text is released as answer deltas as soon as it cannot be the start of a think or
+    tool tag of ``markup``; a think block is released as one reasoning delta when it
+    closes, and a tool call as one call when its block closes. :meth:`finish` flushes
+    what is held back.
     """
 
-    def __init__(self, *, tools: bool, reasoning: bool) -> None:
-        self.tags = ([TOOL_OPEN] if tools else []) + ([THINK_OPEN] if reasoning else [])
+    def __init__(self, *, tools: bool, reasoning: bool, markup: Markup = HERMES) -> None:
+        self.markup = markup
+        self.closing = {markup.tool[0]: markup.tool[1], markup.think[0]: markup.think[1]}
+        self.tags = ([markup.tool[0]] if tools else []) + ([markup.think[0]] if reasoning else [])
         self.buf = ""
         self.inside: str | None = None
 
@@ -142,7 +235,7 @@ class StreamSplitter:
         out: list[tuple[str, Any]] = []
         while True:
             if self.inside:
-                close = TOOL_CLOSE if self.inside == TOOL_OPEN else THINK_CLOSE
+                close = self.closing[self.inside]
                 i = self.buf.find(close)
                 if i == -1:
                     return out
@@ -173,13 +266,10 @@ class StreamSplitter:
         return best
 
     def _block(self, tag: str, block: str) -> list[tuple[str, Any]]:
-        if tag == THINK_OPEN:
+        if tag == self.markup.think[0]:
             return [("reasoning", block.strip())]
-        try:
-            call = _call(json.loads(block.strip()))
-        except ValueError:
-            call = None
-        return [("tool_call", call)] if call else [("content", TOOL_OPEN + block + TOOL_CLOSE)]
+        call = self.markup.read_call(block)
+        return [("tool_call", call)] if call else [("content", tag + block + self.closing[tag])]
 
     def finish(self) -> list[tuple[str, Any]]:
         """Release held-back text (an unclosed block is released as answer text)."""
@@ -213,3 +303,35 @@ def hermes_call_text(name: str, arguments: Any) -> str:
             pass
     body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
     return f"{TOOL_OPEN}\n{body}\n{TOOL_CLOSE}"
+
+
+def gemma4_call_text(name: str, arguments: Any) -> str:
+    """One call as Gemma 4 writes it (the inverse of the ``gemma4`` parser): strings
+    between ``<|"|>`` marks, keys unquoted, other values as JSON; ``arguments`` as an
+    object or a JSON string."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass
+
+    def value(v: Any) -> str:
+        if isinstance(v, str):
+            return GEMMA4_QUOTE + v + GEMMA4_QUOTE
+        if isinstance(v, dict):
+            return "{" + ",".join(f"{k}:{value(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, list):
+            return "[" + ",".join(value(x) for x in v) + "]"
+        return json.dumps(v)
+
+    return f"{GEMMA4_TOOL_OPEN}{name}{value(arguments)}{GEMMA4_TOOL_CLOSE}"
+
+
+def tools_prompt(tools: list[dict[str, Any]], markup: Markup) -> str:
+    """The system text offering ``tools`` to a model whose chat template renders none:
+    Hermes 2 Pro's own text, or for Gemma 4 the same offer asking for its call markup."""
+    if markup is not GEMMA4:
+        return hermes_tools_prompt(tools)
+    sigs = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    example = gemma4_call_text("<function-name>", {"<key>": "<value>"})
+    return "You can call the functions declared below. Call one by writing " + example + "\n" + sigs
