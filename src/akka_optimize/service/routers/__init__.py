@@ -11,6 +11,10 @@ from . import (
     endpoints,
     evaluations,
     health,
+    openai_chat,
+    openai_files,
+    openai_ft_jobs,
+    openai_graders,
     pipelines,
     projects,
     recipes,
@@ -35,6 +39,10 @@ ROUTERS = [
     curations,
     pipelines,
     capacity,
+    openai_files,
+    openai_ft_jobs,
+    openai_graders,
+    openai_chat,
 ]
 
 __all__ = ["ROUTERS"]

@@ -300,16 +300,22 @@ async def openai_completions(
 
 
 async def _forward(
-    endpoint_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep, path: str
+    endpoint_id: str,
+    request: Request,
+    ctx: CtxDep,
+    principal: PrincipalDep,
+    path: str,
+    body: Any = None,
 ) -> Any:
-    """Send the request's body, its ``model`` mapped to a served name
-    (:func:`served_model`), to the worker's ``path``; stream an SSE answer through."""
+    """Send the request's body (or ``body``, already decoded), its ``model`` mapped to a
+    served name (:func:`served_model`), to the worker's ``path``; stream an SSE answer
+    through."""
     endpoint_id = await _visible_id(ctx, endpoint_id, principal)
-    raw = await request.body()
-    try:
-        body = loads(raw or b"null")
-    except InvalidRequest as exc:
-        return _oai_error(exc.message, 400, "invalid_json", exc.field)
+    if body is None:
+        try:
+            body = loads(await request.body() or b"null")
+        except InvalidRequest as exc:
+            return _oai_error(exc.message, 400, "invalid_json", exc.field)
     w, names = await _ready_worker(ctx, endpoint_id)
     if isinstance(body, dict):
         body.setdefault("model", names[0] if names else None)

@@ -1,0 +1,1 @@
+"""The application core: request logic that is neither HTTP nor engine (issue 49)."""
