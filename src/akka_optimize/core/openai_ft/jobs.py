@@ -98,11 +98,7 @@ def _method(body: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
 def _supervised(ctx: Any, s: Session, job: dict[str, Any], inner: dict[str, Any]) -> dict[str, Any]:
     for k in set(inner) - {"hyperparameters"}:
         raise OpenAIError(f"method.supervised.{k} is not a field here.", f"method.supervised.{k}")
-    cfg: dict[str, Any] = {"dataset": job["training"], "method": "sft"}
-    cfg["hyperparams"] = {"training": {"seed": job["seed"]}}
-    if job["validation"]:
-        cfg["validationDataset"] = job["validation"]
-    return cfg
+    return {"method": "sft", "hyperparams": {"training": {"seed": job["seed"]}}}
 
 
 def _reinforcement(
@@ -117,7 +113,7 @@ def _reinforcement(
         check_grader(g, "method.reinforcement.grader")
     except GraderError as exc:
         raise OpenAIError(exc.message, exc.param) from None
-    if job["validation"]:
+    if job["validation_file"] is not None:
         raise OpenAIError(
             "validation_file is not used by a reinforcement job here (it is not evaluated while "
             "it trains); leave it out.",
@@ -125,7 +121,6 @@ def _reinforcement(
         )
     job["grader"] = g
     return {
-        "dataset": job["training"],
         "method": "rl",
         "rlHyperparams": {"seed": job["seed"], "reward": _reward(ctx, s, job["project"], g)},
     }
@@ -225,28 +220,26 @@ def build_plan(
     elif isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 2**31 - 1:
         raise OpenAIError("seed must be an integer from 0 to 2147483647.", "seed")
     stated = hyper.check_hyperparameters(inner.get("hyperparameters"), kind, hp_param)
-    training, rows = _file(s, body["training_file"], project, "training_file", kind)
-    validation = None
-    if body.get("validation_file") is not None:
-        validation, _ = _file(s, body["validation_file"], project, "validation_file", kind)
     key = uuid.uuid4().hex[:8]
     job = {
         "project": project,
         "model": body["model"],
         "training_file": body["training_file"],
         "validation_file": body.get("validation_file"),
-        "training": training,
-        "validation": validation,
         "suffix": suffix,
         "seed": seed,
         "metadata": _check_metadata(body.get("metadata")),
         "type": kind,
         "stated": stated,
-        "rows": rows,
         "legacy": body.get("method") is None,
         "hpParam": hp_param,
     }
-    config = METHODS[kind](ctx, s, job, inner)
+    config = METHODS[kind](ctx, s, job, inner)  # the method's own checks come first
+    config["dataset"], job["rows"] = _file(s, body["training_file"], project, "training_file", kind)
+    if body.get("validation_file") is not None:
+        config["validationDataset"], _ = _file(
+            s, body["validation_file"], project, "validation_file", kind
+        )
     plan = {
         "kind": "run",
         "project": project,
