@@ -99,6 +99,8 @@ class World:
             "b/tiny-smollm2",
             i["b_image"],
             i["b_pic"],
+            i["b_file"],
+            i["b_job"],
         ]
 
 
@@ -176,6 +178,13 @@ def _populate(w: World, tmp: Path) -> World:
     pipe = w.ok(b, "POST", "/v1/training/pipelines", json=_pipeline("b"))
     w.ids["b_pipeline"] = pipe["id"]
     w.ok(b, "POST", f"/v1/training/pipelines/{pipe['id']}/cancel")
+    upload = {"file": ("b.jsonl", rows)}
+    w.ids["b_file"] = w.ok(b, "POST", "/v1/files", files=upload, data={"purpose": "fine-tune"})[
+        "id"
+    ]
+    job = {"model": TINY, "training_file": w.ids["b_file"], "suffix": "b"}
+    w.ids["b_job"] = w.ok(b, "POST", "/v1/fine_tuning/jobs", json=job)["id"]
+    w.ok(b, "POST", f"/v1/fine_tuning/jobs/{w.ids['b_job']}/cancel")
     return w
 
 
@@ -216,6 +225,11 @@ def _comparison(owner: str, **kw: Any) -> dict[str, Any]:
 #           "list" (200 without b's objects), "shared" (not project data: not 403);
 #   token: "a" (default) or "admin"; json / content / params: the request's body.
 TINY_MODEL = "akka-optimize/tiny-smollm2"
+OAI_ROWS = (
+    b'{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}\n'
+)
+OAI_GRADER = {"type": "string_check", "name": "s", "input": "{{sample.output_text}}",
+              "reference": "x", "operation": "eq"}  # fmt: skip
 ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("GET", "/healthz"): [{"path": "/healthz", "expect": "shared"}],
     ("GET", "/v1/training/info"): [{"path": "/v1/training/info", "expect": "shared"}],
@@ -528,6 +542,48 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"path": "/v1/training/endpoints/{endpoint}/openai/v1/chat/completions",
          "json": {"messages": [{"role": "user", "content": "hi"}]}, "expect": "hidden"},
     ],
+    # OpenAI's fine-tuning API (issue 51): b's file and job are hidden from a's token
+    ("POST", "/v1/files"): [
+        {"path": "/v1/files", "files": {"file": ("a.jsonl", OAI_ROWS)},
+         "data": {"purpose": "fine-tune"}, "expect": "own"},
+    ],
+    ("GET", "/v1/files"): [{"path": "/v1/files", "expect": "list"}],
+    ("GET", "/v1/files/{file_id}"): [{"path": "/v1/files/{b_file}", "expect": "oai-hidden"}],
+    ("GET", "/v1/files/{file_id}/content"): [
+        {"path": "/v1/files/{b_file}/content", "expect": "oai-hidden"},
+    ],
+    ("DELETE", "/v1/files/{file_id}"): [{"path": "/v1/files/{b_file}", "expect": "oai-hidden"}],
+    ("POST", "/v1/fine_tuning/jobs"): [
+        {"path": "/v1/fine_tuning/jobs", "json": {"model": TINY, "training_file": "{b_file}"},
+         "expect": "oai-hidden"},
+    ],
+    ("GET", "/v1/fine_tuning/jobs"): [{"path": "/v1/fine_tuning/jobs", "expect": "list"}],
+    ("GET", "/v1/fine_tuning/jobs/{job_id}"): [
+        {"path": "/v1/fine_tuning/jobs/{b_job}", "expect": "oai-hidden"},
+    ],
+    ("GET", "/v1/fine_tuning/jobs/{job_id}/events"): [
+        {"path": "/v1/fine_tuning/jobs/{b_job}/events", "expect": "oai-hidden"},
+    ],
+    ("GET", "/v1/fine_tuning/jobs/{job_id}/checkpoints"): [
+        {"path": "/v1/fine_tuning/jobs/{b_job}/checkpoints", "expect": "oai-hidden"},
+    ],
+    **{("POST", f"/v1/fine_tuning/jobs/{{job_id}}/{action}"): [
+        {"path": f"/v1/fine_tuning/jobs/{{b_job}}/{action}", "expect": "oai-hidden"}]
+       for action in ("cancel", "pause", "resume")},
+    ("POST", "/v1/fine_tuning/alpha/graders/validate"): [
+        {"path": "/v1/fine_tuning/alpha/graders/validate", "json": {"grader": OAI_GRADER},
+         "expect": "shared"},
+    ],
+    ("POST", "/v1/fine_tuning/alpha/graders/run"): [
+        {"path": "/v1/fine_tuning/alpha/graders/run", "json": {"grader": OAI_GRADER,
+         "model_sample": "x"}, "expect": "shared"},
+    ],
+    ("POST", "/v1/chat/completions"): [
+        {"path": "/v1/chat/completions", "json": {"model": "b/tiny-smollm2:v1", "messages": []},
+         "expect": "oai-hidden"},
+        {"path": "/v1/chat/completions", "json": {"model": f"ft:{TINY}:b:{{b_run}}",
+         "messages": []}, "expect": "oai-hidden"},
+    ],
     ("POST", "/v1/training/endpoints/{endpoint_id}/openai/v1/completions"): [
         {"path": "/v1/training/endpoints/{endpoint}/openai/v1/completions",
          "json": {"prompt": "hi", "max_tokens": 1}, "expect": "hidden"},
@@ -569,6 +625,8 @@ def _fill(value: Any, w: World) -> Any:
         "{pic}": i["b_pic"],
         "{pics_object}": i["b_pics_object"],
         "{b_project_id}": i["b_project_id"],
+        "{b_file}": i["b_file"],
+        "{b_job}": i["b_job"],
     }
     if isinstance(value, str):
         for k, v in subs.items():
@@ -589,6 +647,8 @@ def _request(
     kw["timeout"] = timeout
     if "content" in case:
         kw["content"] = case["content"]
+    if "files" in case:  # a multipart upload (OpenAI's POST /v1/files)
+        kw["files"], kw["data"] = case["files"], case.get("data")
     return w.call(tok, case.get("method", "X"), _fill(case["path"], w), **kw)
 
 
@@ -607,6 +667,9 @@ def test_a_token_of_project_a_never_reaches_project_b(world: World, case: dict[s
     if expect == "hidden":
         assert r.status_code == 404, body
         assert r.json()["error"]["code"] == "not_found"
+    elif expect == "oai-hidden":  # OpenAI's routes answer a 404 in OpenAI's error shape
+        assert r.status_code == 404, body
+        assert r.json()["error"]["type"] == "invalid_request_error", body
     elif expect.startswith("forbid:"):
         action = ACTION + expect.split(":", 1)[1]
         assert r.status_code == 403, body
@@ -632,7 +695,7 @@ def _no_b(world: World, body: str) -> None:
 HIDDEN_READS = [
     c
     for c in CASES
-    if c.values[0]["expect"] == "hidden"
+    if c.values[0]["expect"] in ("hidden", "oai-hidden")
     and c.values[0]["method"] == "GET"
     and "{a_run}" not in c.values[0]["path"]
 ]
@@ -670,11 +733,12 @@ def test_lists_show_a_its_own_objects(world: World) -> None:
         world.ids["a_run"]
     ]
     names = [i["name"] for i in world.ok(a, "GET", "/v1/registry/datasets")["items"]]
-    assert names == ["a/train"]
+    assert set(names) - {"a/openai-files"} == {"a/train"}  # the former: POST /v1/files's row
     models = [i["name"] for i in world.ok(a, "GET", "/v1/registry/models")["items"]]
     assert models == [TINY_MODEL]  # base models are shared
     admin_runs = world.ok(world.admin, "GET", "/v1/training/runs")["runs"]
-    assert {r["id"] for r in admin_runs} == {world.ids["a_run"], world.ids["b_run"]}
+    job_run = world.ids["b_job"].removeprefix("ftjob-")  # b's fine-tuning job is a run
+    assert {r["id"] for r in admin_runs} == {world.ids["a_run"], world.ids["b_run"], job_run}
 
 
 def test_refused_requests_changed_nothing_of_b(world: World) -> None:

@@ -177,6 +177,18 @@ REFUSED_WRITES: dict[tuple[str, str], list[dict]] = {
         {"json": {"project": "p", "recipe": []}},
     ],
     ("POST", "/v1/training/recipes/claim"): [{"json": {"accepts": "everything"}}],
+    # OpenAI's fine-tuning API (issue 51)
+    ("POST", "/v1/files"): [{"content": b"not a multipart body"}],
+    ("DELETE", "/v1/files/{file_id}"): [{"path": "/v1/files/file-p-v9"}],
+    ("POST", "/v1/fine_tuning/jobs"): [
+        {"json": {"model": "akka-optimize/tiny-smollm2", "training_file": "file-p-v1"}},
+    ],
+    ("POST", "/v1/fine_tuning/jobs/{job_id}/cancel"): [{}],
+    ("POST", "/v1/fine_tuning/jobs/{job_id}/pause"): [{}],
+    ("POST", "/v1/fine_tuning/jobs/{job_id}/resume"): [{}],
+    ("POST", "/v1/fine_tuning/alpha/graders/validate"): [{"json": {"grader": {"type": "x"}}}],
+    ("POST", "/v1/fine_tuning/alpha/graders/run"): [{"json": {"grader": {}, "model_sample": ""}}],
+    ("POST", "/v1/chat/completions"): [{"json": {"model": "p/none:v1", "messages": []}}],
 }
 
 
