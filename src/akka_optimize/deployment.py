@@ -176,6 +176,18 @@ class GraderLimits(_Strict):
     workers: int = Field(2, ge=1, le=64, description="Grader processes of one evaluation.")
 
 
+class OpenAIFineTuning(_Strict):
+    """What a reinforcement job created through OpenAI's fine-tuning API samples (issue 51):
+    that API has no field for it. None: the plan's default (``rlHyperparams``)."""
+
+    maxNewTokens: int | None = Field(
+        None, ge=1, le=32768, description="rlHyperparams.maxNewTokens of such a job."
+    )
+    samplesPerPrompt: int | None = Field(
+        None, ge=2, le=64, description="rlHyperparams.samplesPerPrompt of such a job."
+    )
+
+
 class JobStorage(_Strict):
     """What the training jobs can read (seeds/001 "Optimize refuses a run, a pipeline, or an
     evaluation whose dataset or scoring bundle its training jobs cannot read"; F019).
@@ -286,6 +298,10 @@ class Deployment(_Strict):
     limits: RegistryLimits = Field(default_factory=RegistryLimits)
     service: ServiceLimits = Field(default_factory=ServiceLimits)
     graders: GraderLimits = Field(default_factory=GraderLimits)
+    openaiFineTuning: OpenAIFineTuning = Field(
+        default_factory=OpenAIFineTuning,
+        description="Rollout settings of reinforcement jobs made through OpenAI's API.",
+    )
     jobStorage: JobStorage = Field(default_factory=JobStorage)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     memorySettings: MemorySettingsPolicy = Field(

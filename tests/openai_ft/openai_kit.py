@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import openai
+import yaml
 
-from helpers import LiveService
+from helpers import LiveService, free_port
 
 TINY = "akka-optimize/tiny-smollm2"
 QUESTIONS = ["Capital of France?", "Capital of Italy?", "Capital of Spain?", "Capital of Peru?"]
@@ -65,3 +68,17 @@ def poll(get: Callable[[], Any], done: Callable[[Any], bool], timeout: float = 6
 def finished(job: Any) -> bool:
     """Whether a job has ended."""
     return job.status in ("succeeded", "failed", "cancelled")
+
+
+def live_service(tmp: Path) -> Iterator[LiveService]:
+    """A started service whose deployment keeps the tests short: reinforcement jobs sample 6
+    tokens, 2 per prompt (``openaiFineTuning``), and a grader call has 3 s (``graders``)."""
+    (tmp / "home").mkdir(parents=True)
+    dep = yaml.safe_load(resources.files("akka_optimize").joinpath("deployment.yaml").read_text())
+    dep["openaiFineTuning"] = {"maxNewTokens": 6, "samplesPerPrompt": 2}
+    dep["graders"].update(cpuSeconds=3, wallSeconds=3)
+    (tmp / "home" / "deployment.yaml").write_text(yaml.safe_dump(dep))
+    with LiveService(
+        home=tmp / "home", config_dir=tmp / "config", port=free_port()
+    ).running() as svc:
+        yield svc

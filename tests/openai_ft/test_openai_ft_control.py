@@ -4,13 +4,15 @@ service answers validated by the SDK's own pydantic models (the OpenAPI shapes).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import openai
 import pytest
 from openai.types import FileDeleted, FileObject
 from openai.types.fine_tuning import FineTuningJob, FineTuningJobEvent
 from openai.types.fine_tuning.alpha import GraderRunResponse, GraderValidateResponse
 from openai.types.fine_tuning.jobs import FineTuningJobCheckpoint
-from openai_kit import TINY, finished, poll, setup, sft_rows
+from openai_kit import TINY, finished, live_service, poll, setup, sft_rows
 
 from helpers import LiveService, hold_at, release, wait_held
 
@@ -19,8 +21,8 @@ SLOW = "def grade(sample, item):\n    while True:\n        pass\n"
 
 
 @pytest.fixture(scope="module")
-def svc(shared_service: LiveService) -> LiveService:
-    return shared_service
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveService]:
+    yield from live_service(tmp_path_factory.mktemp("openai"))
 
 
 @pytest.fixture(scope="module")

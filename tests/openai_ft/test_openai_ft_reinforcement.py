@@ -5,9 +5,12 @@ platform's judge."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+
 import openai
 import pytest
-from openai_kit import TINY, finished, poll, rl_rows, setup
+from openai_kit import TINY, finished, live_service, poll, rl_rows, setup
 
 from akka_optimize.core.openai_ft.grading import grade
 from helpers import LiveService
@@ -22,8 +25,8 @@ PYTHON = {
 
 
 @pytest.fixture(scope="module")
-def svc(shared_service: LiveService) -> LiveService:
-    return shared_service
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveService]:
+    yield from live_service(tmp_path_factory.mktemp("openai"))
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +81,24 @@ def test_a_score_model_grader_scores_with_the_platforms_judge(svc, oai) -> None:
         _rl(oai, {"type": "label_model", "name": "l", "model": TINY, "labels": ["a"],
                   "passing_labels": ["a"], "input": [{"role": "user", "content": "x"}]})  # fmt: skip
     assert e.value.body["param"] == "method.reinforcement.grader"
+
+
+def test_an_openai_grader_file_grades_an_evaluation(svc, oai, tmp_path) -> None:
+    """``training evaluations start --grader openai:FILE.json``: the grader reads each row's
+    reference fields as ``item`` (only the Paris row's answer equals "Paris": mean 1/4)."""
+    f = oai.files.create(file=("prompts.jsonl", rl_rows()), purpose="fine-tune")
+    g = tmp_path / "grader.json"
+    g.write_text(json.dumps({"type": "string_check", "name": "paris", "input": "{{item.answer}}",
+                             "reference": "Paris", "operation": "eq"}))  # fmt: skip
+    out = svc.cli("training", "evaluations", "start", "--model", TINY, "--project", "demo",
+                  "--dataset", f"demo/openai-files:{f.id.rsplit('-', 1)[1]}", "--grader",
+                  f"openai:{g}", "--max-tokens", "2", "--wait", "-o", "json", check=True)  # fmt: skip
+    ev = json.loads(out.stdout[out.stdout.index("{") :])
+    assert ev["grader"].startswith("bundle:demo/openai-grader:") and ev["grader"].endswith(
+        "#reward"
+    )
+    assert ev["results"]["mean"] == 0.25 and ev["results"]["errors"] == 0
+    g.write_text(json.dumps({"type": "string_check", "name": "x", "input": "a", "operation": "eq"}))
+    bad = svc.cli("training", "evaluations", "start", "--model", TINY, "--project", "demo",
+                  "--dataset", "demo/openai-files:v1", "--grader", f"openai:{g}")  # fmt: skip
+    assert bad.returncode == 1 and "grader.reference" in bad.stderr

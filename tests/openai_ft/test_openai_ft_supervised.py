@@ -4,16 +4,18 @@ on the tiny model (issue 51): upload, create, poll, events, checkpoints, chat wi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import openai
 import pytest
-from openai_kit import TINY, finished, poll, setup, sft_rows
+from openai_kit import TINY, finished, live_service, poll, setup, sft_rows
 
 from helpers import LiveService
 
 
 @pytest.fixture(scope="module")
-def svc(shared_service: LiveService) -> LiveService:
-    return shared_service
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveService]:
+    yield from live_service(tmp_path_factory.mktemp("openai"))
 
 
 def test_a_supervised_job_trains_registers_and_answers_as_its_fine_tuned_model(svc) -> None:
@@ -30,7 +32,8 @@ def test_a_supervised_job_trains_registers_and_answers_as_its_fine_tuned_model(s
     assert [x.id for x in oai.files.list()] == [f.id]
 
     job = oai.fine_tuning.jobs.create(
-        model=TINY, training_file=f.id, suffix="capitals", seed=7, metadata={"team": "geo"},
+        model=TINY, training_file=f.id, validation_file=f.id, suffix="capitals", seed=7,
+        metadata={"team": "geo"},
         method={"type": "supervised", "supervised": {"hyperparameters": {
             "n_epochs": 2, "batch_size": 2, "learning_rate_multiplier": "auto"}}},
     )  # fmt: skip
@@ -52,15 +55,18 @@ def test_a_supervised_job_trains_registers_and_answers_as_its_fine_tuned_model(s
     events = list(oai.fine_tuning.jobs.list_events(job.id, limit=100))
     assert events[0].message == "The job has successfully completed"
     assert events[-1].message == f"Created fine-tuning job: {job.id}"
-    metrics = [e.data for e in events if e.type == "metrics"]
+    metrics = [e.data for e in events if e.type == "metrics" and "train_loss" in e.data]
     assert sorted(m["step"] for m in metrics) == [1, 2, 3, 4]  # 4 rows / batch 2 × 2 epochs
     assert all(m["train_loss"] > 0 for m in metrics)
-    page = oai.fine_tuning.jobs.list_events(job.id, limit=2)
+    valid = [e.data for e in events if e.type == "metrics" and "valid_loss" in e.data]
+    assert sorted(m["step"] for m in valid) == [2, 4]  # after each epoch
+    page = oai.fine_tuning.jobs.list_events(job.id, limit=2)  # OpenAI's cursor pages
     nxt = oai.fine_tuning.jobs.list_events(job.id, limit=2, after=page.data[-1].id)
     assert [e.id for e in page.data + nxt.data] == [e.id for e in events[:4]]
 
     (ckpt,) = list(oai.fine_tuning.jobs.checkpoints.list(job.id))
     assert ckpt.step_number == 4 and ckpt.metrics.train_loss == metrics[0]["train_loss"]
+    assert ckpt.metrics.valid_loss == ckpt.metrics.full_valid_loss == valid[0]["valid_loss"]
     assert ckpt.fine_tuned_model_checkpoint == f"{job.fine_tuned_model}:ckpt-step-4"
 
     # the fine-tuned model answers; a first request starts its endpoint (503 + Retry-After)

@@ -196,7 +196,8 @@ def start(
             help="bundle:REFERENCE#MODULE[:FUNCTION]; FUNCTION defaults to compute_score "
             "(veRL's compute_score(data_source, solution_str, ground_truth, extra_info)), or "
             "model:REFERENCE, a judge model served on its own endpoint that scores each "
-            "answer 0-10. Left out: the project's evaluation settings' grader.",
+            "answer 0-10, or openai:FILE.json, an OpenAI grader object (registered as a bundle "
+            "of PROJECT/openai-grader). Left out: the project's evaluation settings' grader.",
         ),
     ] = None,
     grader_instructions: Annotated[
@@ -231,7 +232,10 @@ def start(
     Example: {prog} training evaluations start --model gsm8k/smollm2:v1 --dataset gsm8k/val
     --grader bundle:gsm8k/scoring#reward --limit 50 --wait
     """
+    from .openai_grader import grader_spec
+
     sampling = sampling_body(temperature, top_p, max_tokens, seed)
+    grader = grader_spec(grader, model, project) if grader else None
     body = job_body(model, dataset, grader, grader_instructions, project, limit, sampling)
     submit_job(BASE, "evaluation", body, wait=wait, output=output, line=_line, show=_show)
 

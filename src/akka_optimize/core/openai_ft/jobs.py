@@ -98,7 +98,10 @@ def _method(body: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
 def _supervised(ctx: Any, s: Session, job: dict[str, Any], inner: dict[str, Any]) -> dict[str, Any]:
     for k in set(inner) - {"hyperparameters"}:
         raise OpenAIError(f"method.supervised.{k} is not a field here.", f"method.supervised.{k}")
-    return {"method": "sft", "hyperparams": {"training": {"seed": job["seed"]}}}
+    training: dict[str, Any] = {"seed": job["seed"]}
+    if job["validation_file"] is not None:  # valid_loss after each epoch, as OpenAI reports it
+        training["validateEachEpoch"] = True
+    return {"method": "sft", "hyperparams": {"training": training}}
 
 
 def _reinforcement(
@@ -120,10 +123,12 @@ def _reinforcement(
             "validation_file",
         )
     job["grader"] = g
-    return {
-        "method": "rl",
-        "rlHyperparams": {"seed": job["seed"], "reward": _reward(ctx, s, job["project"], g)},
-    }
+    from ...deployment import load_deployment
+
+    rollout = load_deployment(ctx.settings.resolved_deployment_file()).openaiFineTuning
+    rl = {"seed": job["seed"], "reward": _reward(ctx, s, job["project"], g)}
+    rl.update({k: v for k, v in rollout.model_dump().items() if v is not None})
+    return {"method": "rl", "rlHyperparams": rl}
 
 
 def _reward(ctx: Any, s: Session, project: str, g: dict[str, Any]) -> str:

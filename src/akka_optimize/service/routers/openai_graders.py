@@ -41,14 +41,20 @@ MODEL_WAIT_S = 300
 
 
 def python_runner(ctx: ServiceContext):  # noqa: ANN201 - a PythonRunner
-    """Run one python grader's ``grade(sample, item)`` in the grader sandbox."""
+    """Run one python grader's ``grade(sample, item)`` in the grader sandbox, under the
+    deployment's ``graders`` limits (CPU, wall clock, memory)."""
 
     def run(source: str, sample: dict[str, Any], item: dict[str, Any]) -> float:
+        from ...deployment import load_deployment
         from ...evals.sandbox import GraderPool
+        from ...evals.sandbox_types import Limits
 
+        g = load_deployment(ctx.settings.resolved_deployment_file()).graders
+        limits = Limits(g.cpuSeconds, g.wallSeconds, g.memoryMiB * 1024**2, 1)
         with tempfile.TemporaryDirectory() as tmp:
             folder = python_bundle(source, Path(tmp) / "grader")
-            with GraderPool(folder, "call", "compute_score", hidden=[ctx.settings.home]) as pool:
+            hidden = [ctx.settings.home]
+            with GraderPool(folder, "call", "compute_score", limits, hidden) as pool:
                 call = {
                     "solution_str": sample["output_text"],
                     "ground_truth": item,
