@@ -24,6 +24,13 @@ PYTHON = {
 }
 
 
+def _python(source: str, sample: dict, item: dict) -> float:
+    """The test's own python grader, run here to check the sandbox's rewards."""
+    scope: dict = {}
+    exec(source, scope)  # noqa: S102 - this test's own constant source
+    return scope["grade"](sample, item)
+
+
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveService]:
     yield from live_service(tmp_path_factory.mktemp("openai"))
@@ -64,7 +71,7 @@ def test_a_python_grader_is_the_runs_reward(svc, oai) -> None:
                         "Capital of Peru?"], ["Paris", "Rome", "Madrid", "Lima"], strict=True))  # fmt: skip
     for s in update["samples"]:  # the reward is what the grader gives the shown completion
         item = {"answer": next(a for q, a in answers.items() if q in s["prompt"])}
-        assert s["reward"] == pytest.approx(grade(PYTHON, s["completion"], item)["reward"])
+        assert s["reward"] == pytest.approx(grade(PYTHON, s["completion"], item, _python)["reward"])
 
 
 def test_a_score_model_grader_scores_with_the_platforms_judge(svc, oai) -> None:
@@ -94,9 +101,7 @@ def test_an_openai_grader_file_grades_an_evaluation(svc, oai, tmp_path) -> None:
                   "--dataset", f"demo/openai-files:{f.id.rsplit('-', 1)[1]}", "--grader",
                   f"openai:{g}", "--max-tokens", "2", "--wait", "-o", "json", check=True)  # fmt: skip
     ev = json.loads(out.stdout[out.stdout.index("{") :])
-    assert ev["grader"].startswith("bundle:demo/openai-grader:") and ev["grader"].endswith(
-        "#reward"
-    )
+    assert ev["grader"].startswith("bundle:demo/openai-grader:v") and "#reward" in ev["grader"]
     assert ev["results"]["mean"] == 0.25 and ev["results"]["errors"] == 0
     g.write_text(json.dumps({"type": "string_check", "name": "x", "input": "a", "operation": "eq"}))
     bad = svc.cli("training", "evaluations", "start", "--model", TINY, "--project", "demo",

@@ -8,7 +8,8 @@ parameter, and no bodies for routes that read the raw request (uploads, plans).
 - documents every refusal status (400, 401, 403, 404, 409, 413, 503) of every
   authenticated operation with the one error shape ``ErrorBody``
   (``{"error": {"code", "message", "field"}}``, DESIGN.md "Errors are sentences"),
-  or OpenAI's error shape on an endpoint's OpenAI-compatible routes;
+  or OpenAI's error shape on an endpoint's OpenAI-compatible routes and on OpenAI's own
+  fine-tuning routes (:data:`OPENAI_PATHS`);
 - declares bearer authentication as a security scheme;
 - gives uploads (datasets, bundles, models, images) an ``application/octet-stream``
   body, run plans the :class:`akka_optimize.plan.schema.RunPlan` schema, pipeline
@@ -95,7 +96,26 @@ RAW_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/training/recipes/claim"): _JSON_OBJECT,
     ("post", "/v1/training/endpoints/{endpoint_id}/openai/v1/chat/completions"): _JSON_OBJECT,
     ("post", "/v1/training/endpoints/{endpoint_id}/openai/v1/completions"): _JSON_OBJECT,
+    # OpenAI's fine-tuning API (issue 51): OpenAI's own bodies
+    ("post", "/v1/files"): {
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "purpose"],
+                    "properties": {"file": _BYTES, "purpose": {"type": "string"}},
+                }
+            }
+        },
+        "required": True,
+    },
+    ("post", "/v1/fine_tuning/jobs"): _JSON_OBJECT,
+    ("post", "/v1/fine_tuning/alpha/graders/run"): _JSON_OBJECT,
+    ("post", "/v1/fine_tuning/alpha/graders/validate"): _JSON_OBJECT,
+    ("post", "/v1/chat/completions"): _JSON_OBJECT,
 }
+OPENAI_PATHS = ("/v1/files", "/v1/fine_tuning/", "/v1/chat/completions")
+"""Paths of OpenAI's own API (issue 51): every refusal there is OpenAI's error shape."""
 
 
 _NAME = {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH}
@@ -191,6 +211,8 @@ def _fix_operation(
     error: dict[str, Any] = {"$ref": "#/components/schemas/ErrorBody"}
     if "/openai/v1/" in path:  # OpenAI clients read OpenAI's shape; routing errors are ours
         error = {"anyOf": [error, {"$ref": "#/components/schemas/OpenAIErrorBody"}]}
+    elif path.startswith(OPENAI_PATHS):  # OpenAI's routes; a token refused is still ours
+        error = {"anyOf": [{"$ref": "#/components/schemas/OpenAIErrorBody"}, error]}
     for status, text in ERROR_STATUSES.items():
         responses[status] = {
             "description": text,
