@@ -59,7 +59,7 @@ def test_a_supervised_job_trains_registers_and_answers_as_its_fine_tuned_model(s
     assert sorted(m["step"] for m in metrics) == [1, 2, 3, 4]  # 4 rows / batch 2 × 2 epochs
     assert all(m["train_loss"] > 0 for m in metrics)
     valid = [e.data for e in events if e.type == "metrics" and "valid_loss" in e.data]
-    assert sorted(m["step"] for m in valid) == [2, 4]  # after each epoch
+    assert sorted(m["step"] for m in valid) == [0, 2, 4]  # before training, after each epoch
     page = oai.fine_tuning.jobs.list_events(job.id, limit=2)  # OpenAI's cursor pages
     nxt = oai.fine_tuning.jobs.list_events(job.id, limit=2, after=page.data[-1].id)
     assert [e.id for e in page.data + nxt.data] == [e.id for e in events[:4]]

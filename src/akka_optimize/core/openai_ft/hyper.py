@@ -158,7 +158,7 @@ def resolved(plan: dict[str, Any], method: str, rows: int, default_lr: float) ->
 PARAMS = {
     "baseModel": "model",
     "config.dataset": "training_file",
-    "config.validationDataset": "validation_file",
+    "config.data.validationDataset": "validation_file",
     "config.hyperparams.training.epochs": "hyperparameters.n_epochs",
     "config.hyperparams.training.microBatchPerGpu": "hyperparameters.batch_size",
     "config.hyperparams.training.seed": "seed",

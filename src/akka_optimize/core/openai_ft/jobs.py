@@ -242,9 +242,8 @@ def build_plan(
     config = METHODS[kind](ctx, s, job, inner)  # the method's own checks come first
     config["dataset"], job["rows"] = _file(s, body["training_file"], project, "training_file", kind)
     if body.get("validation_file") is not None:
-        config["validationDataset"], _ = _file(
-            s, body["validation_file"], project, "validation_file", kind
-        )
+        pinned, _ = _file(s, body["validation_file"], project, "validation_file", kind)
+        config["data"] = {"validationDataset": pinned}
     plan = {
         "kind": "run",
         "project": project,
