@@ -121,6 +121,13 @@ def test_refusals_name_the_field_in_openais_shape(svc) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         oai.files.create(file=("c.jsonl", sft_rows()), purpose="assistants")
     assert e.value.body["param"] == "purpose"
+    # an admin token names its project with OpenAI-Project (the SDK's project=)
+    admin = openai.OpenAI(base_url=svc.url + "/v1", api_key=svc.token, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as e:
+        admin.files.create(file=("c.jsonl", sft_rows()), purpose="fine-tune")
+    assert e.value.body["param"] == "project" and "OpenAI-Project" in e.value.body["message"]
+    scoped = openai.OpenAI(base_url=svc.url + "/v1", api_key=svc.token, project="ref")
+    assert [x.id for x in scoped.files.list()] == [f.id]
     # another project's token sees none of ref's files or jobs
     other = setup(svc, "other")
     with pytest.raises(openai.NotFoundError):
