@@ -54,6 +54,22 @@ def cookbook_service(folder: Path, devices: int = 3) -> Iterator[tuple[LiveServi
             yield svc, tokenizer
         finally:
             unregister_tokenizer(TINY)
+            end_runs(svc)
+
+
+def end_runs(svc: LiveService) -> None:
+    """Cancel the ``demo`` project's runs still live (a recipe that never closes its
+    ``ServiceClient``; a client whose recipe failed while its worker loaded) and wait
+    until each is final, so no worker outlives its service."""
+    from akka_optimize.jobs.states import TERMINAL
+    from jobs.jobs_helpers import wait_state
+
+    runs = svc.api("GET", "/v1/training/runs", params={"project": "demo"}).json()["runs"]
+    live = [r["id"] for r in runs if r["state"] not in TERMINAL]
+    for run_id in live:
+        svc.cli("training", "runs", "cancel", run_id)
+    for run_id in live:
+        wait_state(svc, run_id, tuple(TERMINAL), timeout=120)
 
 
 def registered_tinker_runs(svc: LiveService) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from ..jobs.blobs import upload_dir
 from ..jobs.spec import JobSpec
 from ..store import BlobStore
 from .datums import DatumError, adam_params, to_passes
+from .snapshots import Snapshots
 
 
 class Calls:
@@ -39,6 +40,7 @@ class Calls:
             events,
             work,
         )
+        self.snapshots = Snapshots(session)
 
     def handle(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
         """Run one call; raises DatumError / EngineError with a sentence (a sampling
@@ -109,12 +111,18 @@ class Calls:
         return {"type": "load_weights", "path": body.get("path"), "step": meta["step"]}
 
     def op_sampler_snapshot(self, body: dict[str, Any]) -> dict[str, Any]:
-        return {"step": self.session.step}
+        return {"step": self.snapshots.take()}
 
     def op_sample(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Sample the weights of the snapshot's step: the session's own, or a kept earlier
+        snapshot's swapped in for the call (:mod:`akka_optimize.tinker.snapshots`)."""
         from .sampling import sample
 
-        return sample(self.session, body)
+        now = {**body, "snapshot_step": self.session.step}
+        earlier = self.snapshots.call_at(
+            body.get("snapshot_step"), lambda: sample(self.session, now)
+        )
+        return earlier if earlier is not None else sample(self.session, body)
 
 
 def _build(spec: JobSpec) -> Any:
