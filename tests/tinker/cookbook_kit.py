@@ -26,6 +26,18 @@ RENDERER = "role_colon"
 (``model_info``: ``Llama-3.2-1B`` and the like); the tiny model is a SmolLM2 (Llama) one."""
 
 
+def recipe_fields(log: Path, svc: LiveService) -> dict[str, Any]:
+    """The fields every recipe's ``Config`` here shares: log folder, the tiny model and
+    :data:`RENDERER`, rank 4, the service's URL."""
+    return {
+        "log_path": str(log),
+        "model_name": TINY,
+        "renderer_name": RENDERER,
+        "lora_rank": 4,
+        "base_url": svc.url,
+    }
+
+
 def served_tokenizer(url: str, key: str, base_model: str = TINY) -> Any:
     """The tokenizer of ``base_model`` as a training client's ``get_tokenizer()`` gives it
     (its own session, closed at once so its device is free again)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from cookbook_kit import cookbook_service, registered_tinker_runs
-from tinker_kit import TINY, created
+from tinker_kit import TINY, answer_datum, created
 
 pytest.importorskip("tinker_cookbook")
 
@@ -36,12 +36,7 @@ def _train_teacher(url: str, tokenizer: Any) -> str:
     client = tinker.ServiceClient(base_url=url)
     trainer = created(client.create_lora_training_client(base_model=TINY, rank=4, seed=7))
     prompt = tokenizer.encode("<|im_start|>user\nWhat is 4 + 5?<|im_end|>\n<|im_start|>assistant\n")
-    ids = prompt + tokenizer.encode("9<|im_end|>")
-    weights = [0.0] * (len(prompt) - 1) + [1.0] * (len(ids) - len(prompt))
-    datum = types.Datum(
-        model_input=types.ModelInput.from_ints(ids[:-1]),
-        loss_fn_inputs={"target_tokens": ids[1:], "weights": weights},
-    )
+    datum = answer_datum(prompt, tokenizer.encode("9<|im_end|>"))
     for _ in range(3):
         trainer.forward_backward([datum], "cross_entropy").result()
         trainer.optim_step(types.AdamParams(learning_rate=3e-2)).result()

@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 import pytest
-from cookbook_kit import RENDERER, cookbook_service, registered_tinker_runs
+from cookbook_kit import RENDERER, cookbook_service, recipe_fields, registered_tinker_runs
 from tinker_kit import TINY
 
 pytest.importorskip("tinker_cookbook")
@@ -47,17 +47,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
             model_name_for_tokenizer=TINY, renderer_name=RENDERER, max_length=64, batch_size=2
         )
         config = train_dpo.Config(
-            log_path=str(tmp / "log"),
-            model_name=TINY,
+            **recipe_fields(tmp / "log", svc),
             recipe_name="recipe_dpo",
-            renderer_name=RENDERER,
             dataset_builder=DPODatasetBuilderFromComparisons(
                 common_config=common,
                 comparison_builder=ComparisonBuilderFromJsonl(train_path=str(data)),
             ),
             learning_rate=2e-2,
-            lora_rank=4,
-            base_url=svc.url,
             eval_every=0,
             save_every=0,
         )

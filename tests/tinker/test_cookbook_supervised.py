@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from cookbook_kit import RENDERER, cookbook_service, registered_tinker_runs
+from cookbook_kit import RENDERER, cookbook_service, recipe_fields, registered_tinker_runs
 from tinker_kit import TINY
 
 pytest.importorskip("tinker_cookbook")
@@ -43,16 +43,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
             train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES,
         )
         config = train.Config(
-            log_path=str(tmp / "log"),
-            model_name=TINY,
+            **recipe_fields(tmp / "log", svc),
             recipe_name="recipe_sl_basic",
-            renderer_name=RENDERER,
             dataset_builder=FromConversationFileBuilder(
                 common_config=common, file_path=str(conversations), test_size=4
             ),
             learning_rate=1e-2,
-            lora_rank=4,
-            base_url=svc.url,
             max_steps=STEPS,
             eval_every=2,
             save_every=2,

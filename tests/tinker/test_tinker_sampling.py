@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tinker_kit import TINY, created, tinker_service
+from tinker_kit import TINY, answer_datum, created, tinker_service
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
@@ -72,12 +72,7 @@ def test_a_trained_client_changes_its_greedy_answer_and_saves(world: Any, tokeni
     trainer = created(client.create_lora_training_client(base_model=TINY, rank=4, seed=3))
     prompt = tokenizer.encode(PROMPT)
     before = _greedy(created(trainer.save_weights_and_get_sampling_client()), prompt)
-    ids = prompt + tokenizer.encode(TARGET)
-    weights = [0.0] * (len(prompt) - 1) + [1.0] * (len(ids) - len(prompt))
-    datum = types.Datum(
-        model_input=types.ModelInput.from_ints(ids[:-1]),
-        loss_fn_inputs={"target_tokens": ids[1:], "weights": weights},
-    )
+    datum = answer_datum(prompt, tokenizer.encode(TARGET))
     for _ in range(8):
         trainer.forward_backward([datum], "cross_entropy").result()
         trainer.optim_step(types.AdamParams(learning_rate=5e-2)).result()

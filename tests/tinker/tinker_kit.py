@@ -42,6 +42,19 @@ def write_cpu_devices(home: Path, devices: int) -> None:
     (home / "deployment.yaml").write_text(yaml.safe_dump(raw))
 
 
+def answer_datum(prompt: list[int], answer: list[int]) -> Any:
+    """A shifted datum supervising ``answer`` after ``prompt`` (the prompt's targets have
+    weight 0), as tinker-cookbook builds one."""
+    from tinker import types
+
+    ids = prompt + answer
+    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(answer)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(ids[:-1]),
+        loss_fn_inputs={"target_tokens": ids[1:], "weights": weights},
+    )
+
+
 @contextmanager
 def tinker_service(folder: Path, devices: int = 1) -> Iterator[tuple[LiveService, dict[str, str]]]:
     """A live service homed in ``folder`` with :data:`PROJECTS` created, :data:`TINY`
