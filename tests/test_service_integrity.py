@@ -371,6 +371,29 @@ def test_worker_events_need_whole_number_counts() -> None:
         assert info.value.field == field
 
 
+def test_a_whole_number_decimal_is_the_integer_it_spells(lite) -> None:
+    """Issue 48 item 9: the document's ``type: integer`` takes ``3.0`` (JSON Schema makes no
+    difference between 3 and 3.0), so request bodies, plans and worker events do too; a
+    fraction, text or a boolean is still refused naming the field."""
+    assert check_worker_event({"type": "save", "step": 3.0})["step"] == 3
+    lite.call("POST", "/v1/training/projects", json={"name": "p"})
+    evaluation = {"modelId": "p/none:v1", "dataset": "p/d", "sampling": {"maxTokens": 8.0}}
+    for limit, field in ((3.0, None), (3.5, "limit"), (True, "limit")):
+        r = lite.call("POST", "/v1/training/evaluations", json={**evaluation, "limit": limit})
+        assert (r.status_code == 400) == (field is not None), r.text
+        assert r.json()["error"]["field"] == field or field is None, r.text
+    plan = {"kind": "run", "project": "p", "baseModel": "HuggingFaceTB/SmolLM2-135M-Instruct", "config": {
+        "dataset": "p/none", "method": "sft", "maxSeqLength": 64.0,
+        "hyperparams": {"lora": {"rank": 4.0}}}}  # fmt: skip
+    details = _error(lite.call("POST", "/v1/training/runs?dryRun=true", json=plan))["details"]
+    assert [d["field"] for d in details] == ["config.dataset"], details
+    plan["config"]["maxSeqLength"] = 64.5
+    fields = [
+        d["field"] for d in _error(lite.call("POST", "/v1/training/runs", json=plan))["details"]
+    ]
+    assert "config.maxSeqLength" in fields
+
+
 def test_a_dataset_zip_member_failing_its_checksum_is_refused(lite) -> None:
     """Issue 48 item 5: a member whose CRC fails (or whose compressed data is damaged) was a
     500; it is a 400 naming the member, and nothing is stored."""

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ..refs import NAME_PATTERN
 from .schema import BranchFrom, ExecutionGroup, RunConfig
+from .schema_base import RequestModel
 
 __all__ = [
     "CurateStage",
@@ -36,21 +37,18 @@ __all__ = [
 ]
 
 
-class Sampling(BaseModel):
+class Sampling(RequestModel):
     """How the answers are sampled; a setting left out takes its default (greedy, 256 tokens)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
     temperature: float = Field(0.0, ge=0, le=2, description="0 is greedy.")
     topP: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")  # noqa: N815
     maxTokens: int = Field(256, ge=1, le=32768, description="Longest answer, in tokens.")  # noqa: N815
     seed: int | None = Field(0, ge=0, le=2**31 - 1, description="Sampling seed.")
 
 
-class _Body(BaseModel):
+class _Body(RequestModel):
     """A request body: unknown fields refused, types strict as on plans (``"1"`` is not a
     limit, ``true`` not a number; issue 48 item 6)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _EvaluationFields(_Body):

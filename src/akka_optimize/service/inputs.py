@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from ..jsonvalues import MAX_INT
+from ..plan.schema_base import whole_decimal
 
 #: Event types every kind of job sends (:func:`akka_optimize.jobs.events.apply_event`);
 #: a kind adds its own (``save`` and ``completed`` for supervised runs, jobs/kinds.py).
@@ -30,11 +31,13 @@ EVENT_COUNTS = ("step", "totalSteps", "stateBytes", "adapterBytes")
 
 
 def whole_number(value: Any, field: str, *, low: int = 0, high: int = MAX_INT) -> int:
-    """``value`` when it is a JSON whole number in ``[low, high]``.
+    """``value`` when it is a JSON whole number in ``[low, high]`` (``3.0`` is 3, as JSON
+    Schema's ``integer`` says: :func:`akka_optimize.plan.schema_base.whole_decimal`).
 
     Raises:
         InvalidRequest: (``field``) a string, a fraction, a boolean or out of range.
     """
+    value = whole_decimal(int, value)
     if isinstance(value, bool) or not isinstance(value, int):
         shown = repr(value)[:40]
         raise InvalidRequest(f"{field} must be a whole number, not {shown}.", field=field)

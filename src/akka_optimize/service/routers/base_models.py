@@ -18,7 +18,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ...catalog.hub import candidates, list_hub_models
 from ...catalog.selection import (
@@ -31,6 +31,7 @@ from ...catalog.selection import (
     settings_catalog,
 )
 from ...deployment import load_deployment
+from ...plan.schema_base import RequestModel
 from ..context import ServiceContext
 from ..deps import CtxDep
 from ..routing import JsonRoute
@@ -41,10 +42,9 @@ router = APIRouter(route_class=JsonRoute, prefix="/v1/training/base-models", tag
 _MANAGER = "base_models"
 
 
-class SelectRequest(BaseModel):
+class SelectRequest(RequestModel):
     """Body of ``POST /v1/training/base-models``."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
     repository: str = Field(min_length=1, description="Hub repository in the catalog.")
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -34,6 +34,7 @@ from ...db.models.serving import Endpoint, EndpointModel
 from ...deployment import load_deployment
 from ...errors import InvalidRequest, NotFound
 from ...jsonvalues import loads
+from ...plan.schema_base import RequestModel
 from ...serving.parsers import parsers_table
 from .. import access
 from ..auth import Principal
@@ -68,10 +69,9 @@ from .endpoint_records import view as view
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training/endpoints", tags=["endpoints"])
 
 
-class EndpointCreate(BaseModel):
+class EndpointCreate(RequestModel):
     """Body of ``POST /v1/training/endpoints``."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
     model: str = Field(min_length=1, description="Registry reference of a base model or adapter.")
     project: str | None = Field(None, description="Project name or ID (required for a base model).")
 

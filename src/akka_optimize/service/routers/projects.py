@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from ...db.models.projects import Project
 from ...errors import AkkaError, Conflict
 from ...evals.settings import make_settings, project_scores, settings_view
+from ...plan.schema_base import RequestModel
 from ...refs import MAX_NAME_LENGTH, NAME_PATTERN, validate_name
 from .. import access
 from ..access import find_project
@@ -34,12 +35,11 @@ from .sampling import Sampling
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training/projects", tags=["projects"])
 
 
-class EvaluationSettings(BaseModel):
+class EvaluationSettings(RequestModel):
     """A project's evaluation settings (``PUT /v1/training/projects/P/evaluation``, or
     ``evaluation`` in ``POST /v1/training/projects``). The dataset and the grader's bundle
     are pinned to exact versions when accepted (:mod:`akka_optimize.evals.settings`)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
     dataset: str = Field(min_length=1, description="Registry reference of the dataset.")
     grader: str = Field(
         min_length=1, description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default)."
@@ -54,10 +54,8 @@ class EvaluationSettings(BaseModel):
     )
 
 
-class ProjectCreate(BaseModel):
+class ProjectCreate(RequestModel):
     """``POST /v1/training/projects``."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(
         description="The project's name: lower-case letters, digits, '.', '_' and '-'; "

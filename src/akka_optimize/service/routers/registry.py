@@ -18,11 +18,12 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ... import __version__
 from ...errors import InvalidRequest, NotFound
 from ...jobs.kinds import model_registered
+from ...plan.schema_base import RequestModel
 from ...refs import validate_name
 from ...registry import (
     annotate,
@@ -368,10 +369,9 @@ def model_merged(
     return resp
 
 
-class AliasBody(BaseModel):
+class AliasBody(RequestModel):
     """Body of ``PUT …/aliases/{alias}``."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
     version: str = Field(  # the pattern is documented only: parse_version refuses
         description="The version the alias points at, such as v3.",
         json_schema_extra={"pattern": VERSION_PATTERN},
@@ -395,10 +395,9 @@ def alias_route(
         return set_alias(s, kind, namespace, name, alias, body.version).to_dict()
 
 
-class AnnotationsBody(BaseModel):
+class AnnotationsBody(RequestModel):
     """Body of ``PUT …/annotations``: keys to set (a null value removes a key)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
     annotations: dict[str, Any]
 
 
