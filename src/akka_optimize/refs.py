@@ -48,6 +48,10 @@ expression for documents (module docstring; :func:`parse_ref`). An alias documen
 does not start with ``v`` (``v0`` and ``v`` plus a huge number are refused as versions),
 and a version has at most 18 digits (below :data:`MAX_VERSION`); both are narrower than
 :func:`parse_ref` accepts, never wider."""
+REF_PATTERN = r"^([A-Za-z0-9](\.?[A-Za-z0-9_-])*\.?/)?" + REF_NAME_PATTERN[1:]
+"""A whole reference, ``[NS/]NAME[selector]``, as one regular expression for documents
+(:data:`REF_NAME_PATTERN` after an optional namespace); a reference without a namespace
+resolves in the request's project, which a document's pattern cannot check."""
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _VERSION_RE = re.compile(r"v([0-9]+)")
 

@@ -11,10 +11,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from akka_optimize.errors import InvalidRequest
+from akka_optimize.evals.graders import GRADER_PATTERN, parse_grader
 from akka_optimize.refs import (
     MAX_NAME_LENGTH,
     NAME_PATTERN,
     REF_NAME_PATTERN,
+    REF_PATTERN,
     parse_ref,
     repository_ref,
     validate_name,
@@ -141,3 +143,19 @@ def test_every_documented_reference_name_parses(name):
     narrower than the grammar, never wider)."""
     if len(name) <= MAX_NAME_LENGTH:
         assert parse_ref(f"ns/{name}").name == name.partition(":")[0].partition("@")[0].lower()
+
+
+@settings(max_examples=200, deadline=None, database=None, derandomize=True)
+@given(st.from_regex(REF_PATTERN, fullmatch=True), st.from_regex(GRADER_PATTERN, fullmatch=True))
+def test_every_documented_reference_and_grader_parses(ref, grader):
+    """Issue 48 item 9: a request field the document gives :data:`REF_PATTERN` (a model,
+    dataset or source) or the grader pattern takes every value it calls valid (in a project,
+    for a reference without a namespace), when each name is within the length bound."""
+    names = re.split(r"[/:@#]", ref) + re.split(r"[/:@#]", grader)
+    if max(map(len, names)) <= MAX_NAME_LENGTH:
+        assert (
+            parse_ref(ref, "p").name
+            == ref.split("/")[-1].partition(":")[0].partition("@")[0].lower()
+        )
+        spec = parse_grader(grader)
+        assert spec.kind == grader.partition(":")[0]

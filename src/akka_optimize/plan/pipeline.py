@@ -16,13 +16,14 @@ messages are the same.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from ..refs import NAME_PATTERN
+from ..evals.graders import GRADER_PATTERN
+from ..refs import NAME_PATTERN, REF_PATTERN
 from .schema import BranchFrom, ExecutionGroup, RunConfig
-from .schema_base import RequestModel
+from .schema_base import REFERENCE, RequestModel, documented
 
 __all__ = [
     "CurateStage",
@@ -51,15 +52,20 @@ class _Body(RequestModel):
     limit, ``true`` not a number; issue 48 item 6)."""
 
 
+_REFERENCE = documented(REFERENCE)
+
+
 class _EvaluationFields(_Body):
     modelId: str = Field(  # noqa: N815
         min_length=1,
+        json_schema_extra=_REFERENCE,
         description="Registry reference of the model: a trained adapter or a base model "
         "(in a pipeline, stage:NAME of a train stage).",
     )
     dataset: str | None = Field(
         None,
         min_length=1,
+        json_schema_extra=_REFERENCE,
         description="Registry reference of the dataset; each row's last assistant message (or "
         "its ground_truth) is the reference answer. Left out: the project's evaluation "
         "settings' dataset.",
@@ -67,6 +73,7 @@ class _EvaluationFields(_Body):
     grader: str | None = Field(
         None,
         min_length=1,
+        json_schema_extra=documented(GRADER_PATTERN),
         description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default), or "
         "model:REFERENCE, a judge served on its own endpoint that scores each answer 0-10. "
         "Left out: the project's evaluation settings' grader.",
@@ -86,9 +93,32 @@ class EvaluationRequest(_EvaluationFields):
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N rows.")
 
 
+def _keep_schema(schema: dict[str, Any]) -> None:
+    """The keep rule's bounds and its rule that one of the two is given (documented here;
+    :func:`akka_optimize.evals.curation_request` refuses with its own sentences)."""
+    given = [
+        {"required": [k], "properties": {k: {"type": "number", "description": f"{k}, given."}}}
+        for k in _KEEP_BOUNDS
+    ]
+    schema["anyOf"] = given
+    for key, bounds in _KEEP_BOUNDS.items():
+        field = schema["properties"][key]
+        for option in field.get("anyOf", [field]):
+            if option.get("type") == "number":
+                option.update(bounds)
+
+
+_KEEP_BOUNDS = {
+    "minScore": {"minimum": 0, "maximum": 1},
+    "topShare": {"exclusiveMinimum": 0, "maximum": 1},
+}
+
+
 class KeepRule(_Body):
     """``keep``: which scored rows a curation keeps (both rules apply when both are given;
     a row the judge could not score is never kept)."""
+
+    model_config = ConfigDict(json_schema_extra=_keep_schema)
 
     minScore: float | None = Field(  # noqa: N815
         None, description="Keep rows scoring at least this (the judge's 0-10 over 10, in [0, 1])."
@@ -100,14 +130,23 @@ class KeepRule(_Body):
     )
 
 
+def _dataset_required(schema: dict[str, Any]) -> None:
+    schema["required"] = [*schema.get("required", []), "dataset"]
+
+
 class _CurationFields(_Body):
+    model_config = ConfigDict(json_schema_extra=_dataset_required)  # the service requires it
+
     source: str = Field(
         min_length=1,
+        json_schema_extra=_REFERENCE,
         description="Registry reference of the dataset to curate (in a pipeline, stage:NAME of "
         "a curate stage); each row ends with the assistant answer the judge scores.",
     )
     judge: str = Field(
-        min_length=1, description="model:REFERENCE: the judge that scores each row 0-10."
+        min_length=1,
+        json_schema_extra=documented("^model:" + REF_PATTERN[1:]),
+        description="model:REFERENCE: the judge that scores each row 0-10.",
     )
     judgeInstructions: str | None = Field(  # noqa: N815
         None,
@@ -117,6 +156,7 @@ class _CurationFields(_Body):
     keep: KeepRule = Field(description="Which rows are kept: minScore and/or topShare.")
     dataset: str | None = Field(
         None,
+        json_schema_extra=documented(REF_PATTERN, required=True),
         description="Required: the dataset (NS/NAME) the kept rows are registered under, "
         "e.g. oasst1/curated; the judge's dataset, every row with its score and the judge's "
         "reply, goes beside it as oasst1/curated-judge.",

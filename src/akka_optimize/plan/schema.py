@@ -33,10 +33,12 @@ from typing import Literal
 
 from pydantic import Field
 
+from ..refs import NAME_PATTERN
 from .schema_base import AttentionImplementation as AttentionImplementation
 from .schema_base import Precision as Precision
 from .schema_base import SchedulerKind as SchedulerKind
 from .schema_base import _Group as _Group
+from .schema_base import documented
 from .schema_config import DataGroup as DataGroup
 from .schema_config import LossGroup as LossGroup
 from .schema_config import ModelGroup as ModelGroup
@@ -103,6 +105,7 @@ class RunPlan(_Group):
     project: str = Field(
         min_length=1,
         max_length=100,
+        json_schema_extra=documented(NAME_PATTERN),
         description="The training project; the namespace of its models and of unqualified "
         "references.",
     )
@@ -116,6 +119,7 @@ class RunPlan(_Group):
         None,
         min_length=1,
         max_length=100,
+        json_schema_extra=documented(NAME_PATTERN),
         description="Named model the run registers under in the project's namespace; "
         "defaults to the base model's name.",
     )

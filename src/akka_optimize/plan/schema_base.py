@@ -11,9 +11,12 @@ also refuses infinities and NaN.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from ..refs import NAME_PATTERN, REF_PATTERN
 
 #: Largest magnitude of a decimal read as an integer: every whole number up to 2^53 has one
 #: float, so ``9007199254740992.0`` is exact and no larger decimal is taken as a whole number.
@@ -41,6 +44,28 @@ def whole_decimal(annotation: Any, value: Any) -> Any:
     ):
         return int(value)
     return value
+
+
+def documented(pattern: str, *, required: bool = False) -> Callable[[dict[str, Any]], None]:
+    """A ``json_schema_extra`` that gives a string field's JSON schema ``pattern`` (the
+    field's grammar, for the OpenAPI document; the service refuses with its own sentence), and
+    with ``required`` drops its null (a field the service requires though its model lets it
+    be left out, to say so in its own words)."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        if required:
+            schema.pop("anyOf", None)
+            schema.pop("default", None)
+            schema["type"] = "string"
+        for option in schema.get("anyOf", [schema]):
+            if option.get("type") == "string":
+                option["pattern"] = pattern
+
+    return extra
+
+
+#: A registry reference, or in a pipeline ``stage:NAME`` of an earlier stage.
+REFERENCE = "(" + REF_PATTERN + ")|(^stage:" + NAME_PATTERN[1:] + ")"
 
 
 class RequestModel(BaseModel):

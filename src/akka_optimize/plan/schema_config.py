@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .schema_base import AttentionImplementation, Precision, _Group
+from .schema_base import REFERENCE, AttentionImplementation, Precision, _Group, documented
 from .schema_hyperparams import ReinforcementHyperparams, SupervisedHyperparams
 
 
@@ -46,6 +46,7 @@ class DataGroup(_Group):
         None,
         min_length=1,
         max_length=400,
+        json_schema_extra=documented(REFERENCE),
         description="Registry reference of the validation dataset, pinned like `dataset`.",
     )
     use_dynamic_bsz: bool | None = Field(
@@ -91,6 +92,7 @@ class RunConfig(_Group):
     dataset: str = Field(
         min_length=1,
         max_length=400,
+        json_schema_extra=documented(REFERENCE),
         description="Registry reference of the training dataset (`triage/train`, "
         "`triage/train:v3`, `train` in the project's namespace); pinned when accepted.",
     )

@@ -13,8 +13,9 @@ parameter, and no bodies for routes that read the raw request (uploads, plans).
 - declares bearer authentication as a security scheme;
 - gives uploads (datasets, bundles, models, images) an ``application/octet-stream``
   body, run plans the :class:`akka_optimize.plan.schema.RunPlan` schema, pipeline
-  descriptors :class:`akka_optimize.plan.pipeline.PipelinePlan`, and the other raw JSON
-  routes an object body;
+  descriptors :class:`akka_optimize.plan.pipeline.PipelinePlan`, and the routes that read
+  their JSON by hand the schemas of :mod:`.openapi_bodies` (free JSON values bounded as the
+  store holds them);
 - says which names the registry's path parameters take (the name grammar of
   :func:`akka_optimize.refs.validate_name`, by :data:`PATH_NAMES`), so that a request the
   document calls valid is not refused for its name (issue 48);
@@ -31,6 +32,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from ..refs import MAX_NAME_LENGTH, NAME_PATTERN, REF_NAME_PATTERN
+from .openapi_bodies import hand_read_bodies, stored_values
 
 ERROR_STATUSES = {
     "400": "The request is malformed or refused; `error.field` names what is wrong.",
@@ -82,8 +84,8 @@ OPENAI_ERROR_BODY = {
 
 _BYTES = {"type": "string", "format": "binary"}
 _UPLOAD = {"content": {"application/octet-stream": {"schema": _BYTES}}, "required": True}
-_OBJECT = {"type": "object"}
-_JSON_OBJECT = {"content": {"application/json": {"schema": _OBJECT}}, "required": True}
+#: A JSON object body read by hand (OpenAI's fine-tuning routes: OpenAI's own request objects).
+_JSON_OBJECT = {"content": {"application/json": {"schema": {"type": "object"}}}, "required": True}
 
 #: Request bodies of routes that read the raw request, by (method, path).
 RAW_BODIES: dict[tuple[str, str], dict[str, Any]] = {
@@ -91,11 +93,6 @@ RAW_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/registry/bundles/{namespace}/{name}"): _UPLOAD,
     ("post", "/v1/registry/models/{namespace}/{name}"): _UPLOAD,
     ("post", "/v1/registry/images"): _UPLOAD,
-    ("post", "/v1/training/data/preview"): _JSON_OBJECT,
-    ("post", "/v1/training/recipes"): _JSON_OBJECT,
-    ("post", "/v1/training/recipes/claim"): _JSON_OBJECT,
-    ("post", "/v1/training/endpoints/{endpoint_id}/openai/v1/chat/completions"): _JSON_OBJECT,
-    ("post", "/v1/training/endpoints/{endpoint_id}/openai/v1/completions"): _JSON_OBJECT,
     # OpenAI's fine-tuning API (issue 51): OpenAI's own bodies
     ("post", "/v1/files"): {
         "content": {
@@ -230,7 +227,8 @@ def build(app: FastAPI) -> dict[str, Any]:
     schemas["ErrorBody"] = ERROR_BODY
     schemas["OpenAIErrorBody"] = OPENAI_ERROR_BODY
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-    bodies = _model_bodies(schemas)
+    bodies = {**_model_bodies(schemas), **hand_read_bodies()}
+    stored_values(schemas)
     for path, ops in doc.get("paths", {}).items():
         for method, op in ops.items():
             _fix_operation(method, path, op, bodies)

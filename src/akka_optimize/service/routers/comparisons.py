@@ -42,7 +42,9 @@ class ComparisonCreate(EvaluationCreate):
 def create_comparison(
     body: ComparisonCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> JSONResponse:
-    """Accept a comparison: pin both models, the dataset and the bundle, queue it."""
+    """Accept a comparison: pin both models, the dataset and the bundle, queue it.
+    A reference without a namespace (``NAME``) resolves in the request's ``project``;
+    with no project it is refused (400 naming the field)."""
     req, resolve = prepare(
         body, s, ctx, principal, "comparisons.create", baseline=body.baselineModelId
     )

@@ -59,7 +59,9 @@ def check_request(
 def start_curation(
     body: CurationCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> JSONResponse:
-    """Accept a curation: pin the source and the judge, refuse what would fail, queue it."""
+    """Accept a curation: pin the source and the judge, refuse what would fail, queue it.
+    A reference without a namespace (``NAME``) resolves in the request's ``project``;
+    with no project it is refused (400 naming the field)."""
     raw = body.model_dump(exclude_none=True)
     resolved = check_request(raw, s, ctx, principal, "curations.create")
     view = curation.start_curation(ctx, s, resolved, raw, evals.eval_device_kind(ctx.settings))

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Request
 
 from ...errors import InvalidRequest
 from ...jsonvalues import loads
+from ...plan.schema_base import whole_decimal
 from .. import access
 from ..auth import Principal
 from ..connected import while_connected
@@ -97,7 +98,7 @@ def preview_request(
         raise InvalidRequest(
             "name the base model whose chat template renders the rows", field="baseModel"
         )
-    count = body.get("rowCount", 5)
+    count = whole_decimal(int, body.get("rowCount", 5))
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PREVIEW_ROWS:
         raise InvalidRequest(
             f"rowCount must be an integer from 1 to {MAX_PREVIEW_ROWS}", field="rowCount"
@@ -122,7 +123,10 @@ def preview_request(
 
 @router.post("/v1/training/data/preview", **answers(Preview))
 async def preview_route(request: Request, ctx: CtxDep, principal: PrincipalDep) -> dict[str, Any]:
-    """Rows rendered by the base model's chat template, supervised spans marked."""
+    """Rows rendered by the base model's chat template, supervised spans marked. The rows
+    (``jsonl``, ``rows`` or a registered ``dataset``) are checked as a dataset upload's rows
+    are, and the loss policy as a plan's ``config.loss``: a refusal names the row and field.
+    A ``dataset`` without a namespace resolves in ``project`` (400 without one)."""
     raw = await request.body()
     body = loads(raw or b"null")
     return await while_connected(

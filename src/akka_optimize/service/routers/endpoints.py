@@ -34,7 +34,9 @@ from ...db.models.serving import Endpoint, EndpointModel
 from ...deployment import load_deployment
 from ...errors import InvalidRequest, NotFound
 from ...jsonvalues import loads
+from ...plan.pipeline import documented
 from ...plan.schema_base import RequestModel
+from ...refs import REF_PATTERN
 from ...serving.parsers import parsers_table
 from .. import access
 from ..auth import Principal
@@ -72,7 +74,12 @@ router = APIRouter(route_class=JsonRoute, prefix="/v1/training/endpoints", tags=
 class EndpointCreate(RequestModel):
     """Body of ``POST /v1/training/endpoints``."""
 
-    model: str = Field(min_length=1, description="Registry reference of a base model or adapter.")
+    model: str = Field(
+        min_length=1,
+        description="Registry reference of a base model or adapter; a reference without a "
+        "namespace resolves in project.",
+        json_schema_extra=documented(REF_PATTERN),
+    )
     project: str | None = Field(None, description="Project name or ID (required for a base model).")
 
 
@@ -146,7 +153,8 @@ def create_endpoint(
 ) -> JSONResponse:
     """Create an endpoint and start making its model resident. A project token creates
     endpoints of its own project only; no endpoint serves another project's adapter (403
-    ``optimize.training.projects.endpoints.create``)."""
+    ``optimize.training.projects.endpoints.create``). A reference without a namespace (``NAME``) resolves in the request's ``project``;
+    with no project it is refused (400 naming the field)."""
     project = None
     if body.project:
         access.check_project_key_write(principal, s, body.project, "endpoints.create")

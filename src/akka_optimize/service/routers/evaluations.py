@@ -115,7 +115,9 @@ def prepare(
 def start_evaluation(
     body: EvaluationCreate, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> JSONResponse:
-    """Accept an evaluation: pin its references, refuse what would fail, queue it."""
+    """Accept an evaluation: pin its references, refuse what would fail, queue it.
+    A reference without a namespace (``NAME``) resolves in the request's ``project``;
+    with no project it is refused (400 naming the field)."""
     req, resolve = prepare(body, s, ctx, principal, "evaluations.create")
     return JSONResponse(evals.start_evaluation(ctx, s, req, resolve), status_code=201)
 

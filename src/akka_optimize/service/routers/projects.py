@@ -21,9 +21,11 @@ from sqlalchemy.orm import Session
 
 from ...db.models.projects import Project
 from ...errors import AkkaError, Conflict
+from ...evals.graders import GRADER_PATTERN
 from ...evals.settings import make_settings, project_scores, settings_view
+from ...plan.pipeline import documented
 from ...plan.schema_base import RequestModel
-from ...refs import MAX_NAME_LENGTH, NAME_PATTERN, validate_name
+from ...refs import MAX_NAME_LENGTH, NAME_PATTERN, REF_PATTERN, validate_name
 from .. import access
 from ..access import find_project
 from ..auth import Principal
@@ -40,9 +42,15 @@ class EvaluationSettings(RequestModel):
     ``evaluation`` in ``POST /v1/training/projects``). The dataset and the grader's bundle
     are pinned to exact versions when accepted (:mod:`akka_optimize.evals.settings`)."""
 
-    dataset: str = Field(min_length=1, description="Registry reference of the dataset.")
+    dataset: str = Field(
+        min_length=1,
+        description="Registry reference of the dataset.",
+        json_schema_extra=documented(REF_PATTERN),
+    )
     grader: str = Field(
-        min_length=1, description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default)."
+        min_length=1,
+        description="bundle:REFERENCE#MODULE[:FUNCTION] (compute_score by default).",
+        json_schema_extra=documented(GRADER_PATTERN),
     )
     graderInstructions: str | None = Field(  # noqa: N815
         None, description="A model: judge's instructions (not read by a bundle grader)."

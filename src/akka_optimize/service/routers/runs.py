@@ -56,7 +56,16 @@ async def start_run_route(
     """Start a run from a plan, or with ``dryRun=true`` report what it would run.
 
     A project token may start (and dry-run) runs of its own project only: 403
-    ``optimize.training.projects.runs.start`` otherwise (:mod:`..access`)."""
+    ``optimize.training.projects.runs.start`` otherwise (:mod:`..access`).
+
+    Rules of the plan that its schema cannot state, each refused with a 400 naming the
+    field: ``baseModel`` is one the deployment's catalog allows, ``execution.deviceProfile``
+    one the deployment declares and the host memory one its device has, and
+    ``config.engineSettings`` the settings it allows; ``smoke``, ``config.loss`` and
+    ``config.hyperparams`` are of supervised runs (``method: sft``; a reinforcement run reads
+    ``config.rlHyperparams``), ``smokeCheck`` needs ``smoke: true`` and a smoke run takes no
+    ``modelName``; ``validationBatchSize`` needs ``config.data.validationDataset``; a
+    ``modelName`` left out is derived from the base model's name, which must then be a name."""
     raw = await read_json_body(request)
 
     def work() -> dict[str, Any]:
