@@ -194,11 +194,13 @@ DOCUMENTED_RULES: dict[tuple[str, str], list[tuple[str, str, str]]] = {
     ("POST", "/v1/training/pipelines"): [
         BARE_REFERENCE,
         (r"^stages\[\d+\]\.name$", "an earlier stage has this name", "name is one of its own"),
+        (r"^stages\[\d+\]\.", "names no earlier stage", "a later or missing stage is refused"),
     ],
     ("POST", "/v1/training/runs"): [
         (r"^execution\.", "", "one the deployment declares"),
         (r"^config\.engineSettings", "", "the settings it allows"),
-        (r"^(smoke|smokeCheck|config\.loss|config\.hyperparams)$", "", "supervised runs"),
+        (r"^(smoke|smokeCheck|config\.(loss|hyperparams|rlHyperparams))$", "", "supervised runs"),
+        (r"tokensPerGpu$", "", "``tokensPerGpu`` is of runs on several devices"),
         (r"^modelName$", "derived from", "derived from the base model's name"),
         (r"^modelName$", "smoke run", "a smoke run takes no"),
         (r"validationBatchSize$", "", "needs ``config.data.validationDataset``"),

@@ -170,6 +170,13 @@ class CurationRequest(_CurationFields):
     project: str = Field(min_length=1, description="The project (name or ID) it runs in.")
 
 
+def _not_null(schema: dict[str, Any]) -> None:
+    """An optional field's JSON schema without its null: left out, not null."""
+    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
+    schema.pop("default", None)
+    schema.update(options[0])
+
+
 def _stage_name_schema(schema: dict) -> None:
     """A stage name's JSON schema: a string of the name grammar, to leave out for the
     default (the service reads an explicit null as a name that is not a string)."""
@@ -229,7 +236,11 @@ class EvaluateStage(_EvaluationFields):
 
     kind: Literal["evaluate"] = Field(description="`evaluate`.")
     name: str | None = _NAME
-    sampling: Sampling | None = Field(None, description="How answers are sampled.")
+    sampling: Sampling | None = Field(
+        None,
+        description="How answers are sampled (an object; left out for the defaults).",
+        json_schema_extra=_not_null,  # documented: the stage's request refuses null
+    )
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N rows.")
 
 

@@ -34,11 +34,11 @@ from typing import Literal
 from pydantic import Field
 
 from ..refs import NAME_PATTERN
+from .schema_base import REFERENCE, documented
 from .schema_base import AttentionImplementation as AttentionImplementation
 from .schema_base import Precision as Precision
 from .schema_base import SchedulerKind as SchedulerKind
 from .schema_base import _Group as _Group
-from .schema_base import documented
 from .schema_config import DataGroup as DataGroup
 from .schema_config import LossGroup as LossGroup
 from .schema_config import ModelGroup as ModelGroup
@@ -143,6 +143,7 @@ class RunPlan(_Group):
         None,
         min_length=1,
         max_length=400,
+        json_schema_extra=documented(REFERENCE),
         description="Model version reference the run starts from instead of the base model "
         "(reinforcement after supervised).",
     )

@@ -14,7 +14,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from .schema_base import SchedulerKind, _Group
+from ..evals.graders import GRADER_PATTERN
+from .schema_base import SchedulerKind, _Group, documented
 
 
 class LoraGroup(_Group):
@@ -182,6 +183,7 @@ class ReinforcementHyperparams(_Group):
         None,
         min_length=1,
         max_length=512,
+        json_schema_extra=documented(f"({GRADER_PATTERN})|(^builtin:math$)"),
         description="The grader: `bundle:REFERENCE#MODULE[:FUNCTION]`, `model:REFERENCE`, or "
         "`builtin:math` (the \\boxed{} answer against the prompt's gold answer).",
     )

@@ -153,7 +153,10 @@ def _preview() -> dict[str, Any]:
             "filename": {"type": "string", "description": "The JSONL text's file name."},
             "rows": {"type": "array", "items": _OBJECT, "minItems": 1, "description": "Rows."},
             "dataset": {**_TEXT, "pattern": REF_PATTERN, "description": "A dataset reference."},
-            "project": {"type": ["string", "null"], "description": "Resolves a bare NAME."},
+            "project": {
+                "anyOf": [_NAME, {"type": "null"}],
+                "description": "Resolves a bare NAME.",
+            },
             "rowCount": {"type": "integer", "minimum": 1, "maximum": MAX_PREVIEW_ROWS},
         },
         "baseModel",

@@ -47,7 +47,7 @@ async def start_pipeline(
     """Start a pipeline from a descriptor, or with ``dryRun=true`` show every stage's
     resolved settings. A refused descriptor creates nothing. Each stage's name is one of its
     own (two stages of one name are refused); ``stage:NAME`` names an earlier stage's
-    output. A reference without a namespace (``NAME``) resolves in the request's ``project``;
+    output (a later or missing stage is refused). A reference without a namespace (``NAME``) resolves in the request's ``project``;
     with no project it is refused (400 naming the field)."""
     raw = await read_json_body(request)
 

@@ -63,8 +63,9 @@ async def start_run_route(
     one the deployment declares and the host memory one its device has, and
     ``config.engineSettings`` the settings it allows; ``smoke``, ``config.loss`` and
     ``config.hyperparams`` are of supervised runs (``method: sft``; a reinforcement run reads
-    ``config.rlHyperparams``), ``smokeCheck`` needs ``smoke: true`` and a smoke run takes no
-    ``modelName``; ``validationBatchSize`` needs ``config.data.validationDataset``; a
+    ``config.rlHyperparams``, which a supervised run leaves out), ``smokeCheck`` needs
+    ``smoke: true`` and a smoke run takes no ``modelName``; ``validationBatchSize`` needs
+    ``config.data.validationDataset``; ``tokensPerGpu`` is of runs on several devices; a
     ``modelName`` left out is derived from the base model's name, which must then be a name."""
     raw = await read_json_body(request)
 
