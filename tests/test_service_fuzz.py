@@ -201,6 +201,7 @@ DOCUMENTED_RULES: dict[tuple[str, str], list[tuple[str, str, str]]] = {
         (r"^config\.engineSettings", "", "the settings it allows"),
         (r"^(smoke|smokeCheck|config\.(loss|hyperparams|rlHyperparams))$", "", "supervised runs"),
         (r"tokensPerGpu$", "", "``tokensPerGpu`` is of runs on several devices"),
+        (r"^config\.data\.packing$", "", "not ``config.data.packing``"),
         (r"^modelName$", "derived from", "derived from the base model's name"),
         (r"^modelName$", "smoke run", "a smoke run takes no"),
         (r"validationBatchSize$", "", "needs ``config.data.validationDataset``"),

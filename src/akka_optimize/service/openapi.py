@@ -117,13 +117,16 @@ OPENAI_PATHS = ("/v1/files", "/v1/fine_tuning/", "/v1/chat/completions")
 
 _NAME = {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH}
 _REF_NAME = {**_NAME, "pattern": REF_NAME_PATTERN}
+#: An alias: a name that cannot read as a version (``vN``, ``latest``:
+#: :func:`akka_optimize.registry.aliases.check_alias`).
+_ALIAS = {**_NAME, "not": {"pattern": "^([Vv][0-9]+|[Ll][Aa][Tt][Ee][Ss][Tt])$"}}
 
 #: Path parameters that the routes check against the name rule, by parameter name; the
 #: registry kinds are the three collections (``_kind`` answers 404 for any other).
 PATH_NAMES: dict[str, dict[str, Any]] = {
     "namespace": _NAME,
     "name": _NAME,
-    "alias": _NAME,
+    "alias": _ALIAS,
     "kinds": {"type": "string", "enum": ["datasets", "bundles", "models"]},
 }
 #: Operations whose ``{name}`` is the name part of a reference, selector included
@@ -158,7 +161,8 @@ def _name_parameters(method: str, path: str, op: dict[str, Any]) -> None:
         if (method, path, p["name"]) == ("post", "/v1/registry/images", "filename"):
             p["schema"] = {**_image_filename(), "title": "Filename"}
         if p.get("in") == "query" and p["name"] in ("alias", "namespace"):  # optional names
-            p["schema"] = {**p["schema"], "anyOf": [_NAME, {"type": "null"}]}
+            name = _ALIAS if p["name"] == "alias" else _NAME
+            p["schema"] = {**p["schema"], "anyOf": [name, {"type": "null"}]}
         schema = PATH_NAMES.get(p["name"]) if p.get("in") == "path" else None
         if schema is not None:
             if p["name"] == "name" and (method, path) in REF_NAMES:

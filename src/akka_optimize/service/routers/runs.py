@@ -65,7 +65,8 @@ async def start_run_route(
     ``config.hyperparams`` are of supervised runs (``method: sft``; a reinforcement run reads
     ``config.rlHyperparams``, which a supervised run leaves out), ``smokeCheck`` needs
     ``smoke: true`` and a smoke run takes no ``modelName``; ``validationBatchSize`` needs
-    ``config.data.validationDataset``; ``tokensPerGpu`` is of runs on several devices; a
+    ``config.data.validationDataset``; ``tokensPerGpu`` is of runs on several devices, and
+    on one device ``config.data.use_dynamic_bsz`` decides packing, not ``config.data.packing``; a
     ``modelName`` left out is derived from the base model's name, which must then be a name."""
     raw = await read_json_body(request)
 
