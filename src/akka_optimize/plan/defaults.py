@@ -58,6 +58,30 @@ RL_LOOP: dict[str, Any] = {
     "seed": 42,
 }
 
+DPO_LOOP: dict[str, Any] = {
+    "beta": 0.1,
+    "lossTypes": ["sigmoid"],
+    "lossWeights": None,
+    "labelSmoothing": 0.0,
+    "epochs": 1,
+    "microBatchPerGpu": 4,
+    "gradientAccumulation": 1,
+    "validationFrequencySteps": 0,
+    "seed": 42,
+    "maxSteps": None,
+}
+"""The preference loop's fields (TRL's DPOConfig defaults: beta 0.1, sigmoid). A null
+``lossWeights`` resolves to one weight of 1 per loss type."""
+
+OPTIMIZER_DPO: dict[str, Any] = {
+    "kind": "adamw",
+    "learningRate": 5e-5,
+    "weightDecay": 0.0,
+    "maxGradNorm": 1.0,
+}
+"""A preference run moves less than a supervised one (TRL's DPO examples use 5e-7 to 5e-6
+on full weights; a LoRA adapter takes a larger rate)."""
+
 SMOKE_CHECK: dict[str, Any] = {
     "rows": 8,
     "threshold": 0.9,
@@ -103,9 +127,21 @@ FALLBACK_MEMORY: dict[str, Any] = {
 """Memory defaults where the deployment file configures none."""
 
 
+HYPERPARAMS_KEY = {"sft": "hyperparams", "rl": "rlHyperparams", "dpo": "dpoHyperparams"}
+"""The ``config`` key of each method's hyperparameter groups."""
+
+
 def hyperparams(method: str) -> dict[str, Any]:
     """The hyperparameter groups of ``method`` (``sft`` → ``hyperparams``, ``rl`` →
-    ``rlHyperparams``), every field filled. Returns fresh dicts."""
+    ``rlHyperparams``, ``dpo`` → ``dpoHyperparams``), every field filled. Returns fresh
+    dicts."""
+    if method == "dpo":
+        return {
+            "lora": dict(LORA_RL),
+            "optimizer": dict(OPTIMIZER_DPO),
+            "scheduler": {"kind": "linear", "warmupRatio": 0.1, "minLearningRateRatio": 0.0},
+            **{k: list(v) if isinstance(v, list) else v for k, v in DPO_LOOP.items()},
+        }
     if method == "rl":
         return {
             "lora": dict(LORA_RL),

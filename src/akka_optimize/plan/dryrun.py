@@ -26,6 +26,8 @@ def _fmt(v: Any) -> str:
         return "null"
     if isinstance(v, float):
         return f"{v:g}"
+    if isinstance(v, list):
+        return ",".join(_fmt(x) for x in v)
     return str(v)
 
 
@@ -48,11 +50,11 @@ def _group(group: str, base: str, d: dict[str, Any] | None, stated: set[str]) ->
 
 def _hyperparam_lines(r: ResolvedPlan, stated: set[str]) -> list[dict[str, Any]]:
     cfg = r.plan["config"]
-    key = "rlHyperparams" if r.method == "rl" else "hyperparams"
+    key = {"rl": "rlHyperparams", "dpo": "dpoHyperparams"}.get(r.method, "hyperparams")
     hp = cfg[key]
     base = f"config.{key}"
     lines = [_group(g, f"{base}.{g}", hp[g], stated) for g in ("lora", "optimizer", "scheduler")]
-    if r.method == "rl":
+    if r.method in ("rl", "dpo"):
         loop = {k: v for k, v in hp.items() if not isinstance(v, dict)}
         lines.append(_group("loop", base, loop, stated))
     else:

@@ -19,6 +19,7 @@ from .schema import RunPlan
 _LOOP_DEFAULTS: dict[str, dict[str, Any]] = {
     "config.hyperparams": D.hyperparams("sft"),
     "config.rlHyperparams": D.hyperparams("rl"),
+    "config.dpoHyperparams": D.hyperparams("dpo"),
     "config.model": {
         **D.model("cpu", "fp32"),
         "precision": "fp32 on cpu, bf16 on cuda",

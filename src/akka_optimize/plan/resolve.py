@@ -35,7 +35,7 @@ class ResolvedPlan:
         plan: the full resolved descriptor (JSON): ``kind``, ``project``, ``baseModel``,
             ``modelName`` (``project/name``), ``submissionId``, ``smoke``,
             ``warmStartModelId``, ``branchFrom``, ``config`` (``hyperparams`` for ``sft`` or
-            ``rlHyperparams`` for ``rl``, every field filled; ``engineSettings`` holds every
+            ``rlHyperparams`` for ``rl``, ``dpoHyperparams`` for ``dpo``, every field filled; ``engineSettings`` holds every
             setting of the loop, empty for a supervised run on one device) and
             ``execution`` (``memory``/``rollout`` None where they do not apply).
         raw: the plan as submitted.
@@ -58,7 +58,7 @@ class ResolvedPlan:
 
     @property
     def method(self) -> str:
-        """``sft`` or ``rl``."""
+        """``sft``, ``rl`` or ``dpo``."""
         return self.plan["config"]["method"]
 
     @property
@@ -74,8 +74,7 @@ class ResolvedPlan:
     @property
     def hyperparams(self) -> dict[str, Any]:
         """The hyperparameter groups of the loop that runs."""
-        cfg = self.plan["config"]
-        return cfg["rlHyperparams"] if self.method == "rl" else cfg["hyperparams"]
+        return self.plan["config"][D.HYPERPARAMS_KEY[self.method]]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (stored with a run, returned by the dry run)."""
@@ -181,8 +180,10 @@ def build_resolved(plan: RunPlan, env: PlanEnvironment, facts: Facts) -> dict[st
     """The resolved descriptor before references are pinned (see :class:`ResolvedPlan`)."""
     cfg = plan.config
     method = cfg.method
-    hp_key = "rlHyperparams" if method == "rl" else "hyperparams"
+    hp_key = D.HYPERPARAMS_KEY[method]
     hp = fill(D.hyperparams(method), getattr(cfg, hp_key))
+    if method == "dpo" and hp["lossWeights"] is None:
+        hp["lossWeights"] = [1.0] * len(hp["lossTypes"])
     max_ctx = (facts.entry.max_context_tokens if facts.entry else None) or D.MAX_SEQ_LENGTH
     max_seq = cfg.maxSeqLength or min(D.MAX_SEQ_LENGTH, max_ctx)
     data = fill(D.DATA, cfg.data)

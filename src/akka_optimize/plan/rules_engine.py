@@ -38,8 +38,10 @@ def check_engine_keys(plan: RunPlan, env: PlanEnvironment, facts: Facts, out: Re
         if facts.sft_single:
             out.add(
                 path,
-                f"{path}: engine settings cannot be set on a supervised run on one device "
-                "(execution.gpus 1).",
+                f"{path}: engine settings cannot be set on a preference run."
+                if facts.method == "dpo"
+                else f"{path}: engine settings cannot be set on a supervised run on one "
+                "device (execution.gpus 1).",
                 value,
             )
             continue

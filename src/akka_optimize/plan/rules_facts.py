@@ -27,8 +27,9 @@ class Facts:
 
     @property
     def sft_single(self) -> bool:
-        """A supervised run on one device (no memory or engine settings)."""
-        return self.method == "sft" and not self.multi
+        """A supervised run on one device, or a preference run (no memory or engine
+        settings)."""
+        return self.method == "dpo" or (self.method == "sft" and not self.multi)
 
     @property
     def qualified_limit(self) -> int | None:
@@ -50,4 +51,6 @@ class Facts:
 
 
 def _hp_path(facts: Facts) -> str:
-    return "config.rlHyperparams" if facts.method == "rl" else "config.hyperparams"
+    return {"rl": "config.rlHyperparams", "dpo": "config.dpoHyperparams"}.get(
+        facts.method, "config.hyperparams"
+    )

@@ -49,13 +49,17 @@ def check_identity(plan: RunPlan, env: PlanEnvironment, facts: Facts, out: Refus
 def check_loop_groups(plan: RunPlan, facts: Facts, out: Refusals) -> None:
     """A plan states the groups of the loop that runs, not the other loop's."""
     cfg = plan.config
-    if facts.method == "sft" and cfg.rlHyperparams is not None:
+    if facts.method != "rl" and cfg.rlHyperparams is not None:
         out.add(
             "config.rlHyperparams",
-            "config.rlHyperparams applies to a reinforcement run (method rl); a supervised "
-            "run reads config.hyperparams.",
+            "config.rlHyperparams applies to a reinforcement run (method rl); a "
+            + (
+                "preference run reads config.dpoHyperparams."
+                if facts.method == "dpo"
+                else "supervised run reads config.hyperparams."
+            ),
         )
-    if facts.method == "rl":
+    if facts.method == "rl" and cfg.dpoHyperparams is None:
         if cfg.hyperparams is not None:
             out.add(
                 "config.hyperparams",
@@ -72,6 +76,15 @@ def check_loop_groups(plan: RunPlan, facts: Facts, out: Refusals) -> None:
                 "execution.saveEachEpoch applies to a supervised run; a reinforcement run has "
                 "no epochs.",
             )
+    if facts.method == "dpo":
+        check_preference_groups(plan, out)
+    elif cfg.dpoHyperparams is not None:
+        out.add(
+            "config.dpoHyperparams",
+            f"config.dpoHyperparams applies to a preference run (method dpo); a "
+            f"{'reinforcement' if facts.method == 'rl' else 'supervised'} run reads "
+            f"config.{'rlHyperparams' if facts.method == 'rl' else 'hyperparams'}.",
+        )
     reward = cfg.rlHyperparams.reward if cfg.rlHyperparams else None
     if reward is not None and not (
         reward == "builtin:math"
@@ -132,3 +145,63 @@ def check_smoke(plan: RunPlan, facts: Facts, out: Refusals) -> None:
         value = _stated(dumped, path)
         if value is not None:
             out.add(path, f"{path}: {why}; leave it out of a smoke run.", value)
+
+
+PREFERENCE_NOT_USED = (
+    ("config.hyperparams", "a preference run reads config.dpoHyperparams (lora, optimizer, "
+     "scheduler and its loop fields)"),
+    ("config.loss", "a preference run scores each pair's two answers only (the last "
+     "assistant message of each side)"),
+    ("config.data.packing", "a preference run packs each pair's two answers into one pass"),
+    ("config.data.use_dynamic_bsz", "a preference run packs microBatchPerGpu whole pairs "
+     "per pass"),
+)  # fmt: skip
+"""Plan fields a preference run refuses when stated, with why (it would not use them)."""
+
+
+def check_preference_groups(plan: RunPlan, out: Refusals) -> None:
+    """A preference run's own rules (issue 50; seeds/004 §1.4): the fields it would not
+    use are refused (:data:`PREFERENCE_NOT_USED`); ``lossWeights`` holds one weight per
+    loss type; ``labelSmoothing`` applies to DPO only and is refused with ``ipo``, naming
+    both fields."""
+    cfg = plan.config
+    stated = {
+        "config.hyperparams": cfg.hyperparams,
+        "config.loss": cfg.loss,
+        "config.data.packing": cfg.data.packing if cfg.data else None,
+        "config.data.use_dynamic_bsz": cfg.data.use_dynamic_bsz if cfg.data else None,
+    }
+    for path, why in PREFERENCE_NOT_USED:
+        if stated[path] is not None:
+            out.add(path, f"{path}: {why}; leave it out.")
+    hp = cfg.dpoHyperparams
+    if hp is None:
+        return
+    types = hp.lossTypes or ["sigmoid"]
+    if hp.lossWeights is not None and len(hp.lossWeights) != len(types):
+        out.add(
+            "config.dpoHyperparams.lossWeights",
+            f"config.dpoHyperparams.lossWeights has {len(hp.lossWeights)} weights for "
+            f"{len(types)} loss types ({', '.join(types)}); give one weight per entry of "
+            "config.dpoHyperparams.lossTypes.",
+            hp.lossWeights,
+        )
+    for i, w in enumerate(hp.lossWeights or []):
+        if not 0 <= w <= 1000:
+            path = f"config.dpoHyperparams.lossWeights[{i}]"
+            out.add(path, f"{path} {w:g} is outside [0, 1000].", w, [0, 1000])
+    if len(set(types)) != len(types):
+        out.add(
+            "config.dpoHyperparams.lossTypes",
+            f"config.dpoHyperparams.lossTypes names a loss twice ({', '.join(types)}); "
+            "weigh it with lossWeights instead.",
+            types,
+        )
+    if hp.labelSmoothing and "ipo" in types:
+        out.add(
+            "config.dpoHyperparams.labelSmoothing",
+            f"config.dpoHyperparams.labelSmoothing {hp.labelSmoothing:g} applies to the DPO "
+            "(sigmoid) loss only and is incompatible with ipo in "
+            "config.dpoHyperparams.lossTypes (seeds/004 §1.4); set it to 0 or leave ipo out.",
+            hp.labelSmoothing,
+        )

@@ -65,7 +65,7 @@ def check_ceilings(
 ) -> None:
     """LoRA rank against serving, sequence length against the model's context."""
     cfg = resolved["config"]
-    hp = cfg["rlHyperparams"] if facts.method == "rl" else cfg["hyperparams"]
+    hp = cfg[_hp_path(facts).removeprefix("config.")]
     rank = hp["lora"]["rank"]
     max_rank = env.deployment.serving.maxLoraRank
     if rank > max_rank:
@@ -105,8 +105,10 @@ def check_memory(plan: RunPlan, env: PlanEnvironment, facts: Facts, out: Refusal
         if path.startswith("execution.memory.") and facts.sft_single:
             out.add(
                 path,
-                f"{path} cannot be set on a supervised run on one device; it applies to a run "
-                "on more than one device or a reinforcement run.",
+                f"{path} cannot be set on a preference run; each rank keeps whole weights."
+                if facts.method == "dpo"
+                else f"{path} cannot be set on a supervised run on one device; it applies to "
+                "a run on more than one device or a reinforcement run.",
                 value,
             )
             continue

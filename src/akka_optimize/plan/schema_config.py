@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from .schema_base import REFERENCE, AttentionImplementation, Precision, _Group, documented
+from .schema_dpo import PreferenceHyperparams
 from .schema_hyperparams import ReinforcementHyperparams, SupervisedHyperparams
 
 
@@ -96,15 +97,18 @@ class RunConfig(_Group):
         description="Registry reference of the training dataset (`triage/train`, "
         "`triage/train:v3`, `train` in the project's namespace); pinned when accepted.",
     )
-    method: Literal["sft", "rl"] = Field(
-        description="`sft` (supervised, reads `hyperparams`) or `rl` (reinforcement, reads "
-        "`rlHyperparams`)."
+    method: Literal["sft", "rl", "dpo"] = Field(
+        description="`sft` (supervised, reads `hyperparams`), `rl` (reinforcement, reads "
+        "`rlHyperparams`) or `dpo` (preference pairs, DPO or IPO, reads `dpoHyperparams`)."
     )
     hyperparams: SupervisedHyperparams | None = Field(
         None, description="Supervised groups: lora, optimizer, scheduler, training."
     )
     rlHyperparams: ReinforcementHyperparams | None = Field(
         None, description="Reinforcement groups: lora, optimizer, scheduler and loop fields."
+    )
+    dpoHyperparams: PreferenceHyperparams | None = Field(
+        None, description="Preference groups: lora, optimizer, scheduler and loop fields."
     )
     maxSeqLength: int | None = Field(
         None,
