@@ -133,7 +133,9 @@ def print_findings(f: dict[str, Any], file: Any = None) -> None:
     out = file or sys.stdout
     print(f"Dataset findings for {f.get('dataset')}:", file=out)
     line = f"  rows: {f.get('rows')}"
-    if "trainable_rows" in f:
+    if "trainable_pairs" in f:
+        line += f", trainable pairs: {f['trainable_pairs']}"
+    elif "trainable_rows" in f:
         line += f", trainable: {f['trainable_rows']}"
     print(line, file=out)
     if f.get("sampled"):  # above the findings' bound (data/findings.py FINDINGS_SAMPLE_ROWS)

@@ -55,7 +55,12 @@ _SPACE = re.compile(r"\s+")
 def row_text(row: dict[str, Any]) -> str:
     """A row's normalised text for duplicate detection (roles, texts, tool calls)."""
     pieces = []
-    for m in row["messages"]:
+    messages = row.get("messages") or [  # a preference pair: its prompt and both answers
+        *row.get("prompt", []),
+        *row.get("chosen", []),
+        *row.get("rejected", []),
+    ]
+    for m in messages:
         content = m["content"]
         text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
         pieces.append(f"{m['role']}: {text}")

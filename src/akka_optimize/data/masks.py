@@ -106,6 +106,7 @@ def encode_rows(
             dropped), unless ``errors`` collects it.
     """
     require_fast(tokenizer)
+    _refuse_pairs(rows, row_numbers)
     out: list[Encoded] = []
     backend = tokenizer.backend_tokenizer
     # what tokenizer(text) does by default: no truncation, no padding (an earlier call may
@@ -136,6 +137,19 @@ def encode_rows(
         if progress is not None:
             progress(min(b + BATCH_ROWS, len(rows)))
     return out
+
+
+def _refuse_pairs(rows: Sequence[dict[str, Any]], numbers: Sequence[int]) -> None:
+    """A preference pair among conversation rows is refused naming its row: a preference
+    dataset trains with ``config.method: dpo`` (:mod:`akka_optimize.data.preference`)."""
+    for row, n in zip(rows, numbers, strict=False):
+        if "messages" not in row and "chosen" in row:
+            raise InvalidRequest(
+                f"row {n} is a preference pair (prompt, chosen, rejected); a supervised run "
+                "trains conversations. Train preference pairs with config.method dpo.",
+                field=f"row {n}",
+                code="preference_rows",
+            )
 
 
 def _without_mismatched_turns(

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .preference_rows import is_preference_row, parse_preference_row
 from .row_fields import MAX_LISTED_ERRORS as MAX_LISTED_ERRORS
 from .row_fields import MESSAGE_FIELDS as MESSAGE_FIELDS
 from .row_fields import ROLES as ROLES
@@ -112,13 +113,17 @@ def parse_row(obj: Any, line: int) -> dict[str, Any]:
 
     Returns:
         ``{"messages": [...], "tools"?: [...], "ground_truth"?, "data_source"?,
-        "extra_info"?}``, a new object (``obj`` is not changed).
+        "extra_info"?}``, a new object (``obj`` is not changed); for a preference row
+        (OpenAI's or TRL's pair shape) the canonical pair of
+        :func:`akka_optimize.data.preference.parse_preference_row`.
 
     Raises:
         RowError: the first thing wrong with the row, naming the line and field.
     """
     if not isinstance(obj, dict):
         raise RowError(line, "", f"a row must be a JSON object, not {_kind(obj)}")
+    if is_preference_row(obj):  # a preference pair (config.method dpo; data/preference.py)
+        return parse_preference_row(obj, line, parse_row)
     if "messages" not in obj and "prompt" not in obj:
         from .shapes import foreign_shape
 

@@ -175,8 +175,8 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
     numbers = range(1, len(rows) + 1)  # not a list: millions of ints at the upload limit
     reason: Any = True
     tokenizer = None
-    if resolved.method != "sft":
-        reason = "token findings are computed for supervised runs"
+    if resolved.method not in ("sft", "dpo"):
+        reason = "token findings are computed for supervised and preference runs"
     else:
         try:
             from ..catalog.cache import load_tokenizer, tokenizer_dir
@@ -186,7 +186,12 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
             )
         except AkkaError as exc:
             reason = f"token findings need the base model's tokenizer: {exc.message}"
-    if tokenizer is not None:
+    if tokenizer is not None and resolved.method == "dpo":  # pairs (data/preference.py)
+        from ..data.preference import pair_findings
+
+        out = pair_findings(tokenizer, rows, cfg["maxSeqLength"], numbers)
+        out.update(F.duplicates(rows, numbers, listed=F.MAX_LISTED))
+    elif tokenizer is not None:
         loss = cfg["loss"]
         policy = LossPolicy(
             assistant_turns=loss["assistantTurns"],
