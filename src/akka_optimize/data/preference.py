@@ -48,7 +48,8 @@ from .preference_rows import is_preference_row as is_preference_row
 from .preference_rows import parse_preference_row as parse_preference_row
 from .render import RenderError
 from .row_fields import RowError
-from .types import Example
+from .types import Example as Example
+from .types import PreferencePair as PreferencePair
 
 SIDE_NAMES = {"chosen": "preferred answer", "rejected": "non-preferred answer"}
 
@@ -66,21 +67,6 @@ def pair_rows(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         {"messages": [*row["prompt"], *row["chosen"]], **extra},
         {"messages": [*row["prompt"], *row["rejected"]], **extra},
     )
-
-
-@dataclass(frozen=True)
-class PreferencePair:
-    """One tokenized pair: the preferred (``chosen``) and non-preferred (``rejected``)
-    conversations, each with weights 1.0 on its answer's tokens only; ``row`` its line."""
-
-    chosen: Example
-    rejected: Example
-    row: int
-
-    @property
-    def tokens(self) -> int:
-        """Tokens of both conversations."""
-        return len(self.chosen.input_ids) + len(self.rejected.input_ids)
 
 
 @dataclass

@@ -67,6 +67,22 @@ class Pass:
         return sum(1 for w in self.weights if w)
 
 
+@dataclass(frozen=True)
+class PreferencePair:
+    """One tokenized preference pair (:mod:`akka_optimize.data.preference`): the preferred
+    (``chosen``) and non-preferred (``rejected``) conversations, each with weights 1.0 on
+    its answer's tokens only; ``row`` its line in the dataset file."""
+
+    chosen: Example
+    rejected: Example
+    row: int
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of both conversations."""
+        return len(self.chosen.input_ids) + len(self.rejected.input_ids)
+
+
 def pack_examples(examples: list[Example]) -> Pass:
     """Concatenate ``examples`` into one :class:`Pass` (no budget, order kept).
 

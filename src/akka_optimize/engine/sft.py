@@ -140,21 +140,52 @@ def run_sft(
         if validation and _validation_due(cfg, update, total, epoch_end):
             log["validation"] = _validate(session, validation, cfg, update, emit)
 
-        done = until is not None and until(session, update, total)
-        stopping = not done and _stop_due(update, total, stop_after_step, should_stop, session)
-        if _save_due(cfg, update, total, epoch_end, done or stopping):
-            adapter = save_snapshot(
-                session, cfg, model_dir, state_dir, epoch, epoch_end, len(train), log, emit
-            )
-            _note_save(result, cfg, update, epoch, epoch_end, adapter)
-        if stopping:
-            result.stopped = True
-            break
-        if done:
+        ends = UpdateEnd(model_dir, state_dir, len(train), stop_after_step, should_stop, until)
+        if ends.after(session, cfg, result, log, emit, update, total, epoch, epoch_end):
             break
 
     # ---- result
     return _finish(result, session, log, emit)
+
+
+@dataclass(frozen=True)
+class UpdateEnd:
+    """What a loop does after each update (the supervised and the preference loop alike):
+    ask ``until`` whether the run is done, poll ``should_stop`` (or stop at
+    ``stop_after_step``), save when due (:func:`_save_due`) and note the save."""
+
+    model_dir: Path
+    state_dir: Path
+    rows: int
+    stop_after_step: int | None
+    should_stop: Callable[[], bool] | None
+    until: Callable[[TrainingSession, int, int], bool] | None
+
+    def after(
+        self,
+        session: TrainingSession,
+        cfg: EngineConfig,
+        result: SftResult,
+        log: dict[str, Any],
+        emit: Emit,
+        update: int,
+        total: int,
+        epoch: int,
+        epoch_end: bool,
+    ) -> bool:
+        """Run the end of ``update``; True when the loop ends here (``result.stopped`` set
+        when it stopped early)."""
+        done = self.until is not None and self.until(session, update, total)
+        stop = self.stop_after_step
+        stopping = not done and _stop_due(update, total, stop, self.should_stop, session)
+        if _save_due(cfg, update, total, epoch_end, done or stopping):
+            adapter = save_snapshot(
+                session, cfg, self.model_dir, self.state_dir, epoch, epoch_end, self.rows, log,
+                emit,
+            )  # fmt: skip
+            _note_save(result, cfg, update, epoch, epoch_end, adapter)
+        result.stopped = stopping
+        return bool(done or stopping)
 
 
 CHECKING = "checks before the first update"
