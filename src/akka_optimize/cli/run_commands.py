@@ -111,10 +111,20 @@ def wait(
         raise CliError(f"Run {run['id']} ended {run['state']}: {run.get('failure') or ''}".strip())
 
 
+PREFERENCE_COLUMNS = [
+    ("CHOSEN", "rewards/chosen"),
+    ("REJECTED", "rewards/rejected"),
+    ("MARGIN", "rewards/margin"),
+    ("ACCURACY", "rewards/accuracy"),
+]
+"""A preference run's reward columns (``rewards/…``, means over the update's pairs)."""
+
+
 @app.command("metrics")
 def metrics(run_id: str, output: OutputOpt = "text") -> None:
     """Per-update metrics: loss, learning rate, gradient norm, clip factor, adapter norm,
-    update ratio, tokens; and validation loss and perplexity.
+    update ratio, tokens (a preference run adds its rewards: chosen, rejected, margin,
+    accuracy); and validation loss and perplexity (or rewards).
 
     Example: {prog} training runs metrics 970076e8 -o json
     """
@@ -126,11 +136,13 @@ def metrics(run_id: str, output: OutputOpt = "text") -> None:
         reward = [("REWARD", "rewardMean"), ("REWARD STD", "rewardStd"),
                   ("ZERO-ADV", "zeroAdvantageGroupShare"), ("KL", "approxKl"),
                   ("CLIPPED", "clippedTokenShare"), ("LENGTH", "completionLength")]  # fmt: skip
+        dpo = any("rewards/accuracy" in m for m in d["metrics"])  # a preference run
         print_table(
             rows,
             [
                 ("STEP", "step"),
                 *(reward if rl else []),
+                *(PREFERENCE_COLUMNS if dpo else []),
                 ("LOSS", "loss"),
                 ("LR", "learningRate"),
                 ("GRAD NORM", "gradNorm"),
@@ -153,7 +165,7 @@ def metrics(run_id: str, output: OutputOpt = "text") -> None:
                 [
                     ("STEP", "step"),
                     ("LOSS", "loss"),
-                    ("PERPLEXITY", "perplexity"),
+                    *(PREFERENCE_COLUMNS if dpo else [("PERPLEXITY", "perplexity")]),
                     ("SUP TOKENS", "supervisedTokens"),
                 ],
             )

@@ -79,6 +79,9 @@ def engine_settings(
     hp = _get(plan, "config.rlHyperparams" if rl else "config.hyperparams", {})
     if rl:
         hp = {**hp, "training": {"seed": hp.get("seed", 0), "maxSteps": hp.get("steps")}}
+    if _get(plan, "config.method") == "dpo":  # a preference run's loop fields (issue 50)
+        hp = _get(plan, "config.dpoHyperparams", {})
+        hp = {**hp, "training": {k: v for k, v in hp.items() if not isinstance(v, dict)}}
     es = _get(plan, "config.engineSettings", {}) or {}
     precision = _get(plan, "config.model.precision", "auto")
     out: dict[str, Any] = {

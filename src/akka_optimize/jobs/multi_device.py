@@ -41,10 +41,11 @@ def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
     ranks = run_ranks(r)
     if ranks <= 1:
         return None
-    if f["method"] != "sft":
+    if f["method"] not in ("sft", "dpo"):
         return _refuse(
             "execution.gpus",
-            f"{ranks} devices: only a supervised run (config.method sft) trains on several "
+            f"{ranks} devices: only a supervised (config.method sft) or preference (dpo) "
+            "run trains on several "
             "devices in this release; set execution.gpus to 1.",
         )
     if _executor_kind(ctx) != "local":

@@ -151,7 +151,6 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
         missing).
     """
     from ..data import findings as F
-    from ..data.policy import LossPolicy
     from ..errors import AkkaError
     from ..registry import dataset_rows_view, is_prepared, resolve
     from ..testhooks import hold
@@ -186,22 +185,42 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
             )
         except AkkaError as exc:
             reason = f"token findings need the base model's tokenizer: {exc.message}"
-    if tokenizer is not None and resolved.method == "dpo":  # pairs (data/preference.py)
-        from ..data.preference import pair_findings
+    if tokenizer is not None:
+        reason, out = _token_findings(tokenizer, resolved.method, cfg, rows, numbers)
+    else:
+        out = {"rows": len(rows), **F.duplicates(rows, numbers, listed=F.MAX_LISTED)}
+    return {"dataset": cfg["dataset"], "tokenFindings": reason, **out}
 
-        out = pair_findings(tokenizer, rows, cfg["maxSeqLength"], numbers)
-        out.update(F.duplicates(rows, numbers, listed=F.MAX_LISTED))
-    elif tokenizer is not None:
+
+def _token_findings(
+    tokenizer: Any, method: str, cfg: dict[str, Any], rows: Any, numbers: Any
+) -> tuple[Any, dict[str, Any]]:
+    """``(tokenFindings, findings)`` of a supervised run's rows
+    (:func:`akka_optimize.data.findings.findings`) or a preference run's pairs
+    (:func:`akka_optimize.data.preference.pair_findings`, with duplicates). Rows of the
+    other method's shape give no token findings and say why: admission refuses them,
+    naming the dataset, as the start does."""
+    from ..data import findings as F
+    from ..data.policy import LossPolicy
+    from ..errors import AkkaError
+
+    try:
+        if method == "dpo":
+            from ..data.preference import pair_findings
+
+            out = pair_findings(tokenizer, rows, cfg["maxSeqLength"], numbers)
+            return True, out | F.duplicates(rows, numbers, listed=F.MAX_LISTED)
         loss = cfg["loss"]
         policy = LossPolicy(
             assistant_turns=loss["assistantTurns"],
             train_on_tool_calls=loss["trainOnToolCalls"],
             train_on_tool_results=loss["trainOnToolResults"],
         )
-        out = F.findings(tokenizer, rows, policy, cfg["maxSeqLength"], numbers)
-    else:
-        out = {"rows": len(rows), **F.duplicates(rows, numbers, listed=F.MAX_LISTED)}
-    return {"dataset": cfg["dataset"], "tokenFindings": reason, **out}
+        return True, F.findings(tokenizer, rows, policy, cfg["maxSeqLength"], numbers)
+    except AkkaError as exc:
+        if method != "dpo" and exc.code != "preference_rows":
+            raise
+        return f"no token findings: {exc.message}", {"rows": len(rows)}
 
 
 def dry_run(

@@ -17,6 +17,7 @@ from ...jobs import (
     compare,
     control,
     events,
+    preference,  # noqa: F401 (registers the preference "dpo" job kind)
     records,
     recovery,
     scheduler,
