@@ -114,3 +114,39 @@ def test_reward_accuracy_rises_above_0_9_on_a_toy_preference_set(tiny_model_dir,
     val_events = [e for e in events if e["type"] == "validation"]
     assert val_events[-1]["pairs"] == 8 and val_events[-1]["rewards/accuracy"] >= 0.9
     assert res.adapter_dir is not None and (res.adapter_dir / "adapter_config.json").exists()
+
+
+def test_two_gloo_ranks_train_the_pairs_one_device_trains(tiny_model_dir, tmp_path) -> None:
+    """Pairs dealt whole to two ranks (2 pairs each per update) train what one device trains
+    with gradient accumulation (two passes of 2 pairs): the same loss, rewards and adapter."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here), *sys.path]))
+    common = dict(target_modules=list(TARGETS), learning_rate=5e-3, scheduler="constant")
+    runs = {}
+    for name, ranks, extra in (("one", 1, {"gradient_accumulation": 2}), ("two", 2, {"ranks": 2, "sharding": "none"})):  # fmt: skip
+        config = tmp_path / f"{name}.config.json"
+        config.write_text(json.dumps({**common, "micro_batch": 2, **extra}))
+        out = tmp_path / f"{name}.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        cmd += [f"--nproc-per-node={ranks}", str(here / "dpo_ranks_script.py")]
+        proc = subprocess.run(
+            [*cmd, str(tiny_model_dir), str(out), str(config)],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+        runs[name] = json.loads(out.read_text())
+    one, two = runs["one"]["metrics"], runs["two"]["metrics"]
+    assert [m["pairs"] for m in two] == [4, 4] == [m["pairs"] for m in one]
+    for a, b in zip(one, two, strict=True):
+        for key in ("loss", "rewards/margin", "rewards/accuracy", "gradNorm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+        assert a["supervisedTokens"] == b["supervisedTokens"]
+    for name, values in runs["one"]["adapter"].items():
+        diff = max(abs(x - y) for x, y in zip(values, runs["two"]["adapter"][name], strict=True))
+        assert diff < 1e-5, name
