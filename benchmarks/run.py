@@ -25,6 +25,7 @@ AREAS = [
     "registry",
     "plan",
     "engine",
+    "dpo",
     "serving",
     "evals",
     "rl",

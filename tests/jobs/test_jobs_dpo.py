@@ -121,8 +121,18 @@ def test_a_preference_run_from_an_sft_model_to_an_endpoint(
     settings = service.cli("training", "runs", "get", run["id"], "--settings", check=True).stdout
     assert "loop: beta=0.1*" in settings, settings
 
+    # a replay of the plan: runs compare shows each window's loss and reward accuracy
+    replay = run_json(service, "training", "runs", "start", "-f", str(plan), "--wait")
+    assert replay["state"] == "SUCCEEDED", replay
+    got = run_json(service, "training", "runs", "compare", replay["id"], run["id"], "--window", "3")  # fmt: skip
+    assert [w["meanDifference"] for w in got["windows"]] == [0.0, 0.0]  # bitwise on CPU
+    assert got["windows"][0]["runAccuracy"] == got["windows"][0]["baselineAccuracy"]
+    text = service.cli("training", "runs", "compare", replay["id"], run["id"], "--window", "3")
+    assert "RUN ACCURACY" in text.stdout, text.stdout + text.stderr
+
     model = run_json(service, "registry", "models", "get", run["results"]["model"])
     assert model["metadata"]["method"] == "dpo", model["metadata"]
+    assert (model.get("parentModel") or "").startswith(sft["results"]["model"].split("@")[0]), model
     out = service.cli(
         "training", "endpoints", "create", "--model", run["results"]["model"], "--wait",
         "-o", "json", check=True,

@@ -30,6 +30,8 @@ def _print_comparison(d: dict, wide: bool) -> None:
                 "baseline": _fmt(w["baselineMean"], 6),
                 "diff": f"{w['meanDifference']:+.3g}",
                 "full": "yes" if w["full"] else "",
+                "runAcc": _fmt(w.get("runAccuracy")),
+                "baseAcc": _fmt(w.get("baselineAccuracy")),
             }
             for w in d["windows"]
         ],
@@ -39,6 +41,11 @@ def _print_comparison(d: dict, wide: bool) -> None:
             ("BASELINE MEAN", "baseline"),
             ("DIFFERENCE", "diff"),
             ("FULL", "full"),
+            *(
+                [("RUN ACCURACY", "runAcc"), ("BASELINE ACCURACY", "baseAcc")]
+                if any("runAccuracy" in w for w in d["windows"])
+                else []
+            ),
         ],
     )
     if d["spikes"]:

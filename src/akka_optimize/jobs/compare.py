@@ -170,9 +170,10 @@ def compare_runs(
             field="baseline",
         )
     for r, field in ((run, "run"), (baseline, "baseline")):
-        if r.method != "sft":
+        if r.method not in ("sft", "dpo"):
             raise InvalidRequest(
-                f"Run {r.id} is a {r.method} run; runs compare compares supervised runs.",
+                f"Run {r.id} is a {r.method} run; runs compare compares supervised and "
+                "preference runs.",
                 field=field,
             )
     if run.config_hash != baseline.config_hash:
@@ -187,11 +188,11 @@ def compare_runs(
             f"({named}{more}); runs compare compares runs of one configuration.",
             field="baseline",
         )
-    result = compare_losses(
-        metrics(session, run)["metrics"],
-        metrics(session, baseline)["metrics"],
-        window=window,
-        margin=margin,
-        spike_factor=spike_factor,
-    )
+    ours, theirs = metrics(session, run)["metrics"], metrics(session, baseline)["metrics"]
+    result = compare_losses(ours, theirs, window=window, margin=margin, spike_factor=spike_factor)
+    if run.method == "dpo":  # a preference run: each window's mean reward accuracy too
+        for w in result["windows"]:
+            for key, rows in (("runAccuracy", ours), ("baselineAccuracy", theirs)):
+                got = [m["rewards/accuracy"] for m in rows if w["first"] <= m["step"] <= w["last"] and "rewards/accuracy" in m]  # fmt: skip
+                w[key] = statistics.fmean(got) if got else None
     return {"run": run.id, "baseline": baseline.id, "configHash": run.config_hash, **result}

@@ -163,6 +163,29 @@ const AK = (() => {
         aligned([rewards, pick(m.metrics, "rewardMin"), pick(m.metrics, "rewardMax")]),
       );
     }
+    // Preference runs: the rewards of each update's pairs and the validation accuracy.
+    const accuracy = pick(m.metrics, "rewards/accuracy");
+    const prefBox = document.getElementById("chart-preference");
+    if (accuracy.length && prefBox) {
+      prefBox.hidden = false;
+      chart(
+        "chart-preference",
+        [
+          line("accuracy", 2),
+          line("margin", 0),
+          line("chosen", 4, { dash: [4, 4] }),
+          line("rejected", 1, { dash: [4, 4] }),
+          line("validation accuracy", 3, { points: { show: true, size: 6 } }),
+        ],
+        aligned([
+          accuracy,
+          pick(m.metrics, "rewards/margin"),
+          pick(m.metrics, "rewards/chosen"),
+          pick(m.metrics, "rewards/rejected"),
+          pick(m.validation, "rewards/accuracy"),
+        ]),
+      );
+    }
   }
 
   // ---- pages -------------------------------------------------------------------------
