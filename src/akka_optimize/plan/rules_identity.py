@@ -59,7 +59,7 @@ def check_loop_groups(plan: RunPlan, facts: Facts, out: Refusals) -> None:
                 else "supervised run reads config.hyperparams."
             ),
         )
-    if facts.method == "rl" and cfg.dpoHyperparams is None:
+    if facts.method == "rl":
         if cfg.hyperparams is not None:
             out.add(
                 "config.hyperparams",
