@@ -211,6 +211,30 @@ def test_two_concurrent_selects_convert_once_and_both_return_ready(
     assert [v["version"] for v in json.loads(versions.stdout)["items"]] == ["v1"]
 
 
+def test_a_plain_select_returns_when_the_weights_are_cached(fast_tiny: LiveService) -> None:
+    """F061: "select returns when they are cached"; after it returns, list shows READY and
+    cached. The fetch is held midway, so a select that returned at FETCHING would print
+    FETCHING: this one prints READY only once the held fetch is let go."""
+    hold_at(fast_tiny, "fetch")
+    cmd = [str(BIN / "akka-optimize"), "training", "base-models", "select", TINY]
+    proc = subprocess.Popen(
+        cmd, env=fast_tiny.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    wait_held(fast_tiny)
+    assert _listing(fast_tiny)[TINY]["state"] == "FETCHING"
+    release(fast_tiny)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "READY as akka-optimize/tiny-smollm2:v1; weights cached in" in out
+    assert "FETCHING" in err  # progress lines while it waited, on stderr
+    m = _listing(fast_tiny)[TINY]
+    assert (m["state"], m["cached"]) == ("READY", True)
+    assert (Path(m["weightsPath"]) / "config.json").is_file()
+    # --no-wait answers at once with the state (here READY already) and the same model.
+    now = _json(fast_tiny, "training", "base-models", "select", TINY, "--no-wait")
+    assert (now["state"], now["model"]) == ("READY", "akka-optimize/tiny-smollm2:v1")
+
+
 def test_waiting_on_what_is_not_ready(service: LiveService) -> None:
     out = service.cli("training", "base-models", "wait", TINY)
     assert out.returncode == 1 and "is not selected; select it with" in out.stderr
@@ -241,7 +265,7 @@ def test_a_fetch_cut_by_a_service_crash_resumes_at_restart(fast_tiny: LiveServic
     import signal
 
     hold_at(fast_tiny, "fetch")  # the fetch subprocess waits midway, in its cache lock
-    first = _json(fast_tiny, "training", "base-models", "select", TINY)
+    first = _json(fast_tiny, "training", "base-models", "select", TINY, "--no-wait")
     wait_held(fast_tiny)
     cut = _listing(fast_tiny)[TINY]
     assert (cut["state"], cut["attempts"], cut["cached"]) == ("FETCHING", 1, False)

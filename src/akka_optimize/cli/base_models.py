@@ -17,7 +17,7 @@ from .output import OutputOpt, check_format, console, emit, print_table, wait_fo
 app = typer.Typer(
     help="Base models the deployment's catalog allows: select one to register it and warm "
     "its weights.\n\nExample: {prog} training base-models select "
-    "HuggingFaceTB/SmolLM2-135M-Instruct --wait",
+    "HuggingFaceTB/SmolLM2-135M-Instruct",
     no_args_is_help=True,
 )
 
@@ -138,14 +138,22 @@ def _wait(ref: str, output: str, timeout: float | None) -> None:
 def select_cmd(
     repository: Annotated[str, typer.Argument(help="Hub repository in the catalog.")],
     wait: Annotated[
-        bool, typer.Option("--wait", help="Return when the weights are cached (READY).")
-    ] = False,
+        bool,
+        typer.Option(
+            "--wait/--no-wait",
+            help="Return when the weights are cached (READY; the default), or at once with "
+            "the selection's state (--no-wait; `base-models wait` waits later).",
+        ),
+    ] = True,
     timeout: TimeoutOpt = None,
     output: OutputOpt = "text",
 ) -> None:
-    """Select a base model: register it and warm its weights in the shared cache.
+    """Select a base model: register it and warm its weights in the shared cache. Returns
+    when the weights are cached (READY), reporting where, or exits 1 with the reason the
+    fetch failed (seeds/000: "select returns when the weights are cached"); --no-wait
+    returns at once.
 
-    Example: {prog} training base-models select google/gemma-4-E4B-it --wait
+    Example: {prog} training base-models select google/gemma-4-E4B-it
     """
     check_format(output)
     m = Client().post(ROUTE, json={"repository": repository})
