@@ -118,6 +118,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Any
     (tmp / "home").mkdir()
     dep = yaml.safe_load(resources.files("akka_optimize").joinpath("deployment.yaml").read_text())
     dep["service"]["recipeRoots"] = [str(recipe_root(tmp_path_factory)), str(tiny_model_dir)]
+    dep["grafana"] = {"url": "https://grafana.example.com"}  # runs/{run}/grafana answers b
     (tmp / "home" / "deployment.yaml").write_text(yaml.safe_dump(dep))
     svc = LiveService(home=tmp / "home", config_dir=tmp / "config", port=free_port()).start()
     try:
@@ -371,6 +372,13 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("GET", "/v1/training/runs/{run_id}"): [
         {"path": "/v1/training/runs/{run}", "expect": "hidden"},
         {"path": "/v1/training/runs/{run_prefix}", "expect": "hidden"},
+    ],
+    ("GET", "/metrics"): [{"path": "/metrics", "expect": "forbid:metrics.read"}],
+    ("GET", "/v1/training/runs/{run_id}/grafana"): [
+        {"path": "/v1/training/runs/{run}/grafana", "params": {"platformProject": "ops"},
+         "expect": "hidden"},
+        {"path": "/v1/training/runs/{run_prefix}/grafana", "params": {"platformProject": "ops"},
+         "expect": "hidden"},
     ],
     ("GET", "/v1/training/runs/{run_id}/metrics"): [
         {"path": "/v1/training/runs/{run}/metrics", "expect": "hidden"}

@@ -10,7 +10,7 @@ Sections are owned by the package that reads them: ``deviceProfiles``,
 ``memorySettings`` and ``engineSettings`` by :mod:`akka_optimize.plan`; ``serving`` by
 :mod:`akka_optimize.serving`; ``limits`` by :mod:`akka_optimize.registry`; ``service`` by
 :mod:`akka_optimize.service` (and the worker's retry window, by :mod:`akka_optimize.jobs`);
-``catalog`` by :mod:`akka_optimize.catalog`; ``pools`` and ``quotas`` (with
+``catalog`` by :mod:`akka_optimize.catalog`; ``grafana`` by the service's metrics routes; ``pools`` and ``quotas`` (with
 ``serving.claimDevices``) by the scheduler's capacity (:mod:`akka_optimize.jobs.capacity`).
 """
 
@@ -252,6 +252,25 @@ class ExecutorSettings(_Strict):
         return self
 
 
+class GrafanaSettings(_Strict):
+    """The deployment's Grafana (issue 54 item 7; F142 ``training runs grafana``): where
+    the dashboard shipped as ``deploy/grafana/akka-optimize.json`` is imported. Its
+    panels read the service's ``/metrics`` through Prometheus."""
+
+    url: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="Grafana's base URL (https://grafana.example.com); null: no Grafana, "
+        "so `training runs grafana` is refused saying so.",
+    )
+    dashboardUid: str = Field(
+        "akka-optimize", description="The uid the imported dashboard keeps (the shipped one's)."
+    )
+    runPanelId: int = Field(
+        6, ge=1, description="The id of the dashboard's panel of one run's training tokens/s."
+    )
+
+
 class Pool(_Strict):
     """A pool of devices the scheduler hands out (issue 22; seeds/000 "Capacity and
     waiting"): ``nodes`` machines of one device profile, ``devicesPerNode`` each
@@ -304,6 +323,7 @@ class Deployment(_Strict):
     )
     jobStorage: JobStorage = Field(default_factory=JobStorage)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
+    grafana: GrafanaSettings = Field(default_factory=GrafanaSettings)
     memorySettings: MemorySettingsPolicy = Field(
         default_factory=MemorySettingsPolicy,
         description="Allowed execution.memory/rollout settings and values, and defaults.",

@@ -203,3 +203,27 @@ def samples(
                 )
 
     emit(data, output, text)
+
+
+@app.command("grafana")
+def grafana(
+    run_id: str,
+    platform_project: Annotated[
+        str,
+        typer.Option(
+            "--platform-project",
+            help="The platform project the dashboard selects (--project names a training "
+            "project everywhere else).",
+        ),
+    ],
+    output: OutputOpt = "text",
+) -> None:
+    """Print the link to the run's panel in the deployment's Grafana (grafana.url of the
+    deployment file); refused with a sentence when the deployment names no Grafana.
+
+    Example: {prog} training runs grafana 970076e8 --platform-project my-platform-project
+    """
+    data = Client().get(
+        f"/v1/training/runs/{run_id}/grafana", params={"platformProject": platform_project}
+    )
+    emit(data, output, lambda d, w: print(d["url"]))

@@ -31,6 +31,7 @@ ACTIONS: dict[str, str] = {
     "models.register": "register a model version in a namespace",
     "aliases.set": "point an alias of a named artifact at a version",
     "annotations.set": "annotate a version of a named artifact",
+    "metrics.read": "read the service's Prometheus metrics (they name every project's runs)",
 }
 
 

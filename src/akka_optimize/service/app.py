@@ -36,6 +36,7 @@ from .bodylimit import JsonBodyLimit
 from .context import ServiceContext
 from .deps import get_principal
 from .guards import install as install_guards
+from .metrics import RequestTimer
 from .openapi import install as install_openapi
 from .routers import ROUTERS, health
 
@@ -159,6 +160,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(JsonBodyLimit, limit_of=lambda: _json_body_limit(settings))
     install_guards(app)
     install_openapi(app)
+    app.add_middleware(RequestTimer)  # outermost but Starlette's own: times every answer
     return app
 
 

@@ -15,6 +15,8 @@ from . import (
     openai_files,
     openai_ft_jobs,
     openai_graders,
+
+    observability,
     pipelines,
     projects,
     recipes,
@@ -43,6 +45,8 @@ ROUTERS = [
     openai_ft_jobs,
     openai_graders,
     openai_chat,
+
+    observability,
 ]
 
 __all__ = ["ROUTERS"]

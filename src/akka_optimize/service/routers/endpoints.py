@@ -42,6 +42,7 @@ from .. import access
 from ..auth import Principal
 from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep, SessionDep
+from ..metrics import StreamTally, count_answer
 from ..routing import JsonRoute
 from ..schemas import (
     ChatCompletion,
@@ -343,12 +344,15 @@ async def _forward(
         await end_request(ctx, endpoint_id, base)
         raise
     if resp.headers.get("content-type", "").startswith("text/event-stream"):
+        tally = StreamTally(endpoint_id)  # /metrics: the request and its usage's tokens
 
         async def relay() -> Any:
             try:
                 async for chunk in resp.aiter_raw():
+                    tally.feed(chunk)
                     yield chunk
             finally:
+                tally.close(resp.status_code)
                 await resp.aclose()
                 await client.aclose()
                 await end_request(ctx, endpoint_id, base)
@@ -360,6 +364,7 @@ async def _forward(
         await resp.aclose()
         await client.aclose()
         await end_request(ctx, endpoint_id, base)
+    count_answer(endpoint_id, resp.status_code, content)
     return Response(
         content,
         status_code=resp.status_code,
