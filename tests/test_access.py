@@ -92,6 +92,7 @@ class World:
             i["b_curation"],
             i["b_pipeline"],
             i["b_project_id"],
+            i["b_import"],
             "b/train",
             "b/pics",
             "b/scoring",
@@ -156,6 +157,10 @@ def _populate(w: World, tmp: Path) -> World:
     w.ids["b_pics_object"] = pics["metadata"]["object"]["digest"]
     w.ids["b_image"] = w.ok(b, "POST", "/v1/registry/images?filename=x.png", content=PNG)["digest"]
     w.ok(b, "POST", "/v1/registry/bundles/b/scoring", content=_tar({"grade.py": b"print(1)\n"}))
+    w.ids["b_import"] = w.ok(
+        b, "POST", f"/v1/registry/adapter-imports/b/ext?baseModel={TINY}",
+        content=_tar({"adapter_config.json": b"{}"}),
+    )["id"]  # fmt: skip
 
     w.ok(a, "POST", "/v1/registry/datasets/a/train", content=rows)
     a_run = w.ok(a, "POST", "/v1/training/runs", json=_plan("a", "train"))
@@ -255,6 +260,14 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("POST", "/v1/registry/models/{namespace}/{name}"): [
         {"path": "/v1/registry/models/b/tiny-smollm2", "params": {"base_model": TINY},
          "content": _tar({"adapter_config.json": b"{}"}), "expect": "forbid:models.register"},
+    ],
+    ("POST", "/v1/registry/adapter-imports/{namespace}/{name}"): [
+        {"path": "/v1/registry/adapter-imports/b/ext", "params": {"baseModel": TINY},
+         "content": _tar({"adapter_config.json": b"{}"}), "expect": "forbid:models.register"},
+    ],
+    ("GET", "/v1/registry/adapter-imports/{import_id}"): [
+        {"path": "/v1/registry/adapter-imports/{b_import}", "expect": "hidden"},
+        {"path": "/v1/registry/adapter-imports/{b_import_prefix}", "expect": "hidden"},
     ],
     ("POST", "/v1/registry/images"): [
         {"path": "/v1/registry/images", "params": {"filename": "mine.png"},
@@ -635,6 +648,9 @@ def _fill(value: Any, w: World) -> Any:
         "{b_project_id}": i["b_project_id"],
         "{b_file}": i["b_file"],
         "{b_job}": i["b_job"],
+
+        "{b_import}": i["b_import"],
+        "{b_import_prefix}": i["b_import"][:10],
     }
     if isinstance(value, str):
         for k, v in subs.items():

@@ -244,6 +244,10 @@ def _cases(w: World) -> list[tuple[str, str, str, dict[str, Any]]]:
         ("POST", f"{reg}/images", f"{reg}/images", {"params": {"filename": "y.png"},
                                                     "content": PNG + b" again"}),
         ("GET", f"{reg}/images/{{digest}}", f"{reg}/images/{i['b_image']}", {}),
+        ("POST", f"{reg}/adapter-imports/{{namespace}}/{{name}}", f"{reg}/adapter-imports/b/x",
+         {"params": {"baseModel": TINY}, "content": _tar({"adapter_config.json": b"{}"})}),
+        ("GET", f"{reg}/adapter-imports/{{import_id}}", f"{reg}/adapter-imports/{i['b_import']}",
+         {}),
         *[("GET", f"{reg}/{{kinds}}", f"{reg}/{k}", {}) for k in ("datasets", "models", "bundles")],
         *[("GET", f"{reg}/{{kinds}}/{{namespace}}/{{name}}", f"{reg}/{ref}", {})
           for ref in ("datasets/b/train", "datasets/b/pics", "models/b/tiny-smollm2",

@@ -107,6 +107,9 @@ REFUSED_WRITES: dict[tuple[str, str], list[dict]] = {
     ("POST", "/v1/registry/models/{namespace}/{name}"): [
         {"path": "/v1/registry/models/p/m?base_model=x/y", "content": b"not a tar"},
     ],
+    ("POST", "/v1/registry/adapter-imports/{namespace}/{name}"): [
+        {"path": "/v1/registry/adapter-imports/p/m?baseModel=x/y", "content": b"not a tar"},
+    ],
     ("POST", "/v1/registry/images"): [{"path": "/v1/registry/images?filename=a.png"}],
     ("PUT", "/v1/registry/{kinds}/{namespace}/{name}/aliases/{alias}"): [
         {"path": "/v1/registry/datasets/p/d/aliases/best", "json": {"version": 9}},

@@ -6,12 +6,13 @@ models object` and `registry models export --merged` write what `peft` and
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from test_adapter_checks import make_adapter
 
-from helpers import LiveService
+from helpers import LiveService, hold_at, release, wait_held
 
 TINY = "akka-optimize/tiny-smollm2"
 
@@ -62,7 +63,9 @@ def test_adapters_in_are_checked(
     assert refused.returncode == 1 and "target_modules includes 'lm_head'" in refused.stderr
     imported = _json(service, "training", "adapters", "import", "triage/ext", "--base", TINY,
                      "-d", str(ad), prog="akka-registry")  # fmt: skip
-    assert imported["version"] == "v1" and imported["baseModel"] == base["ref"]
+    assert imported["state"] == "REGISTERED" and imported["model"].startswith("triage/ext:v1@")
+    ext = _json(service, "registry", "models", "get", "triage/ext:v1")
+    assert ext["baseModel"] == base["ref"] and ext["metadata"]["importId"] == imported["id"]
     names = [x["name"] for x in _json(service, "registry", "models", "list")["items"]]
     assert names == ["akka-optimize/tiny-smollm2", "triage/ext", "triage/tiny"]
 
@@ -84,6 +87,47 @@ def test_adapters_out_load_in_peft_and_transformers(
     assert (_merged_logits(merged_dir) - uploaded).abs().max() < 1e-4
     base_only = service.cli("registry", "models", "object", TINY, "-o", str(tmp_path / "b"))
     assert base_only.returncode == 1 and "weights cache" in base_only.stderr
+
+
+@pytest.mark.timeout(1200)
+def test_an_import_shows_its_progress_and_outcome_by_id(
+    service: LiveService, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Issue 54 item 6 (F118): `adapters import` prints the import's ID and waits unless
+    --no-wait; `adapters get IMPORT_ID` shows the stage under way (the import held while it
+    checks), then the registered version; a DoRA import ends FAILED with its reason and
+    registers nothing."""
+    service.cli("training", "base-models", "select", TINY, check=True)
+    ad = make_adapter(tiny_model_dir, tmp_path / "adapter", init_lora_weights=False)
+    hold_at(service, "adapter-import")
+    started = _json(service, "training", "adapters", "import", "triage/ext", "--base", TINY,
+                    "-d", str(ad), "--no-wait")  # fmt: skip
+    assert (started["state"], started["name"], started["model"]) == ("CHECKING", "triage/ext", None)
+    wait_held(service)
+    shown = service.cli("training", "adapters", "get", started["id"][:8], check=True).stdout
+    assert "CHECKING" in shown and "1/3" in shown and "checking the adapter against" in shown
+    assert service.api("GET", "/v1/registry/models/triage/ext").status_code == 404
+    release(service)
+    waited = service.cli("training", "adapters", "import", "triage/ext", "--base", TINY,
+                         "-d", str(ad), check=True)  # fmt: skip
+    assert "training adapters get" in waited.stderr  # the ID, printed before the wait
+    assert "REGISTERED as triage/ext:v1@sha256:" in waited.stderr
+    assert "triage/ext:v1@sha256:" in waited.stdout  # the version, as `registry models get`
+    done = _json(service, "training", "adapters", "get", started["id"])
+    assert (done["state"], done["stagesDone"], done["error"]) == ("REGISTERED", 3, None)
+    assert done["model"].startswith("triage/ext:v1@sha256:") and done["checks"]["rank"] == 8
+
+    dora = make_adapter(tiny_model_dir, tmp_path / "dora", use_dora=True)
+    refused = service.cli("training", "adapters", "import", "triage/dora", "--base", TINY,
+                          "-d", str(dora))  # fmt: skip
+    assert refused.returncode == 1 and "use_dora is true" in refused.stderr
+    iid = re.search(r"Import ([0-9a-f]{32}) CHECKING", refused.stderr).group(1)
+    failed = _json(service, "training", "adapters", "get", iid)
+    assert failed["state"] == "FAILED" and "use_dora is true" in failed["error"]
+    assert failed["model"] is None
+    assert service.api("GET", "/v1/registry/models/triage/dora").status_code == 404
+    missing = service.cli("training", "adapters", "get", "ffffffff")
+    assert missing.returncode == 1 and "No adapter import 'ffffffff'" in missing.stderr
 
 
 def _peft_logits(base_dir: Path, adapter_dir: Path | None):

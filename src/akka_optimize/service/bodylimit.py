@@ -1,7 +1,8 @@
 """A size limit on JSON request bodies (issue 14 item 3).
 
-Every request except the streamed uploads (``POST /v1/registry/{datasets,bundles,models}/
-NS/NAME`` and ``POST /v1/registry/images``, and OpenAI's ``POST /v1/files``, which spool to disk under their own
+Every request except the streamed uploads (``POST /v1/registry/{datasets,bundles,models,
+adapter-imports}/NS/NAME``, ``POST /v1/registry/images`` and OpenAI's ``POST /v1/files``,
+which spool to disk under their own
 ``limits.*`` of the deployment file) has its body read here, at most
 ``service.jsonBodyBytes`` bytes (8 MiB by default). A longer body — declared by
 ``Content-Length`` or found while receiving — is answered ``413 too_large`` naming the
@@ -22,7 +23,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 UPLOAD_ROUTES = re.compile(
-    r"^/v1/(?:registry/(?:(?:datasets|bundles|models)/[^/]+/[^/]+|images)|files)/?$"
+    r"^/v1/(?:registry/(?:(?:datasets|bundles|models|adapter-imports)/[^/]+/[^/]+|images)|files)/?$"
 )
 """``POST`` paths whose bodies stream to a spool file under their own limits."""
 

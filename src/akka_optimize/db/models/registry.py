@@ -108,3 +108,39 @@ class RegistryImageProject(Base):
 
     digest: Mapped[str] = mapped_column(String(71), primary_key=True)
     project: Mapped[str] = mapped_column(String(128), primary_key=True)
+
+
+class AdapterImport(Base):
+    """One ``training adapters import`` (F118; issue 54 item 6): an uploaded PEFT adapter
+    being checked against its base model, then registered or refused.
+
+    Attributes:
+        id: 32 hex digits; ``training adapters get`` takes an unambiguous prefix.
+        namespace, name: where the version is registered (lower case).
+        base_model: the base model's pinned version the adapter is checked against.
+        state: ``CHECKING``, ``REGISTERED`` or ``FAILED``.
+        stage: how many of the import's stages are done (of
+            :data:`akka_optimize.service.adapter_imports.STAGES`), and ``progress`` the
+            stage under way, or the outcome, as a sentence.
+        error: why it failed (one sentence); nothing was registered.
+        model: the registered version's pinned reference once ``REGISTERED``.
+        owner: ``host:pid`` of the service process doing the work (a start-up on that host
+            fails an import whose process is gone).
+    """
+
+    __tablename__ = "adapter_imports"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    base_model: Mapped[str] = mapped_column(String(512))
+    alias: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    state: Mapped[str] = mapped_column(String(16), default="CHECKING")
+    stage: Mapped[int] = mapped_column(Integer, default=0)
+    progress: Mapped[str] = mapped_column(String(512), default="")
+    error: Mapped[str | None] = mapped_column(String(4000), nullable=True)
+    model: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    owner: Mapped[str] = mapped_column(String(300), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -2,6 +2,7 @@
 and may define ``on_startup(ctx)`` / ``on_shutdown(ctx)`` hooks."""
 
 from . import (
+    adapter_imports,
     base_models,
     capacity,
     comparisons,
@@ -29,6 +30,7 @@ ROUTERS = [
     health,
     docs,
     registry,
+    adapter_imports,
     projects,
     base_models,
     data,

@@ -78,20 +78,31 @@ def check_upload(ctx: Any, s: Any, folder: Path, base_model: str) -> dict[str, A
             cached here, so the adapter cannot be checked (the sentence names the select
             command).
     """
-    from ...catalog.cache import ready_model_dir
-    from ...errors import AkkaError
     from ...registry.adapter_checks import check_adapter
 
+    base_dir = base_dir_for(ctx, s, base_model)
+    max_rank = load_deployment(ctx.settings.resolved_deployment_file()).serving.maxLoraRank
+    return check_adapter(folder, base_dir, max_rank=max_rank)
+
+
+def base_dir_for(ctx: Any, s: Any, base_model: str) -> Path:
+    """The cached weights folder an adapter of ``base_model`` is checked against.
+
+    Raises:
+        InvalidRequest: (field ``baseModel``) the base model is not selected and cached
+            here; the sentence names the select command.
+    """
+    from ...catalog.cache import ready_model_dir
+    from ...errors import AkkaError
+
     try:
-        base_dir, _ = ready_model_dir(s, ctx.settings, base_model)
+        return ready_model_dir(s, ctx.settings, base_model)[0]
     except AkkaError as exc:
         raise InvalidRequest(
             f"The adapter cannot be checked against base model {base_model}: {exc.message}",
             field="baseModel",
             code=exc.code,
         ) from exc
-    max_rank = load_deployment(ctx.settings.resolved_deployment_file()).serving.maxLoraRank
-    return check_adapter(folder, base_dir, max_rank=max_rank)
 
 
 def _safe_versions(s: Any, namespace: str, name: str) -> list[Any]:

@@ -33,6 +33,7 @@ from .projects import (
     TrainingInfo,
 )
 from .registry import (
+    AdapterImportView,
     ImagePush,
     NameList,
     RegistryInfo,
@@ -61,6 +62,7 @@ from .runs import (
 )
 
 __all__ = [
+    "AdapterImportView",
     "BINARY",
     "BaseModelList",
     "BaseModelView",

@@ -85,3 +85,23 @@ class RegistryInfo(View):
     version: str = Field(description="The service's build version.")
     kinds: list[str] = Field(description="dataset, bundle, model, image.")
     limits: RegistryLimits = Field(description="The deployment's upload limits.")
+
+
+class AdapterImportView(View):
+    """One ``training adapters import`` (``training adapters get IMPORT_ID``)."""
+
+    id: str = Field(description="The import's ID (commands take an unambiguous prefix).")
+    name: str = Field(description="NAMESPACE/NAME the version is registered under.")
+    baseModel: str = Field(description="The base model the adapter is checked against.")
+    alias: str | None = Field(description="The alias pointed at the version, if asked.")
+    state: str = Field(description="CHECKING, REGISTERED or FAILED.")
+    stagesDone: int = Field(description="Stages done (unpack, check, register).")
+    stagesTotal: int = Field(description="Stages of an import (3).")
+    progress: str = Field(description="The stage under way, or the outcome.")
+    error: str | None = Field(description="Why it failed; nothing was registered.")
+    model: str | None = Field(description="The registered version's pinned reference.")
+    checks: dict[str, Any] | None = Field(
+        description="What the checks found once REGISTERED: rank, targetModules, adaptedModules."
+    )
+    createdAt: str = iso_time("When the upload was received")
+    finishedAt: str | None = iso_time("When it was registered or failed", required=False)
