@@ -253,22 +253,13 @@ class ExecutorSettings(_Strict):
 
 
 class GrafanaSettings(_Strict):
-    """The deployment's Grafana (issue 54 item 7; F142 ``training runs grafana``): where
-    the dashboard shipped as ``deploy/grafana/akka-optimize.json`` is imported. Its
-    panels read the service's ``/metrics`` through Prometheus."""
+    """The Grafana showing ``/metrics`` (issue 54 item 7; ``training runs grafana``, F142)."""
 
     url: str | None = Field(
-        None,
-        pattern=r"^https?://",
-        description="Grafana's base URL (https://grafana.example.com); null: no Grafana, "
-        "so `training runs grafana` is refused saying so.",
+        None, pattern=r"^https?://", description="Grafana's base URL; null: none (refused)."
     )
-    dashboardUid: str = Field(
-        "akka-optimize", description="The uid the imported dashboard keeps (the shipped one's)."
-    )
-    runPanelId: int = Field(
-        6, ge=1, description="The id of the dashboard's panel of one run's training tokens/s."
-    )
+    dashboardUid: str = Field("akka-optimize", description="deploy/grafana's dashboard uid.")
+    runPanelId: int = Field(6, ge=1, description="Its panel of one run's tokens/s.")
 
 
 class Pool(_Strict):
