@@ -176,3 +176,68 @@ def test_the_package_has_no_import_circles() -> None:
     found = cycles(import_graph())
     listing = "\n".join(f"  {{{', '.join(group[:-1])}}}: {group[-1]}" for group in found)
     assert not found, f"{len(found)} import circle(s) in src/{PACKAGE}:\n{listing}"
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: ``akka_optimize.jobs.mapping`` → ``jobs``; a module
+    directly under ``akka_optimize`` is its own (``akka_optimize.refs`` → ``refs``); the
+    package's ``__init__`` is ``akka_optimize``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else PACKAGE
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Package → the other packages its modules import (``import_graph`` folded)."""
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        mine = package_of(module)
+        out.setdefault(mine, set()).update(package_of(t) for t in targets)
+        out[mine].discard(mine)
+    return out
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+ARROWS_MARK = "package: packages it may import"
+
+
+def allowed_arrows() -> dict[str, set[str]]:
+    """The arrows README's Layout allows: the fenced block whose first line holds
+    :data:`ARROWS_MARK`, one ``package: a b c`` line per package."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index(ARROWS_MARK)
+    block = text[start : text.index("```", start)].splitlines()[1:]
+    out: dict[str, set[str]] = {}
+    for line in block:
+        if line.strip():
+            name, _, targets = line.partition(":")
+            out[name.strip()] = set(targets.split())
+    return out
+
+
+def test_package_graph_folds_modules_into_packages() -> None:
+    graph = {
+        "akka_optimize.a.x": {"akka_optimize.b.y", "akka_optimize.a.z"},
+        "akka_optimize.r": set(),
+    }
+    assert package_graph(graph) == {"a": {"b"}, "r": set()}
+
+
+def test_the_packages_have_no_import_circles() -> None:
+    found = cycles(package_graph(import_graph()))
+    listing = "\n".join(f"  {{{', '.join(group[:-1])}}}: {group[-1]}" for group in found)
+    assert not found, f"{len(found)} circle(s) between the packages of src/{PACKAGE}:\n{listing}"
+
+
+def test_every_package_import_is_an_arrow_readme_allows() -> None:
+    """README's Layout lists, per package, the packages it may import; an import along an
+    arrow it does not list fails here (add the arrow there, or import the other way), and
+    so does a package it does not list. The allowed arrows have no circle themselves."""
+    allowed = allowed_arrows()
+    graph = package_graph(import_graph())
+    unlisted = sorted(set(graph) - set(allowed))
+    assert not unlisted, f"packages README's Layout does not list: {unlisted}"
+    extra = [f"{p} -> {t}" for p in sorted(graph) for t in sorted(graph[p] - allowed[p])]
+    assert not extra, "imports README's Layout does not allow:\n  " + "\n  ".join(extra)
+    stale = sorted(set(allowed) - set(graph))
+    assert not stale, f"README's Layout lists packages that do not exist: {stale}"
+    assert not cycles({p: allowed[p] & set(allowed) for p in allowed})

@@ -322,7 +322,7 @@ class Deployment(_Strict):
     engineSettings: EngineSettingsPolicy = Field(
         default_factory=EngineSettingsPolicy,
         description="Allowed config.engineSettings keys and default overrides "
-        "(see plan.engine_settings).",
+        "(see akka_optimize/engine_settings.py).",
     )
     catalog: list[dict[str, Any]] | None = Field(
         None, description="Allowed base models; None uses the catalog shipped with the package."

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .engine_settings import BY_KEY, coerce
+
 
 class Strict(BaseModel):
     """A deployment section: unknown keys are refused, fields by name or alias."""
@@ -60,7 +62,7 @@ class EngineSettingsPolicy(Strict):
 
     ``allowed`` lists keys (``"*"`` allows every declared key; ``"checks.*"`` a group);
     ``defaults`` overrides declared defaults (keys and types declared in
-    :mod:`akka_optimize.plan.engine_settings`).
+    :mod:`akka_optimize.engine_settings`).
     """
 
     allowed: list[str] = Field(default_factory=list)
@@ -75,8 +77,6 @@ class EngineSettingsPolicy(Strict):
 
     @model_validator(mode="after")
     def _known_keys(self) -> EngineSettingsPolicy:
-        from .plan.engine_settings import BY_KEY, coerce
-
         for key, value in self.defaults.items():
             if key not in BY_KEY:
                 raise ValueError(f"defaults.{key} is not a declared engine setting")

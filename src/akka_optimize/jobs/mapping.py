@@ -135,7 +135,7 @@ def _multi_device_settings(hp: dict[str, Any], es: dict[str, Any]) -> dict[str, 
     """EngineConfig keyword arguments of the engine settings, ``tokensPerGpu`` and
     ``validationBatchSize`` of a supervised run on several devices (jobs/multi_device.py
     refuses the ones this engine cannot honour)."""
-    from ..plan.engine_settings import BY_KEY, SETTINGS
+    from ..engine_settings import BY_KEY, SETTINGS
 
     # check name → its bound's setting (checks.head.max_logprob_error → head)
     bounds = {s.key.split(".")[1]: s.key for s in SETTINGS if s.check_bound is not None}

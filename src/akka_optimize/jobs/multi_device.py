@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine_settings import BY_KEY
 from ..errors import AkkaError, InvalidRequest
-from ..plan.engine_settings import BY_KEY
 
 COMPILE_LIMITS = ("compile.recompile_limit", "compile.accumulated_recompile_limit")
 """Engine settings that limit ``torch.compile``. The engine compiles one thing, the flex

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine_settings import BY_KEY, GROUP_ORDER
+from ..engine_settings import BY_KEY, GROUP_ORDER
 from .resolve import ResolvedPlan
 
 STATED_MARK = "*"

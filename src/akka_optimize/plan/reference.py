@@ -12,8 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .. import engine_settings
 from . import defaults as D
-from . import engine_settings
 from .schema import RunPlan
 
 _LOOP_DEFAULTS: dict[str, dict[str, Any]] = {

@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..deployment import DeviceProfile
+from ..engine_settings import BY_KEY, SETTINGS
 from ..errors import AkkaError
 from . import defaults as D
-from .engine_settings import BY_KEY, SETTINGS
 from .environment import CatalogEntryView, PlanEnvironment
 from .frozen import keep_frozen
 from .hashing import config_hash

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from .engine_settings import BY_KEY, LIGER_KEYS, coerce
+from ..engine_settings import BY_KEY, LIGER_KEYS, coerce
 from .environment import PlanEnvironment
 from .refusals import Refusals
 from .rules_facts import Facts

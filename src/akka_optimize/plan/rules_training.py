@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine_settings import BY_KEY
+from ..engine_settings import BY_KEY
 from .refusals import Refusals
 from .rules_facts import Facts
 from .schema import RunPlan

@@ -12,7 +12,10 @@ attention for Gemma 4" (``engine.pad_to_length``, ``engine.pad_to_length_bucket`
 Each setting has a dotted key, a type, a default, bounds, the loops it applies to and
 the display group (``runs get --settings`` and the dry run show one line per group).
 A deployment allows a subset and may change defaults (``engineSettings`` in the
-deployment file); nothing here is read with ``cfg.get(key, default)`` elsewhere.
+deployment file); nothing here is read with ``cfg.get(key, default)`` elsewhere. The
+declarations import nothing of the project and sit below both the deployment file
+(:mod:`akka_optimize.deployment_plan` checks its defaults against them) and the plan
+(README "Layout": no package imports the plan to read them).
 """
 
 from __future__ import annotations
