@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,19 +16,22 @@ from akka_optimize.jobs import multi_device
 from akka_optimize.jobs.mapping import engine_settings
 from akka_optimize.jobs.spec import worker_command
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plan"))
+from plan_fakes import resolved_plan  # noqa: E402
+
 
 def _plan(gpus: int, engine: dict | None = None, **execution: object) -> dict:
-    return {
-        "kind": "run",
-        "config": {
-            "method": "sft",
-            "maxSeqLength": 768,
-            "hyperparams": {"training": {"microBatchPerGpu": 2, "tokensPerGpu": 300}},
-            "engineSettings": engine or {},
-            "model": {"attentionImplementation": "sdpa"},
-        },
-        "execution": {"gpus": gpus, **execution},
+    config = {
+        "maxSeqLength": 768,
+        "hyperparams": {"training": {"microBatchPerGpu": 2, "tokensPerGpu": 300}},
+        "engineSettings": engine or {},
+        "model": {"attentionImplementation": "sdpa"},
     }
+    return resolved_plan(gpus, over={"config": config, "execution": execution})
+
+
+def _engine(plan: dict) -> EngineConfig:
+    return EngineConfig(**engine_settings(plan, ["q_proj"], "AutoModelForCausalLM", "cpu"))
 
 
 def test_the_worker_runs_under_torch_distributed_run_with_one_rank_per_device(tmp_path) -> None:
@@ -61,15 +65,16 @@ def test_engine_settings_of_a_run_on_several_devices_reach_the_engine() -> None:
         "checks.reference.max_logprob_error": 0.25,
     }
     memory = {"sharding": "none", "offload": {"activations": True}}
-    kw = engine_settings(_plan(2, engine, memory=memory), ["q_proj"])
-    cfg = EngineConfig(**kw)
+    cfg = _engine(_plan(2, engine, memory=memory))
     assert (cfg.ranks, cfg.sharding, cfg.precision) == (2, "none", "fp32")
     assert (cfg.reduce_dtype, cfg.buffer_dtype, cfg.prefetch_weights) == ("bf16", "fp32", False)
     assert (cfg.pad_bucket, cfg.token_budget, cfg.conversations_per_update) == (128, 300, 4)
     assert cfg.sync_once_per_update is False and cfg.compare_replicas is False
     assert cfg.offload_activations is True
-    assert cfg.start_checks == {"head": None, "isolation": None, "packing": None, "reference": 0.25}
-    one = EngineConfig(**engine_settings(_plan(1), ["q_proj"]))
+    # the bounds not stated are the declared defaults the plan resolved (engine_settings.py)
+    bounds = {"head": 1e-3, "isolation": 1e-3, "packing": None, "reference": 0.25}
+    assert cfg.start_checks == bounds
+    one = _engine(_plan(1))
     assert (one.ranks, one.pad_bucket, one.start_checks, one.token_budget) == (1, None, None, 768)
 
 
@@ -147,7 +152,7 @@ def test_flex_attention_is_admitted_and_one_device_is_left_alone() -> None:
     plan = _plan(2, {"engine.pad_to_length": True, "engine.pad_to_length_bucket": 1024})
     plan["config"]["model"]["attentionImplementation"] = "flex_attention"
     assert _refusal(plan) is None
-    cfg = EngineConfig(**engine_settings(plan, ["q_proj"]))
+    cfg = _engine(plan)
     assert cfg.attn_implementation == "flex_attention" and cfg.pad_bucket == 1024
     assert _refusal(_plan(1, {"kernels.liger.geglu": True}), method="rl") is None
     defaults = {"compile.recompile_limit": 8, "engine.prefetch_weights": True}
@@ -155,7 +160,7 @@ def test_flex_attention_is_admitted_and_one_device_is_left_alone() -> None:
     assert _refusal(_plan(2, memory={"offload": {"activations": True}})) is None
     both = {"sharding": "full", "offload": {"weights": True, "optimizer": True}}
     assert _refusal(_plan(2, memory=both)) is None
-    assert EngineConfig(**engine_settings(_plan(2, memory=both), ["q_proj"])).offload_weights
+    assert _engine(_plan(2, memory=both)).offload_weights
 
 
 def test_compile_limits_take_effect_only_where_the_flex_kernel_is_compiled() -> None:
@@ -169,7 +174,7 @@ def test_compile_limits_take_effect_only_where_the_flex_kernel_is_compiled() -> 
     flex = _plan(2, limits)
     flex["config"]["model"]["attentionImplementation"] = "flex_attention"
     assert _refusal(flex, kind="cuda") is None
-    cfg = EngineConfig(**engine_settings(flex, ["q_proj"]))
+    cfg = _engine(flex)
     assert (cfg.recompile_limit, cfg.accumulated_recompile_limit) == (2, 16)
     assert cfg.fail_on_recompile_limit is True
     for plan, kind in ((flex, "cpu"), (_plan(2, limits), "cuda")):
@@ -179,7 +184,7 @@ def test_compile_limits_take_effect_only_where_the_flex_kernel_is_compiled() -> 
             "only a flex_attention run on CUDA compiles (its attention kernel); this run "
             "compiles nothing, so remove it."
         )
-    defaults = EngineConfig(**engine_settings(_plan(2), ["q_proj"]))
+    defaults = _engine(_plan(2))
     assert (defaults.recompile_limit, defaults.accumulated_recompile_limit) == (8, 256)
     assert defaults.fail_on_recompile_limit is False
 
@@ -189,7 +194,7 @@ def test_liger_kernels_are_taken_on_cuda_and_refused_on_cpu() -> None:
     CPU run refuses them, naming the setting (the Gemma 4 E2B/E4B rule is the plan's)."""
     plan = _plan(2, {"kernels.liger.rms_norm": True, "kernels.liger.geglu": True})
     assert _refusal(plan, kind="cuda") is None
-    cfg = EngineConfig(**engine_settings(plan, ["q_proj"]))
+    cfg = _engine(plan)
     assert cfg.liger_rms_norm is True and cfg.liger_geglu is True
     err = _refusal(plan, kind="cpu")
     assert err.field == "config.engineSettings.kernels.liger.geglu"

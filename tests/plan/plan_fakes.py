@@ -152,3 +152,31 @@ FULL_SFT_PLAN: dict[str, Any] = {
     },
 }
 """A supervised plan on 4 H100s stating a field of every group (accepted by the fakes)."""
+
+
+def _laid_over(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = (
+            _laid_over(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        )
+    return out
+
+
+def resolved_plan(
+    gpus: int = 1, method: str = "sft", over: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A plan on SmolLM2 resolved against :class:`FakeEnv` (``gpus`` devices: the ``cpu``
+    profile for one, ``H100`` for more), with ``over`` laid over the resolved descriptor
+    key by key: a resolved plan as a run record keeps it, whatever a test sets (the plan
+    rules are not asked again)."""
+    from akka_optimize.plan import resolve_plan
+
+    plan = {
+        "kind": "run",
+        "project": "triage",
+        "baseModel": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "config": {"dataset": "triage/train", "method": method},
+        "execution": {"gpus": gpus},
+    }
+    return _laid_over(resolve_plan(plan, FakeEnv()).plan, over or {})

@@ -23,12 +23,16 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run, RunAttempt, RunMetric
+from ..deployment import Deployment, load_deployment
 from ..errors import AkkaError, InvalidRequest
 from ..jobs.kinds import JobKind, Launch, register_kind
 from ..jobs.mapping import build_spec as supervised_spec
 from ..jobs.results import complete
 from ..jobs.saves import record_save
 from ..jobs.spec import JobSpec
+from ..plan.resolved_schema import ResolvedRunPlan, typed_plan
+from ..registry import load_dataset_rows
+from ..registry import resolve as registry_resolve
 from .rewards import BUILTIN_MATH
 
 REWARD_FIELD = "config.rlHyperparams.reward"
@@ -51,6 +55,17 @@ ROLLOUT_SETTINGS = {
 """Rollout engine settings the loop's sampler honours (:class:`akka_optimize.engine.rl.
 RLSettings`), by ``config.engineSettings`` key."""
 
+RL_LOOP_FIELDS = (
+    "steps",
+    "promptsPerStep",
+    "samplesPerPrompt",
+    "maxNewTokens",
+    "temperature",
+    "lossFn",
+    "seed",
+)
+"""The ``rlHyperparams`` fields the worker's loop reads (``spec.extra["rl"]``)."""
+
 _FIELDS = {"grader": REWARD_FIELD, "graderInstructions": REWARD_FIELD, "dataset": "config.dataset"}
 
 
@@ -71,8 +86,6 @@ def accept(ctx: Any, s: Session, f: dict[str, Any]) -> dict[str, Any]:
             resolve or whose judge cannot serve; (``config.dataset``) a row without a
             prompt or a gold answer, named.
     """
-    from ..registry import load_dataset_rows
-    from ..registry import resolve as registry_resolve
     from .kind import check_scoring
     from .rows import eval_rows
 
@@ -116,56 +129,56 @@ def accept(ctx: Any, s: Session, f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def kv_cache_bytes(dep: Any, resolved: dict[str, Any]) -> int | None:
+def kv_cache_bytes(dep: Deployment, plan: ResolvedRunPlan) -> int | None:
     """The sampler's KV-cache budget: ``execution.rollout.memoryShare`` of one device of the
     run's profile (``deviceMemoryGiB``; on cpu, ``hostMemoryGiB``), in bytes; None when the
-    run states no share and the deployment gives none."""
-    ex = resolved.get("execution") or {}
-    share = (ex.get("rollout") or {}).get("memoryShare")
-    profile = dep.profile(ex.get("deviceProfile")) if ex.get("deviceProfile") else None
-    if share is None or profile is None:
+    run has no rollout share or the deployment no longer declares its profile or memory."""
+    ex = plan.execution
+    profile = dep.profile(ex.deviceProfile)
+    if ex.rollout is None or profile is None:
         return None
     gib = profile.deviceMemoryGiB if profile.kind == "cuda" else profile.hostMemoryGiB
-    return int(float(share) * float(gib or 0) * 1024**3) if gib else None
+    return int(float(ex.rollout.memoryShare) * float(gib or 0) * 1024**3) if gib else None
+
+
+def loop_settings(plan: ResolvedRunPlan, dep: Deployment) -> dict[str, Any]:
+    """``spec.extra``'s ``rl`` (the loop's fields, :data:`RL_LOOP_FIELDS`) and ``rollout``
+    (the sampler's settings by :data:`ROLLOUT_SETTINGS` name, ``kv_cache_bytes``) of a
+    reinforcement run's resolved plan; every rollout setting is resolved for the loop."""
+    rl = plan.config.rlHyperparams
+    if rl is None:
+        raise InvalidRequest(
+            "A reinforcement run's resolved plan has no config.rlHyperparams.",
+            field="config.rlHyperparams",
+            code="resolved_plan_invalid",
+        )
+    es = plan.config.engineSettings
+    return {
+        "rl": rl.model_dump(include=set(RL_LOOP_FIELDS)),
+        "rollout": {
+            **{name: es[key] for key, name in ROLLOUT_SETTINGS.items()},
+            "kv_cache_bytes": kv_cache_bytes(dep, plan),
+        },
+    }
 
 
 def build_spec(launch: Launch) -> JobSpec:
     """A supervised run's spec (engine settings from ``rlHyperparams``), plus the loop's
     settings, the pinned reward and the grader sandbox's limits in ``extra``."""
-    from ..deployment import load_deployment
-    from ..registry import resolve
-
     spec = supervised_spec(launch)
-    r = launch.run.resolved or {}
-    rl = (r.get("config") or {}).get("rlHyperparams") or {}
+    r = launch.run.resolved
+    plan = typed_plan(r)
     g = dict(r.get("grader") or {"spec": BUILTIN_MATH, "kind": "builtin"})
     if g.get("judge"):
         g.update(kind="model", instructions=r.get("graderInstructions"))
     elif g.get("bundle"):
-        g.update(kind="bundle", bundle=resolve(launch.session, "bundle", g["bundle"]).to_dict())
-    lim = load_deployment(launch.ctx.settings.resolved_deployment_file()).graders
+        g.update(
+            kind="bundle", bundle=registry_resolve(launch.session, "bundle", g["bundle"]).to_dict()
+        )
+    dep = load_deployment(launch.ctx.settings.resolved_deployment_file())
+    lim = dep.graders
     spec.extra.update(
-        rl={
-            k: rl.get(k)
-            for k in (
-                "steps",
-                "promptsPerStep",
-                "samplesPerPrompt",
-                "maxNewTokens",
-                "temperature",
-                "lossFn",
-                "seed",
-            )
-        },  # fmt: skip
-        rollout={
-            **{
-                name: ((r.get("config") or {}).get("engineSettings") or {}).get(key)
-                for key, name in ROLLOUT_SETTINGS.items()
-            },
-            "kv_cache_bytes": kv_cache_bytes(
-                load_deployment(launch.ctx.settings.resolved_deployment_file()), r
-            ),
-        },
+        **loop_settings(plan, dep),
         grader=g,
         limits={
             "cpu_seconds": lim.cpuSeconds,

@@ -12,12 +12,11 @@ from . import (
     endpoints,
     evaluations,
     health,
+    observability,
     openai_chat,
     openai_files,
     openai_ft_jobs,
     openai_graders,
-
-    observability,
     pipelines,
     projects,
     recipes,
@@ -47,7 +46,6 @@ ROUTERS = [
     openai_ft_jobs,
     openai_graders,
     openai_chat,
-
     observability,
 ]
 

@@ -147,7 +147,12 @@ def starting(model: str) -> OpenAIError:
     },
 )
 async def chat_completions(request: Request, ctx: CtxDep, principal: PrincipalDep) -> Any:
-    """A chat completion by the model ``model`` names (module docstring)."""
+    """A chat completion by the model ``model`` names (module docstring).
+
+    The body is OpenAI's request object, its fields as OpenAI's API reference gives them:
+    a field missing, unknown or not honoured here is refused in OpenAI's error shape naming
+    it, and an admin token names its project with the ``OpenAI-Project`` header.
+    """
     from .endpoints import _forward
 
     raw = await request.body()

@@ -52,7 +52,12 @@ def parse_multipart(content_type: str, body: bytes) -> tuple[dict[str, str], dic
 
 @router.post("", **answers(OpenAIFile, 200, "The file, registered."))
 async def create_file(request: Request, ctx: CtxDep, principal: PrincipalDep) -> JSONResponse:
-    """Upload a JSONL file of OpenAI rows (chat supervised, reinforcement or preference)."""
+    """Upload a JSONL file of OpenAI rows (chat supervised, reinforcement or preference).
+
+    The body is OpenAI's request object, its fields as OpenAI's API reference gives them:
+    a field missing, unknown or not honoured here is refused in OpenAI's error shape naming
+    it, and an admin token names its project with the ``OpenAI-Project`` header.
+    """
     limits = _limits(ctx)
     cap = limits.uploadBytes + 65536  # the file plus the form's own parts
     too_large = OpenAIError(

@@ -36,7 +36,12 @@ router = APIRouter(route_class=JsonRoute, prefix="/v1/fine_tuning/jobs", tags=["
 @router.post("", **answers(OpenAIJob, 200, "The job, created (its run is queued)."))
 async def create_job(request: Request, ctx: CtxDep, principal: PrincipalDep) -> JSONResponse:
     """Create a fine-tuning job: a run of the method's plan; ``"auto"`` values come back
-    resolved. A field this service cannot honour is a 400 naming it."""
+    resolved. A field this service cannot honour is a 400 naming it.
+
+    The body is OpenAI's request object, its fields as OpenAI's API reference gives them:
+    a field missing, unknown or not honoured here is refused in OpenAI's error shape naming
+    it, and an admin token names its project with the ``OpenAI-Project`` header.
+    """
     try:
         body = loads(await request.body() or b"null")
     except InvalidRequest as exc:

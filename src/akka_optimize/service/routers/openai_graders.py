@@ -134,7 +134,12 @@ def _checked(body: dict[str, Any], allowed: set[str]) -> dict[str, Any]:
 
 @router.post("/validate", **answers(OpenAIGraderValidate))
 async def validate_grader(request: Request, principal: PrincipalDep) -> JSONResponse:
-    """Check a grader: the grader back when valid, else a 400 naming its first wrong field."""
+    """Check a grader: the grader back when valid, else a 400 naming its first wrong field.
+
+    The body is OpenAI's request object, its fields as OpenAI's API reference gives them:
+    a field missing, unknown or not honoured here is refused in OpenAI's error shape naming
+    it, and an admin token names its project with the ``OpenAI-Project`` header.
+    """
     try:
         return JSONResponse({"grader": _checked(await _body(request), {"grader"})})
     except OpenAIError as exc:
@@ -144,7 +149,12 @@ async def validate_grader(request: Request, principal: PrincipalDep) -> JSONResp
 @router.post("/run", **answers(OpenAIGraderRun))
 async def run_grader(request: Request, ctx: CtxDep, principal: PrincipalDep) -> JSONResponse:
     """Grade ``model_sample`` against ``item``: errors of the grader (formula, python
-    runtime, timeout, model reply) are flags of ``metadata.errors``, the reward then 0."""
+    runtime, timeout, model reply) are flags of ``metadata.errors``, the reward then 0.
+
+    The body is OpenAI's request object, its fields as OpenAI's API reference gives them:
+    a field missing, unknown or not honoured here is refused in OpenAI's error shape naming
+    it, and an admin token names its project with the ``OpenAI-Project`` header.
+    """
     try:
         body = await _body(request)
         g = _checked(body, {"grader", "model_sample", "item"})

@@ -63,7 +63,9 @@ async def start_run_route(
     one the deployment declares and the host memory one its device has, and
     ``config.engineSettings`` the settings it allows; ``smoke``, ``config.loss`` and
     ``config.hyperparams`` are of supervised runs (``method: sft``; a reinforcement run reads
-    ``config.rlHyperparams``, which a supervised run leaves out), ``smokeCheck`` needs
+    ``config.rlHyperparams`` and a preference run ``config.dpoHyperparams``, which the other
+    loops leave out), each ``lora.rank`` is at most the largest adapter rank the deployment's
+    endpoints load, ``smokeCheck`` needs
     ``smoke: true`` and a smoke run takes no ``modelName``; ``validationBatchSize`` needs
     ``config.data.validationDataset``; ``tokensPerGpu`` is of runs on several devices, and
     on one device ``config.data.use_dynamic_bsz`` decides packing, not ``config.data.packing``; a
