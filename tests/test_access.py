@@ -648,7 +648,6 @@ def _fill(value: Any, w: World) -> Any:
         "{b_project_id}": i["b_project_id"],
         "{b_file}": i["b_file"],
         "{b_job}": i["b_job"],
-
         "{b_import}": i["b_import"],
         "{b_import_prefix}": i["b_import"][:10],
     }

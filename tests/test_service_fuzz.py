@@ -199,7 +199,12 @@ DOCUMENTED_RULES: dict[tuple[str, str], list[tuple[str, str, str]]] = {
     ("POST", "/v1/training/runs"): [
         (r"^execution\.", "", "one the deployment declares"),
         (r"^config\.engineSettings", "", "the settings it allows"),
-        (r"^(smoke|smokeCheck|config\.(loss|hyperparams|rlHyperparams))$", "", "supervised runs"),
+        (
+            r"^(smoke|smokeCheck|config\.(loss|hyperparams|rlHyperparams|dpoHyperparams))$",
+            "",
+            "supervised runs",
+        ),
+        (r"\.lora\.rank$", "largest adapter rank", "the largest adapter rank the deployment's"),
         (r"tokensPerGpu$", "", "``tokensPerGpu`` is of runs on several devices"),
         (r"^config\.data\.packing$", "", "not ``config.data.packing``"),
         (r"^modelName$", "derived from", "derived from the base model's name"),
@@ -207,6 +212,16 @@ DOCUMENTED_RULES: dict[tuple[str, str], list[tuple[str, str, str]]] = {
         (r"validationBatchSize$", "", "needs ``config.data.validationDataset``"),
     ],
     ("POST", "/v1/training/recipes"): [(r"^(?!project$)", "", "naming the recipe's field")],
+    **{
+        ("POST", path): [(".*", "", "OpenAI's request object")]
+        for path in (
+            "/v1/files",
+            "/v1/fine_tuning/jobs",
+            "/v1/fine_tuning/alpha/graders/run",
+            "/v1/fine_tuning/alpha/graders/validate",
+            "/v1/chat/completions",
+        )
+    },
 }
 
 
