@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from plan_fakes import FakeEnv, resolved_plan
+from plan_fakes import resolved_plan
 
 from akka_optimize import engine_settings as ES
 from akka_optimize.deployment import load_deployment
@@ -19,7 +19,6 @@ from akka_optimize.evals.rl_kind import loop_settings
 from akka_optimize.jobs import mapping
 from akka_optimize.plan import defaults as D
 from akka_optimize.plan import resolve as R
-from akka_optimize.plan import resolve_plan
 from akka_optimize.plan.resolved_schema import typed_plan
 
 TARGETS = ("q_proj", "v_proj")
@@ -183,14 +182,8 @@ def _groups() -> list[tuple[str, str, dict[str, Any], str, Any]]:
 
 
 def _resolve(method: str, gpus: int = 1) -> dict[str, Any]:
-    plan = {
-        "kind": "run",
-        "project": "triage",
-        "baseModel": "HuggingFaceTB/SmolLM2-135M-Instruct",
-        "config": {"dataset": "triage/train", "method": method},
-        "execution": {"gpus": gpus},
-    }
-    return resolve_plan(plan, FakeEnv()).plan
+    """A plan stating nothing but its loop and devices, resolved now (today's defaults)."""
+    return resolved_plan(gpus, method)
 
 
 def _skipped(name: str) -> bool:
