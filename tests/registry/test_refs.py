@@ -11,8 +11,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from akka_optimize.errors import InvalidRequest
-from akka_optimize.evals.graders import GRADER_PATTERN, parse_grader
+from akka_optimize.evals.graders import parse_grader
 from akka_optimize.refs import (
+    GRADER_PATTERN,
     MAX_NAME_LENGTH,
     NAME_PATTERN,
     REF_NAME_PATTERN,

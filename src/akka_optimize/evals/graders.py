@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from ..errors import InvalidRequest, excerpt
-from ..refs import REF_PATTERN, parse_ref
+from ..refs import parse_ref
 
 DEFAULT_FUNCTION = "compute_score"
 """The function a bundle grader calls when the spec names none (veRL's convention)."""
@@ -46,13 +46,6 @@ _PLACEHOLDER_PROJECT = "project"
 given and resolved later in the request's project."""
 
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: A grader as one regular expression for documents (``model:REFERENCE`` or
-#: ``bundle:REFERENCE#MODULE[:FUNCTION]``; narrower than :func:`parse_grader`: lower-case
-#: prefixes, no spaces).
-GRADER_PATTERN = (
-    "^(model:" + REF_PATTERN[1:-1] + "|bundle:" + REF_PATTERN[1:-1]
-    + "#[A-Za-z_][A-Za-z0-9_]*(:[A-Za-z_][A-Za-z0-9_]*)?)$"
-)  # fmt: skip
 _OLD_FORM_RE = re.compile(r"([^/:#@]+)/([A-Za-z_][A-Za-z0-9_.]*):([A-Za-z_][A-Za-z0-9_]*)")
 _VERSION_TAG_RE = re.compile(r"v[0-9]+|latest", re.IGNORECASE)
 

@@ -20,8 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from ..evals.graders import GRADER_PATTERN
-from ..refs import NAME_PATTERN, REF_PATTERN
+from ..refs import GRADER_PATTERN, NAME_PATTERN, REF_PATTERN
 from .schema import BranchFrom, ExecutionGroup, RunConfig
 from .schema_base import REFERENCE, RequestModel, documented
 

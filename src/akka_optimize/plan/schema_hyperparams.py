@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..evals.graders import GRADER_PATTERN
+from ..refs import GRADER_PATTERN
 from .schema_base import SchedulerKind, _Group, documented
 
 

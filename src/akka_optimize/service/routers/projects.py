@@ -21,11 +21,10 @@ from sqlalchemy.orm import Session
 
 from ...db.models.projects import Project
 from ...errors import AkkaError, Conflict
-from ...evals.graders import GRADER_PATTERN
 from ...evals.settings import make_settings, project_scores, settings_view
 from ...plan.pipeline import documented
 from ...plan.schema_base import RequestModel
-from ...refs import MAX_NAME_LENGTH, NAME_PATTERN, REF_PATTERN, validate_name
+from ...refs import GRADER_PATTERN, MAX_NAME_LENGTH, NAME_PATTERN, REF_PATTERN, validate_name
 from .. import access
 from ..access import find_project
 from ..auth import Principal
