@@ -29,14 +29,27 @@ START = 0.3
 
 
 def test_advantages_are_reward_minus_the_group_mean_over_its_std() -> None:
-    s = math.sqrt(1 / 3)  # sample std of [1, 0, 0, 1]
-    assert group_advantages([1.0, 0.0, 0.0, 1.0]) == pytest.approx(
-        [0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s]
+    """Rule 19 and seeds/004 §1.2 AT 7: population std by default; the sample std and no
+    division are options (issue 52 item 5)."""
+    third = math.sqrt(3)  # population std of [1, 0, 0, 0] is sqrt(3)/4
+    assert group_advantages([1.0, 0.0, 0.0, 0.0]) == pytest.approx(
+        [third, -1 / third, -1 / third, -1 / third]
     )
-    assert group_advantages([1.0, 0.0, 0.0, 1.0], scale_by_std=False) == [0.5, -0.5, -0.5, 0.5]
-    assert group_advantages([0.3, 0.3, 0.3]) == [0.0, 0.0, 0.0]
+    assert group_advantages([1.0, 0.0, 0.0, 0.0]) == pytest.approx(
+        [1.732, -0.577, -0.577, -0.577], abs=5e-4
+    )
+    assert group_advantages([1.0, 0.0, 0.0, 0.0], "sample_std") == pytest.approx(
+        [1.5, -0.5, -0.5, -0.5]
+    )
+    assert group_advantages([1.0, 0.0, 0.0, 0.0], "none") == [0.75, -0.25, -0.25, -0.25]
+    for norm in ("population_std", "sample_std", "none"):
+        assert group_advantages([1.0, 1.0, 1.0, 1.0], norm) == [0.0] * 4
+    # a variance at most 1e-8 divides by 1, not by a tiny std
+    assert group_advantages([1e-5, 0.0], "population_std") == pytest.approx([5e-6, -5e-6])
     with pytest.raises(ValueError, match="at least 2"):
         group_advantages([1.0])
+    with pytest.raises(ValueError, match="not one of"):
+        group_advantages([1.0, 0.0], "std")
 
 
 def _hand_loss(fn: str, p: list[float], q: list[float], a: list[float]) -> float:

@@ -76,6 +76,31 @@ def test_rl_plan_stating_one_optimizer_field_keeps_rl_defaults() -> None:
     assert hp["scheduler"] == D.SCHEDULER_RL
 
 
+def test_rl_plan_states_the_loss_aggregation_advantages_correction_and_staleness() -> None:
+    """Issue 52 items 2–5: the new rlHyperparams fields resolve with their defaults, a
+    stated value is kept, and a bad one is refused naming its path."""
+    plan = with_(MINIMAL, "config.method", "rl")
+    hp = resolve_plan(plan, FakeEnv()).plan["config"]["rlHyperparams"]
+    assert (hp["lossFn"], hp["lossAggregation"], hp["advantageNormalization"]) == (
+        "importance_sampling",
+        "token_mean",
+        "population_std",
+    )
+    assert (hp["rolloutCorrection"], hp["rolloutCorrectionCap"], hp["maxStaleness"]) == (
+        "none",
+        3.0,
+        0,
+    )
+    stated = {"lossFn": "gspo", "lossAggregation": "dr_grpo", "maxStaleness": 2,
+              "advantageNormalization": "sample_std", "rolloutCorrection": "sequence_mask"}  # fmt: skip
+    hp = resolve_plan(with_(plan, "config.rlHyperparams", stated), FakeEnv()).plan["config"]
+    assert {k: hp["rlHyperparams"][k] for k in stated} == stated
+    for field, value in (("maxStaleness", 65), ("rolloutCorrectionCap", 1.0),
+                         ("lossAggregation", "seq_mean"), ("lossFn", "grpo")):  # fmt: skip
+        err = refused(with_(plan, "config.rlHyperparams", {field: value}))
+        assert err.field == f"config.rlHyperparams.{field}", err
+
+
 def test_sft_defaults_suit_a_small_model_on_the_cpu() -> None:
     r = resolve_plan(MINIMAL, FakeEnv())
     hp = r.plan["config"]["hyperparams"]

@@ -15,19 +15,28 @@ arXiv:2402.03300) and DATA-AND-TRAINING-RULES.md 1.2–1.3, rules 17–21:
    that failed is 0 with its ``error`` kept). The engine knows no grader: the worker
    passes a sandboxed bundle, a judge or a built-in rule.
 3. **Advantages** (:func:`group_advantages`): each reward minus its group's mean, divided
-   by the group's standard deviation (sample standard deviation, ``n − 1``, as TRL's
-   GRPO trainer) unless ``scale_by_std`` is off. A group whose rewards are all equal has
-   advantage 0 for every sample, is counted (``zeroAdvantageGroupShare``) and left out of
-   the update: it carries no signal, and leaving it out keeps its tokens out of the
-   normalisation too (DAPO's "dynamic sampling", Yu et al. 2025, arXiv:2503.14476, without
-   the resampling). Every sample of a prompt is in the same update (group integrity, rule
-   17); each sample is one sequence of its own pass, never expanded twice (rule 18).
-4. **Train.** ``forward_backward`` with ``loss_fn`` (``importance_sampling``, ``ppo``,
-   ``cispo``, ``dro``; :mod:`akka_optimize.engine.losses`) over the completion tokens, then
-   ``optim_step``, which divides the loss sum by the update's sampled (trained) tokens —
-   the same token-sum normalisation as the supervised loss. An update where every group
-   had equal rewards trains nothing; its weights stay, the step still counts, and its
-   metrics log loss 0 with ``skipReason`` saying why.
+   by the group's standard deviation — population (``n``, rule 19, the default), sample
+   (``n − 1``, TRL's GRPO trainer) or none (``advantage_norm``). A group whose rewards are
+   all equal has advantage 0 for every sample, is counted (``zeroAdvantageGroupShare``)
+   and left out of the update: it carries no signal, and leaving it out keeps its tokens
+   out of the normalisation too (DAPO's "dynamic sampling", Yu et al. 2025,
+   arXiv:2503.14476, without the resampling). Every sample of a prompt is in the same
+   update (group integrity, rule 17); each sample is one sequence of its own pass, never
+   expanded twice (rule 18).
+4. **Train.** The rollout correction (:mod:`akka_optimize.engine.rl_gap`), then
+   ``forward_backward`` with the policy loss ``loss_fn`` (``importance_sampling``, ``ppo``,
+   ``cispo``, ``dro``, ``gspo``; :func:`akka_optimize.engine.losses.policy_token_losses`)
+   over the completion tokens, each token weighted by the loss aggregation
+   (:func:`akka_optimize.engine.losses.aggregation_weights`; ``token_mean`` weighs 1), then
+   ``optim_step``, which divides the weighted sum by the update's trained tokens — under
+   ``token_mean`` the same token-sum normalisation as the supervised loss. The update logs
+   the gap between the sampler's and the trainer's log-probs of its tokens. An update
+   where every group had equal rewards trains nothing; its weights stay, the step still
+   counts, and its metrics log loss 0 with ``skipReason`` saying why.
+
+With ``max_staleness`` > 0 the samples of update ``u`` are drawn ahead, while the updates
+before it train, from the adapter after update ``u − 1 − max_staleness``
+(:mod:`akka_optimize.engine.rl_async`).
 
 This module owns the run (:func:`run_rl`: its updates, saves, events and resume); one
 update is :mod:`akka_optimize.engine.rl_step`, its sampling :mod:`akka_optimize.engine.rollout`

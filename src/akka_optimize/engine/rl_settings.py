@@ -22,10 +22,20 @@ class RLSettings:
         samples_per_prompt: completions per prompt (the group), at least 2.
         max_new_tokens: longest completion, in tokens.
         temperature: sampling temperature (> 0).
-        loss_fn: ``importance_sampling`` | ``ppo`` | ``cispo`` | ``dro``.
+        loss_fn: ``importance_sampling`` | ``ppo`` | ``cispo`` | ``dro`` | ``gspo``
+            (:func:`akka_optimize.engine.losses.policy_token_losses`).
         loss_config: the loss's parameters (``clip_low_threshold``, ``clip_high_threshold``,
             ``beta``; :mod:`akka_optimize.engine.losses` gives their defaults).
-        scale_by_std: divide each advantage by its group's standard deviation.
+        aggregation: ``token_mean`` | ``sequence_mean`` | ``dr_grpo``
+            (:func:`akka_optimize.engine.losses.aggregation_weights`; the constant of
+            ``dr_grpo`` is ``max_new_tokens``).
+        correction / correction_cap: the rollout correction ``none`` | ``truncated_is`` |
+            ``sequence_mask`` and its cap (:mod:`akka_optimize.engine.rl_gap`).
+        max_staleness: updates the rollout weights lag the trainer's at most (0:
+            on-policy; :mod:`akka_optimize.engine.rl_async`).
+        advantage_norm: what a group's centred rewards are divided by: ``population_std``
+            (rule 19, the default), ``sample_std`` or ``none``
+            (:func:`akka_optimize.engine.rl_step.group_advantages`).
         seed: seeds every update's draw together with the update number.
         max_num_seqs: most sequences the sampler decodes in one batch
             (``config.engineSettings.rollout.max_num_seqs``); a larger group is sampled in
@@ -47,7 +57,11 @@ class RLSettings:
     temperature: float = 1.0
     loss_fn: str = "importance_sampling"
     loss_config: dict[str, float] = field(default_factory=dict)
-    scale_by_std: bool = True
+    aggregation: str = "token_mean"
+    advantage_norm: str = "population_std"
+    correction: str = "none"
+    correction_cap: float = 3.0
+    max_staleness: int = 0
     seed: int = 0
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192

@@ -12,45 +12,86 @@ from typing import Any
 
 import torch
 
-from ..data.types import Pass
 from .errors import EngineError
+from .losses import GSPO_CLIP, POLICY_LOSSES, WEIGHTED_PREFIX, aggregation_weights
+from .rl_gap import correct, gap_metrics
 from .rl_settings import RLPrompt, RLSettings, Sample
-from .rollout import _sample_rollouts, rollout_passes
+from .rollout import _sample_rollouts, per_sample, rollout_passes
+
+ADVANTAGE_NORMS = ("population_std", "sample_std", "none")
+"""``rlHyperparams.advantageNormalization``: what a group's centred rewards are divided by."""
+
+VARIANCE_FLOOR = 1e-8
+"""A group whose reward variance is at most this has standard deviation 1 (rule 19)."""
 
 
-def group_advantages(rewards: list[float], scale_by_std: bool = True) -> list[float]:
-    """Group-relative advantages: ``r − mean(r)``, over the sample standard deviation
-    when ``scale_by_std``; all 0 when every reward is equal (module docstring, step 3).
+def group_advantages(rewards: list[float], norm: str = "population_std") -> list[float]:
+    """Group-relative advantages (DATA-AND-TRAINING-RULES.md rule 19; seeds/004 §1.2 AT 7):
+    ``r − mean(r)``, divided by the group's standard deviation.
+
+    Args:
+        rewards: one group's rewards (floats), at least two.
+        norm: ``population_std`` (divide by N, the rule's default: ``[1,0,0,0]`` →
+            ``[1.732, −0.577, −0.577, −0.577]``), ``sample_std`` (divide by N − 1, TRL's
+            GRPOTrainer: ``[1.5, −0.5, −0.5, −0.5]``) or ``none`` (centred only, as Dr.
+            GRPO, Liu et al. 2025, arXiv:2503.20783). A variance at most
+            :data:`VARIANCE_FLOOR` counts as standard deviation 1; equal rewards give all 0.
 
     Raises:
-        ValueError: fewer than two rewards (a group needs two to compare).
+        ValueError: fewer than two rewards (a group needs two to compare), or an unknown
+            ``norm``.
     """
     n = len(rewards)
     if n < 2:
         raise ValueError(f"a group needs at least 2 samples, not {n}")
+    if norm not in ADVANTAGE_NORMS:
+        raise ValueError(f"advantage normalisation {norm!r} is not one of {ADVANTAGE_NORMS}")
     mean = sum(rewards) / n
     if all(r == rewards[0] for r in rewards):
         return [0.0] * n
     centred = [r - mean for r in rewards]
-    if not scale_by_std:
+    if norm == "none":
         return centred
-    std = math.sqrt(sum(c * c for c in centred) / (n - 1))
+    var = sum(c * c for c in centred) / (n if norm == "population_std" else n - 1)
+    std = math.sqrt(var) if var > VARIANCE_FLOOR else 1.0
     return [c / std for c in centred]
 
 
 def _clipped_share(
-    trainer: list[torch.Tensor], inputs: list[dict[str, list[float]]], passes: list[Pass], cfg: dict
+    trainer: list[list[float]], sampler: list[list[float]], settings: RLSettings
 ) -> float:
-    """Share of trained tokens whose ratio ``p/q`` lies outside the clip range."""
-    lo, hi = cfg.get("clip_low_threshold", 0.8), cfg.get("clip_high_threshold", 1.2)
+    """Share of trained tokens whose ratio lies outside the loss's clip range: ``p/q`` per
+    token, or under ``gspo`` the sequence's ratio (:func:`~.losses.policy_token_losses`)."""
+    gspo = settings.loss_fn == "gspo"
+    cfg = settings.loss_config
+    lo = cfg.get("clip_low_threshold", GSPO_CLIP[0] if gspo else 0.8)
+    hi = cfg.get("clip_high_threshold", GSPO_CLIP[1] if gspo else 1.2)
     out = total = 0
-    for lp, inp, p in zip(trainer, inputs, passes, strict=True):
-        for t, w in enumerate(p.weights):
-            if w:
-                r = math.exp(float(lp[t]) - inp["sampling_logprobs"][t])
-                out += not lo <= r <= hi
-                total += 1
+    for p, q in zip(trainer, sampler, strict=True):
+        d = [a - b for a, b in zip(p, q, strict=True)]
+        ratios = [math.exp(sum(d) / len(d))] * len(d) if gspo and d else [math.exp(x) for x in d]
+        out += sum(not lo <= r <= hi for r in ratios)
+        total += len(d)
     return out / total if total else 0.0
+
+
+def draw(
+    sampler: Any,
+    prompts: list[RLPrompt],
+    settings: RLSettings,
+    stop_ids: set[int],
+    update: int,
+    version: int,
+) -> tuple[list[Sample], float]:
+    """Step 1 of an update: ``samplesPerPrompt`` completions of each of ``prompts`` from
+    ``sampler`` (the session, or the rollout side's copy of its model,
+    :mod:`akka_optimize.engine.rl_async`), with the generator of ``(seed, update)``, each
+    tagged with the adapter ``version`` that drew it. Returns the samples and the seconds
+    it took."""
+    gen = torch.Generator().manual_seed(settings.seed * 1_000_003 + update)
+    t0 = time.perf_counter()
+    samples = _sample_rollouts(sampler, prompts, settings, stop_ids, gen, version)
+    return samples, time.perf_counter() - t0
 
 
 def rl_update(
@@ -59,77 +100,123 @@ def rl_update(
     score: Callable[[list[RLPrompt], list[Sample]], None],
     settings: RLSettings,
     stop_ids: set[int],
-) -> tuple[dict[str, float | int], list[Sample]]:
+    *,
+    drawn: tuple[list[Sample], float] | None = None,
+    totals: Callable[[int, int], tuple[int, int]] | None = None,
+) -> tuple[dict[str, Any], list[Sample]]:
     """One group-relative update over ``prompts`` (see the module docstring).
 
     Args:
-        session: the training session (its adapter samples and trains).
-        prompts: this update's prompts (``promptsPerStep`` of them).
+        session: the training session (its adapter trains, and samples when on-policy).
+        prompts: this update's prompts (``promptsPerStep`` of them, or a rank's share).
         score: fills ``reward`` (and ``error``) of every sample; called once per update
             with every sample, so a grader pool or a judge can batch them.
         settings: the loop's settings.
         stop_ids: tokens that end a completion.
+        drawn: the update's samples and sampling seconds when they were drawn ahead
+            (``maxStaleness`` > 0, :func:`draw`); None draws them now with the session's
+            current weights (on-policy).
+        totals: on several ranks, ``(tokens, sequences)`` of this rank's trained samples →
+            the whole update's (a sum over ranks), for the loss aggregation's weights.
 
     Returns:
         ``(metrics, samples)``: the supervised step metrics of ``optim_step`` under the
-        same names (``loss`` is the policy loss per trained token, ``gradNorm``,
+        same names (``loss`` is the aggregated policy loss, ``gradNorm``,
         ``gradClipFactor``, ``adapterNorm``, ``updateRatio``…), plus ``rewardMean``,
         ``rewardStd``, ``rewardMin``, ``rewardMax``, ``rewardErrors``,
-        ``zeroAdvantageGroupShare``, ``clippedTokenShare``, ``approxKl`` (mean of
-        ``log q − log p`` over trained tokens, with ``p`` the trainer's log-probs in the
-        update's forward pass), ``completionLength``, ``samplingTokensPerSecond``,
-        ``trainingTokensPerSecond``, ``weightVersion`` (before the update), ``groupsLeftOut``
-        (the groups whose rewards were all equal, left out of the update), ``skipped``
-        (every group was left out: the update trained nothing and logs loss 0) and
-        ``skipReason`` (:data:`SKIP_REASON` on such an update, else None; TRL and veRL
-        report skipped steps likewise).
+        ``zeroAdvantageGroupShare``, ``clippedTokenShare``, the rollout–trainer gap of
+        :func:`~akka_optimize.engine.rl_gap.gap_metrics` (``logprobDiffMean``,
+        ``logprobDiffMax``, ``approxKl``, ``samplerKl``: ``p`` the trainer's log-probs in
+        the update's forward pass, ``q`` the sampler's), the correction's
+        ``correctedTokenShare`` and ``maskedSequenceShare``, ``completionLength``,
+        ``samplingTokensPerSecond``, ``trainingTokensPerSecond``, ``weightVersion`` (the
+        adapter version that sampled: the updates applied before it), ``staleness``
+        (updates applied since that version), ``groupsLeftOut`` (the groups whose rewards
+        were all equal, left out of the update), ``skipped`` (every group was left out:
+        the update trained nothing and logs loss 0) and ``skipReason``
+        (:data:`SKIP_REASON` on such an update, else None; TRL and veRL report skipped
+        steps likewise).
 
     Raises:
         EngineError: a loss this loop does not train with; the session's own errors.
     """
-    if settings.loss_fn not in ("importance_sampling", "ppo", "cispo", "dro"):
+    if settings.loss_fn not in POLICY_LOSSES:
         raise EngineError(f"rl_update trains with a policy loss, not {settings.loss_fn!r}.")
-    update = session.step + 1
-    gen = torch.Generator().manual_seed(settings.seed * 1_000_003 + update)
-    version = session.step
-    t0 = time.perf_counter()
-    samples = _sample_rollouts(session, prompts, settings, stop_ids, gen, version)
+    if drawn is None:
+        drawn = draw(session, prompts, settings, stop_ids, session.step + 1, session.step)
+    samples, sampling_s = drawn
+    version = min(s.weight_version for s in samples)
     sampled = sum(len(s.tokens) for s in samples)
-    sampling_s = time.perf_counter() - t0
     score(prompts, samples)
-    zero = _assign_advantages(len(prompts), samples, settings.scale_by_std)
+    zero = _assign_advantages(len(prompts), samples, settings.advantage_norm)
     signal = {s.group for s in samples if s.advantage != 0.0}
     trained = [s for s in samples if s.group in signal]
-    metrics = _reward_metrics(samples, zero / len(prompts), version)
+    metrics: dict[str, Any] = _reward_metrics(samples, zero / len(prompts), version)
+    metrics["staleness"] = session.step - version
     metrics["groupsLeftOut"] = zero
     metrics["samplingTokensPerSecond"] = sampled / sampling_s if sampling_s > 0 else 0.0
-    t1 = time.perf_counter()
-    if not trained:
-        metrics.update(session.skip_update(), skipped=True, clippedTokenShare=0.0, approxKl=0.0)
+    if totals is not None:  # every rank joins the sums, trained or not
+        whole = totals(sum(len(s.tokens) for s in trained), len(trained))
+    if not trained and (totals is None or whole[1] == 0):
+        metrics.update(session.skip_update(), skipped=True, clippedTokenShare=0.0)
+        metrics.update(gap_metrics([], []), correctedTokenShare=0.0, maskedSequenceShare=0.0)
         metrics["skipReason"] = SKIP_REASON
         metrics["trainingTokensPerSecond"] = 0.0
         return metrics, samples
-    passes, inputs = rollout_passes(prompts, trained, pack=bool(session._packed_attention))
-    fb = session.forward_backward(
-        passes, settings.loss_fn, loss_inputs=inputs, loss_config=settings.loss_config
-    )
-    kl = [
-        inp["sampling_logprobs"][t] - float(lp[t])
-        for lp, inp, p in zip(fb.logprobs, inputs, passes, strict=True)
-        for t, w in enumerate(p.weights)
-        if w
-    ]
-    clipped = _clipped_share(fb.logprobs, inputs, passes, settings.loss_config)
-    metrics.update(session.optim_step())
+    t1 = time.perf_counter()
+    metrics.update(_train(session, prompts, trained, settings, whole if totals else None))
     seconds = time.perf_counter() - t1
-    metrics.update(
-        skipped=False,
-        skipReason=None,
-        clippedTokenShare=clipped,
-        approxKl=sum(kl) / len(kl),
-        trainingTokensPerSecond=sum(p.num_tokens for p in passes) / seconds if seconds else 0.0,
-    )
+    metrics["trainingTokensPerSecond"] = metrics["totalTokens"] / seconds if seconds else 0.0
     return metrics, samples
+
+
+def _train(
+    session: Any,
+    prompts: list[RLPrompt],
+    trained: list[Sample],
+    settings: RLSettings,
+    whole: tuple[int, int] | None,
+) -> dict[str, Any]:
+    """Step 4 of an update over its ``trained`` samples: the rollout correction (its
+    no-gradient forward pass first, when the correction or ``gspo`` needs the trainer's
+    log-probs before the loss), the aggregation's weights, ``forward_backward`` and
+    ``optim_step``; returns their metrics with the gap's."""
+    pack = bool(session._packed_attention)
+    sampler = [list(s.logprobs) for s in trained]
+    q_loss, keep, corrected = sampler, [1.0] * len(trained), {}
+    extra: dict[str, list[list[float]]] = {}
+    if settings.correction != "none" or settings.loss_fn == "gspo":
+        passes, _ = rollout_passes(prompts, trained, pack=pack)
+        before = per_sample(session.forward(passes).logprobs, passes)
+        q_loss, keep, corrected = correct(
+            before, sampler, settings.correction, settings.correction_cap
+        )
+        if settings.correction != "none":
+            extra["sampling_logprobs"] = q_loss
+        if settings.loss_fn == "gspo":
+            extra["sequence_log_ratio"] = [
+                [sum(a - b for a, b in zip(p, q, strict=True)) / len(q)] * len(q)
+                for p, q in zip(before, q_loss, strict=True)
+            ]
+    lengths = [len(s.tokens) for s in trained]
+    tokens, seqs = whole if whole is not None else (sum(lengths), len(lengths))
+    agg = aggregation_weights(lengths, settings.aggregation, settings.max_new_tokens, tokens, seqs)
+    extra["weights"] = [[w * k] * n for w, k, n in zip(agg, keep, lengths, strict=True)]
+    passes, inputs = rollout_passes(prompts, trained, pack=pack, token_inputs=extra)
+    fb = session.forward_backward(
+        passes,
+        WEIGHTED_PREFIX + settings.loss_fn,
+        loss_inputs=inputs,
+        loss_config=settings.loss_config,
+    )
+    trainer = per_sample(fb.logprobs, passes)
+    metrics: dict[str, Any] = dict(session.optim_step())
+    metrics.update(gap_metrics(trainer, sampler))
+    metrics.update({"correctedTokenShare": 0.0, "maskedSequenceShare": 0.0, **corrected})
+    metrics.update(
+        skipped=False, skipReason=None, clippedTokenShare=_clipped_share(trainer, q_loss, settings)
+    )
+    return metrics
 
 
 SKIP_REASON = (
@@ -139,13 +226,13 @@ SKIP_REASON = (
 """``skipReason`` of an update where every group was left out (:func:`rl_update`)."""
 
 
-def _assign_advantages(groups: int, samples: list[Sample], scale_by_std: bool) -> int:
+def _assign_advantages(groups: int, samples: list[Sample], norm: str) -> int:
     """Set each sample's group-relative advantage (:func:`group_advantages`) and return
     how many groups have every advantage zero (equal rewards: no signal)."""
     zero = 0
     for g in range(groups):
         group = [s for s in samples if s.group == g]
-        advantages = group_advantages([s.reward for s in group], scale_by_std)
+        advantages = group_advantages([s.reward for s in group], norm)
         for s, a in zip(group, advantages, strict=True):
             s.advantage = a
         zero += all(s.advantage == 0.0 for s in group)

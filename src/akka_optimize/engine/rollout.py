@@ -100,30 +100,34 @@ def sample_group(
 
 
 def rollout_passes(
-    prompts: list[RLPrompt], samples: list[Sample], pack: bool = False
+    prompts: list[RLPrompt],
+    samples: list[Sample],
+    pack: bool = False,
+    token_inputs: dict[str, list[list[float]]] | None = None,
 ) -> tuple[list[Pass], list[dict[str, list[float]]]]:
     """The passes of ``samples`` (prompt + completion each) and their reinforcement inputs,
     aligned to ``input_ids`` like :attr:`Pass.weights`: weight 1 on completion tokens, 0 on
     the prompt; ``sampling_logprobs`` and ``advantages`` set on the completion tokens.
+
+    ``token_inputs`` adds (or replaces) inputs by name: per sample, one float per
+    completion token (0 on the prompt), e.g. the loss ``weights`` of the aggregation.
 
     One pass per sample, or with ``pack`` (a session whose attention keeps packed
     sequences apart: ``TrainingSession._packed_attention``) one pass per group, its
     samples side by side with their own positions and boundaries — never one sample
     twice (rule 18)."""
     singles = []
-    for s in samples:
+    for j, s in enumerate(samples):
         prompt = prompts[s.group].prompt_ids
         k = len(prompt)
         ids = list(prompt) + list(s.tokens)
-        singles.append(
-            (
-                s.group,
-                ids,
-                [0.0] * k + [1.0] * len(s.tokens),
-                [0.0] * k + list(s.logprobs),
-                [0.0] * k + [s.advantage] * len(s.tokens),
-            )
-        )
+        named = {
+            "sampling_logprobs": [0.0] * k + list(s.logprobs),
+            "advantages": [0.0] * k + [s.advantage] * len(s.tokens),
+        }
+        for key, per_sample in (token_inputs or {}).items():
+            named[key] = [0.0] * k + list(per_sample[j])
+        singles.append((s.group, ids, [0.0] * k + [1.0] * len(s.tokens), named))
     groups: list[list[tuple]] = []
     for item in singles:
         if pack and groups and groups[-1][0][0] == item[0]:
@@ -132,17 +136,29 @@ def rollout_passes(
             groups.append([item])
     passes, inputs = [], []
     for members in groups:
-        ids, weights, pos, cu, lq, adv = [], [], [], [0], [], []
-        for _g, i, w, q, a in members:
+        ids, weights, pos, cu = [], [], [], [0]
+        named: dict[str, list[float]] = {key: [] for key in members[0][3]}
+        for _g, i, w, values in members:
             ids += i
             weights += w
             pos += list(range(len(i)))
             cu.append(len(ids))
-            lq += q
-            adv += a
+            for key, v in values.items():
+                named[key] += v
         passes.append(Pass(ids, weights, pos, cu, [m[0] for m in members]))
-        inputs.append({"sampling_logprobs": lq, "advantages": adv})
+        inputs.append(named)
     return passes, inputs
+
+
+def per_sample(values: list[torch.Tensor], passes: list[Pass]) -> list[list[float]]:
+    """Per-pass values aligned like :attr:`Pass.weights` (e.g. a forward's ``logprobs``)
+    back to one list per sample, its completion tokens' values, in the samples' order
+    (the inverse of :func:`rollout_passes`' layout)."""
+    out = []
+    for v, p in zip(values, passes, strict=True):
+        for a, b in zip(p.cu_seqlens[:-1], p.cu_seqlens[1:], strict=True):
+            out.append([float(v[t]) for t in range(a, b) if p.weights[t]])
+    return out
 
 
 def _sample_rollouts(

@@ -62,6 +62,11 @@ RL_LOOP_FIELDS = (
     "maxNewTokens",
     "temperature",
     "lossFn",
+    "lossAggregation",
+    "advantageNormalization",
+    "rolloutCorrection",
+    "rolloutCorrectionCap",
+    "maxStaleness",
     "seed",
 )
 """The ``rlHyperparams`` fields the worker's loop reads (``spec.extra["rl"]``)."""

@@ -139,17 +139,27 @@ def train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
 
 def rl_settings(spec: JobSpec) -> Any:
     """The rollout loop's :class:`akka_optimize.engine.rl.RLSettings` from a job spec:
-    ``spec.extra["rl"]`` (samples per prompt, new tokens, temperature, loss, seed) and the
+    ``spec.extra["rl"]`` (samples per prompt, new tokens, temperature, loss, its
+    aggregation, the advantages' normalisation, the rollout correction, the staleness
+    bound, seed) and the
     stated ``execution.rollout`` settings in ``spec.extra["rollout"]``."""
     from ..engine.rl import RLSettings
 
     rl = spec.extra["rl"]
+    known = {  # fields a spec written before they existed lacks: their defaults
+        "lossAggregation": ("aggregation", str),
+        "advantageNormalization": ("advantage_norm", str),
+        "rolloutCorrection": ("correction", str),
+        "rolloutCorrectionCap": ("correction_cap", float),
+        "maxStaleness": ("max_staleness", int),
+    }
     return RLSettings(
         samples_per_prompt=int(rl["samplesPerPrompt"]),
         max_new_tokens=int(rl["maxNewTokens"]),
         temperature=float(rl["temperature"]),
         loss_fn=str(rl["lossFn"]),
         seed=int(rl["seed"]),
+        **{name: kind(rl[k]) for k, (name, kind) in known.items() if rl.get(k) is not None},
         **{k: v for k, v in (spec.extra.get("rollout") or {}).items() if v is not None},
     )
 

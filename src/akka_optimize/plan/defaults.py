@@ -54,6 +54,11 @@ RL_LOOP: dict[str, Any] = {
     "maxNewTokens": 256,
     "temperature": 1.0,
     "lossFn": "importance_sampling",
+    "lossAggregation": "token_mean",
+    "advantageNormalization": "population_std",
+    "rolloutCorrection": "none",
+    "rolloutCorrectionCap": 3.0,
+    "maxStaleness": 0,
     "reward": "builtin:math",
     "seed": 42,
 }

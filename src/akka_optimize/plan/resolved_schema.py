@@ -91,7 +91,12 @@ class ResolvedReinforcement(_Resolved):
     samplesPerPrompt: int
     maxNewTokens: int
     temperature: float
-    lossFn: Literal["importance_sampling", "ppo", "cispo", "dro"]
+    lossFn: Literal["importance_sampling", "ppo", "cispo", "dro", "gspo"]
+    lossAggregation: Literal["token_mean", "sequence_mean", "dr_grpo"]
+    advantageNormalization: Literal["population_std", "sample_std", "none"]
+    rolloutCorrection: Literal["none", "truncated_is", "sequence_mask"]
+    rolloutCorrectionCap: float
+    maxStaleness: int
     reward: str
     seed: int
 

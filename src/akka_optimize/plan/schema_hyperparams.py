@@ -150,6 +150,20 @@ class SupervisedHyperparams(_Group):
     training: TrainingGroup | None = Field(None, description="The supervised loop.")
 
 
+_STALENESS = (
+    "Updates the rollout weights may lag the trainer's: 0 samples each update with the "
+    "weights of the update before (on-policy); N samples update u with the weights after "
+    "update u-1-N while the updates between train."
+)
+
+
+_CORRECTION = (
+    "Correction for the gap between the sampler's and the trainer's log-probabilities: "
+    "none, the token ratio capped at rolloutCorrectionCap, or sequences whose ratio leaves "
+    "[1/rolloutCorrectionCap, rolloutCorrectionCap] left out of the loss."
+)
+
+
 class ReinforcementHyperparams(_Group):
     """``rlHyperparams``: ``lora``, ``optimizer`` and ``scheduler`` beside the reinforcement
     loop's own fields (seeds/000 "Training parameters"; the loop fields follow the
@@ -176,9 +190,31 @@ class ReinforcementHyperparams(_Group):
     temperature: float | None = Field(
         None, gt=0, le=10, description="Sampling temperature of the rollouts."
     )
-    lossFn: Literal["importance_sampling", "ppo", "cispo", "dro"] | None = Field(
-        None, description="Policy loss over the sampled completions."
+    lossFn: Literal["importance_sampling", "ppo", "cispo", "dro", "gspo"] | None = Field(
+        None,
+        description="Policy loss over the sampled completions, by its Tinker name: "
+        "`importance_sampling` (tinker-cookbook's default RL loss), `ppo`, `cispo`, `dro`, "
+        "or `gspo` (one importance ratio per sequence).",
     )
+    lossAggregation: Literal["token_mean", "sequence_mean", "dr_grpo"] | None = Field(
+        None,
+        description="How the update's per-token losses become one number: `token_mean` "
+        "(over every trained token of the update), `sequence_mean` (each sequence's "
+        "token mean, then the mean over sequences) or `dr_grpo` (each sequence's sum "
+        "over maxNewTokens, then the mean over sequences).",
+    )
+    advantageNormalization: Literal["population_std", "sample_std", "none"] | None = Field(
+        None,
+        description="What a group's rewards minus their mean are divided by: the group's "
+        "population standard deviation, its sample standard deviation, or nothing.",
+    )
+    rolloutCorrection: Literal["none", "truncated_is", "sequence_mask"] | None = Field(
+        None, description=_CORRECTION
+    )
+    rolloutCorrectionCap: float | None = Field(
+        None, gt=1, le=1e6, description="The cap (and band) of rolloutCorrection."
+    )
+    maxStaleness: int | None = Field(None, ge=0, le=64, description=_STALENESS)
     reward: str | None = Field(
         None,
         min_length=1,
