@@ -124,7 +124,8 @@ PREFERENCE_COLUMNS = [
 def metrics(run_id: str, output: OutputOpt = "text") -> None:
     """Per-update metrics: loss, learning rate, gradient norm, clip factor, adapter norm,
     update ratio, tokens (a preference run adds its rewards: chosen, rejected, margin,
-    accuracy); and validation loss and perplexity (or rewards).
+    accuracy); and validation loss and perplexity (or rewards). A reinforcement run adds its
+    rewards, KL, the sampler–trainer log-prob gap and each update's staleness.
 
     Example: {prog} training runs metrics 970076e8 -o json
     """
@@ -135,7 +136,8 @@ def metrics(run_id: str, output: OutputOpt = "text") -> None:
         rl = any("rewardMean" in m for m in d["metrics"])
         reward = [("REWARD", "rewardMean"), ("REWARD STD", "rewardStd"),
                   ("ZERO-ADV", "zeroAdvantageGroupShare"), ("KL", "approxKl"),
-                  ("CLIPPED", "clippedTokenShare"), ("LENGTH", "completionLength")]  # fmt: skip
+                  ("CLIPPED", "clippedTokenShare"), ("LENGTH", "completionLength"),
+                  ("LOGP GAP MAX", "logprobDiffMax"), ("STALE", "staleness")]  # fmt: skip
         dpo = any("rewards/accuracy" in m for m in d["metrics"])  # a preference run
         print_table(
             rows,

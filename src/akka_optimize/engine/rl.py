@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EngineError
+from .rl_async import RolloutSide
 from .rl_settings import RLPrompt as RLPrompt
 from .rl_settings import RLSettings as RLSettings
 from .rl_settings import Sample as Sample
@@ -120,15 +121,14 @@ def run_rl(
     Emits ``metrics`` (per update: :func:`rl_update`'s metrics, ``step`` first),
     ``samples`` (per update: the first :data:`SHOWN_SAMPLES` samples' ``row`` — the
     prompt's 0-based index in ``prompts`` —, ``group``, ``tokens``, ``reward``,
-    ``advantage`` and ``error``), ``save`` (every ``cfg.save_every_steps`` updates, when stopping,
+    ``advantage``, ``error``, the sampler's ``logprobs`` and the ``weightVersion`` that
+    drew it), ``save`` (every ``cfg.save_every_steps`` updates, when stopping,
     and at the end; ``epoch`` None) and ``phase`` events.
 
     Raises:
         EngineError: no prompts, a resume whose saved settings differ, or the session's
             own errors.
     """
-    from .phases import end_phase
-
     if not prompts:
         raise EngineError("the reinforcement run has no prompts.", code="no_rows")
     session, log = _start_rl_session(
@@ -136,30 +136,55 @@ def run_rl(
     )
     result = RLResult(0, steps, adapted_modules=session.adapted_modules)
     reward = None
-    for update in range(session.step + 1, steps + 1):
-        batch = update_prompts(prompts, update, prompts_per_step)
-        metrics, samples = rl_update(session, batch, score, settings, stop_ids)
-        emit({"type": "metrics", **metrics})
-        emit(samples_event(samples, update, prompts_per_step, len(prompts)))
-        reward = metrics["rewardMean"]
-        if log["first_reward"] is None:
-            log["first_reward"] = reward
-        # seeds/000: finalLoss is the last loss the loop logged (an update that trained
-        # nothing logs 0 and says why), meanLoss the mean over the run's updates.
-        log["loss_sum"] += float(metrics["loss"])
-        log["count"] += 1
-        log["last"] = float(metrics["loss"])
-        stopping = update < steps and bool(should_stop and should_stop())
-        every = cfg.save_every_steps and update % cfg.save_every_steps == 0
-        if update == steps or every or stopping:
-            log["last_reward"] = reward
-            result.adapter_dir = _save_rl(
-                session, cfg, model_dir, state_dir, len(prompts), log, emit
-            )
-        if stopping:
-            result.stopped = True
-            break
-    result.step = session.step
+    side = None
+    if settings.max_staleness > 0 and session.step < steps:
+        side = RolloutSide(
+            session,
+            settings,
+            lambda u: update_prompts(prompts, u, prompts_per_step),
+            stop_ids,
+            steps,
+        )
+    try:
+        for update in range(session.step + 1, steps + 1):
+            batch = update_prompts(prompts, update, prompts_per_step)
+            drawn = side.take(update) if side is not None else None
+            metrics, samples = rl_update(session, batch, score, settings, stop_ids, drawn=drawn)
+            if side is not None:  # the new adapter, from the main thread after the step
+                side.publish(session)  # (rule 20)
+            emit({"type": "metrics", **metrics})
+            emit(samples_event(samples, update, prompts_per_step, len(prompts)))
+            reward = metrics["rewardMean"]
+            if log["first_reward"] is None:
+                log["first_reward"] = reward
+            # seeds/000: finalLoss is the last loss the loop logged (an update that trained
+            # nothing logs 0 and says why), meanLoss the mean over the run's updates.
+            log["loss_sum"] += float(metrics["loss"])
+            log["count"] += 1
+            log["last"] = float(metrics["loss"])
+            stopping = update < steps and bool(should_stop and should_stop())
+            every = cfg.save_every_steps and update % cfg.save_every_steps == 0
+            if update == steps or every or stopping:
+                log["last_reward"] = reward
+                result.adapter_dir = _save_rl(
+                    session, cfg, model_dir, state_dir, len(prompts), log, emit
+                )
+            if stopping:
+                result.stopped = True
+                break
+    finally:
+        if side is not None:
+            side.close()
+    return _finish(result, session.step, log, reward, emit)
+
+
+def _finish(
+    result: RLResult, step: int, log: dict[str, Any], reward: float | None, emit: Any
+) -> RLResult:
+    """Fill ``result`` from the loop's ``log`` and emit the end phase."""
+    from .phases import end_phase
+
+    result.step = step
     result.final_loss = log["last"]
     result.mean_loss = log["loss_sum"] / log["count"] if log["count"] else None
     result.first_reward = log["first_reward"]
@@ -215,7 +240,8 @@ def samples_event(
 ) -> dict[str, Any]:
     """The ``samples`` event of one update: its first :data:`SHOWN_SAMPLES` samples, each
     with ``row`` (the prompt's 0-based index in the run's prompts), ``group``, ``tokens``,
-    ``reward``, ``advantage`` and ``error``."""
+    ``reward``, ``advantage``, ``error``, the sampler's ``logprobs`` (nats, one per token)
+    and the adapter ``weightVersion`` that drew it."""
     return {
         "type": "samples",
         "step": update,
@@ -227,6 +253,8 @@ def samples_event(
                 "reward": s.reward,
                 "advantage": s.advantage,
                 "error": s.error,
+                "logprobs": s.logprobs,
+                "weightVersion": s.weight_version,
             }
             for s in samples[:SHOWN_SAMPLES]
         ],
