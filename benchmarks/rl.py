@@ -108,7 +108,19 @@ def run(quick: bool) -> list[dict[str, Any]]:
         sampled = sum(len(s.tokens) for s in samples)
         sampling = sampled / m["samplingTokensPerSecond"]
         training = whole - sampling - timing["scoring"]
+        stale = {k: _loop_tokens_per_s(base, cfg, prompts, settings, score, k) for k in (0, 1)}
     return [
+        {
+            "name": "rl_rollout_tokens_per_s_max_staleness_1",
+            "value": round(stale[1], 1),
+            "unit": "tokens/s",
+            "baseline": round(stale[0], 1),
+            "ratio": round(stale[1] / stale[0], 3),
+            "goal": "ratio >= 1.3 on 2 cores (issue 52: sampling overlaps training)",
+            "detail": f"{STALE_UPDATES} updates of {prompts_n} prompts x {group} samples x "
+            f"{tokens} tokens: sampled tokens / the loop's wall time, maxStaleness 1 "
+            "(samples drawn on a thread while the update before trains) vs 0 (on-policy)",
+        },
         {
             "name": "rl_rollout_tokens_per_s",
             "value": round(total / loop_s, 1),
@@ -147,6 +159,42 @@ def run(quick: bool) -> list[dict[str, Any]]:
             f"training {training:.3f} s ({m['supervisedTokens']} trained tokens)",
         },
     ]
+
+
+STALE_UPDATES = 4
+"""Updates of the maxStaleness comparison (its first update cannot overlap)."""
+
+
+def _loop_tokens_per_s(
+    base: Path, cfg: Any, prompts: list[Any], settings: Any, score: Any, staleness: int
+) -> float:
+    """Sampled tokens per second of wall time over :data:`STALE_UPDATES` updates of a fresh
+    session with ``maxStaleness`` = ``staleness`` (the loop of
+    :func:`akka_optimize.engine.rl.run_rl`, without its saves)."""
+    from dataclasses import replace
+
+    from akka_optimize.engine.rl import rl_update
+    from akka_optimize.engine.rl_async import RolloutSide
+    from akka_optimize.engine.session import TrainingSession
+
+    session = TrainingSession(base, cfg, total_updates=STALE_UPDATES)
+    settings = replace(settings, max_staleness=staleness)
+    side = None
+    if staleness:
+        side = RolloutSide(session, settings, lambda u: prompts, set(), STALE_UPDATES)
+    sampled = 0
+    t0 = time.perf_counter()
+    try:
+        for u in range(1, STALE_UPDATES + 1):
+            drawn = side.take(u) if side else None
+            _m, samples = rl_update(session, prompts, score, settings, set(), drawn=drawn)
+            if side:
+                side.publish(session)
+            sampled += sum(len(s.tokens) for s in samples)
+    finally:
+        if side:
+            side.close()
+    return sampled / (time.perf_counter() - t0)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def _today(session: TrainingSession, settings: RLSettings, steps: int) -> list[f
     for u in range(1, steps + 1):
         batch = update_prompts(PROMPTS, u, 2)
         gen = torch.Generator().manual_seed(settings.seed * 1_000_003 + u)
-        samples = _sample_rollouts(session, batch, settings, set(), gen, session.step)
+        samples = _sample_rollouts(session, batch, settings, set(), [gen] * 2, session.step)
         _score(batch, samples)
         for g in range(len(batch)):
             group = [s for s in samples if s.group == g]

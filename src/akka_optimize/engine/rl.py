@@ -46,17 +46,21 @@ and the loop's records :mod:`akka_optimize.engine.rl_settings`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .distributed import any_rank
 from .errors import EngineError
 from .rl_async import RolloutSide
+from .rl_gap import ONE_DEVICE, Reduce
+from .rl_ranks import RankReduce, check_rank_session, rank_groups
 from .rl_settings import RLPrompt as RLPrompt
 from .rl_settings import RLSettings as RLSettings
 from .rl_settings import Sample as Sample
 from .rl_settings import kv_bytes_per_token as kv_bytes_per_token
 from .rl_settings import rows_that_fit as rows_that_fit
+from .rl_step import draw
 from .rl_step import group_advantages as group_advantages
 from .rl_step import rl_update as rl_update
 from .rollout import rollout_passes as rollout_passes
@@ -136,24 +140,26 @@ def run_rl(
     )
     result = RLResult(0, steps, adapted_modules=session.adapted_modules)
     reward = None
+    settings, reduce = _on_ranks(session, settings, prompts_per_step)
     side = None
-    if settings.max_staleness > 0 and session.step < steps:
-        side = RolloutSide(
-            session,
-            settings,
-            lambda u: update_prompts(prompts, u, prompts_per_step),
-            stop_ids,
-            steps,
-        )
+    if settings.max_staleness > 0 and session.step < steps:  # samples drawn ahead
+        ahead = (lambda u: update_prompts(prompts, u, prompts_per_step), stop_ids, steps)
+        side = RolloutSide(session, settings, *ahead)
     try:
         for update in range(session.step + 1, steps + 1):
             batch = update_prompts(prompts, update, prompts_per_step)
+            mine = rank_groups(len(batch), session.rank, session.world)
+            batch = [batch[g] for g in mine]
             drawn = side.take(update) if side is not None else None
-            metrics, samples = rl_update(session, batch, score, settings, stop_ids, drawn=drawn)
+            if session.world > 1:
+                drawn = draw(session, batch, settings, stop_ids, update, session.step, mine)
+            metrics, samples = rl_update(
+                session, batch, score, settings, stop_ids, drawn=drawn, reduce=reduce
+            )
             if side is not None:  # the new adapter, from the main thread after the step
                 side.publish(session)  # (rule 20)
             emit({"type": "metrics", **metrics})
-            emit(samples_event(samples, update, prompts_per_step, len(prompts)))
+            emit(samples_event(samples, update, prompts_per_step, len(prompts), mine))
             reward = metrics["rewardMean"]
             if log["first_reward"] is None:
                 log["first_reward"] = reward
@@ -162,7 +168,7 @@ def run_rl(
             log["loss_sum"] += float(metrics["loss"])
             log["count"] += 1
             log["last"] = float(metrics["loss"])
-            stopping = update < steps and bool(should_stop and should_stop())
+            stopping = update < steps and _stop(session, should_stop)
             every = cfg.save_every_steps and update % cfg.save_every_steps == 0
             if update == steps or every or stopping:
                 log["last_reward"] = reward
@@ -191,6 +197,34 @@ def _finish(
     result.final_reward = reward if reward is not None else log.get("last_reward")
     emit(end_phase(result))
     return result
+
+
+def _stop(session: Any, should_stop: Callable[[], bool] | None) -> bool:
+    """Whether the run stops after this update (on several ranks: when any rank heard a
+    pause or cancel, so every rank stops at the same update)."""
+    stop = bool(should_stop and should_stop())
+    return any_rank(stop) if session.world > 1 else stop
+
+
+def _on_ranks(session: Any, settings: RLSettings, prompts_per_step: int) -> tuple[Any, Reduce]:
+    """The loop's settings and metric reduction on the session's ranks: on several, each
+    group draws from its own generator and every sum is over the ranks
+    (:mod:`akka_optimize.engine.rl_ranks`).
+
+    Raises:
+        EngineError: what :func:`check_rank_session` refuses, or fewer prompts per update
+            than ranks (a rank would have no group).
+    """
+    if session.world == 1:
+        return settings, ONE_DEVICE
+    check_rank_session(session, settings.max_staleness)
+    if prompts_per_step < session.world:
+        raise EngineError(
+            f"rlHyperparams.promptsPerStep {prompts_per_step} is below the "
+            f"{session.world} devices: each rank trains whole groups, at least one.",
+            field="config.rlHyperparams.promptsPerStep",
+        )
+    return replace(settings, group_generators=True), RankReduce()
 
 
 def _start_rl_session(
@@ -236,19 +270,25 @@ def _start_rl_session(
 
 
 def samples_event(
-    samples: list[Sample], update: int, prompts_per_step: int, rows: int
+    samples: list[Sample],
+    update: int,
+    prompts_per_step: int,
+    rows: int,
+    groups: list[int] | None = None,
 ) -> dict[str, Any]:
     """The ``samples`` event of one update: its first :data:`SHOWN_SAMPLES` samples, each
     with ``row`` (the prompt's 0-based index in the run's prompts), ``group``, ``tokens``,
     ``reward``, ``advantage``, ``error``, the sampler's ``logprobs`` (nats, one per token)
-    and the adapter ``weightVersion`` that drew it."""
+    and the adapter ``weightVersion`` that drew it. ``groups``: the update's group index
+    of each of the samples' groups (a rank's share; default the same index)."""
+    at = groups if groups is not None else list(range(prompts_per_step))
     return {
         "type": "samples",
         "step": update,
         "samples": [
             {
-                "row": ((update - 1) * prompts_per_step + s.group) % rows,
-                "group": s.group,
+                "row": ((update - 1) * prompts_per_step + at[s.group]) % rows,
+                "group": at[s.group],
                 "tokens": s.tokens,
                 "reward": s.reward,
                 "advantage": s.advantage,

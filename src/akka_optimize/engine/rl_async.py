@@ -54,8 +54,8 @@ class RolloutSide:
         last_update: the run's last update (the thread draws up to it).
 
     Raises:
-        EngineError: ``max_staleness`` < 1, or a session on several ranks (each rank's
-            sampler would need its own copy; not supported yet).
+        EngineError: ``max_staleness`` < 1 (a run on several ranks is refused before,
+            :func:`akka_optimize.engine.rl_ranks.check_rank_session`).
     """
 
     def __init__(
@@ -68,12 +68,6 @@ class RolloutSide:
     ) -> None:
         if settings.max_staleness < 1:
             raise EngineError("a rollout side samples ahead only with maxStaleness ≥ 1.")
-        if getattr(session, "world", 1) > 1:
-            raise EngineError(
-                "rlHyperparams.maxStaleness above 0 runs on one device; use 0 with "
-                "execution.gpus above 1.",
-                code="not_available",
-            )
         self.settings, self.stop_ids, self.prompts_for = settings, stop_ids, prompts_for
         self.device, self.dtype = session.device, session.dtype
         self.weight_dtype, self.adapter_dtype = session.weight_dtype, session.adapter_dtype

@@ -34,9 +34,29 @@ CORRECTIONS = ("none", "truncated_is", "sequence_mask")
 """``rlHyperparams.rolloutCorrection``."""
 
 
-def gap_metrics(trainer: list[list[float]], sampler: list[list[float]]) -> dict[str, float]:
-    """The update's rollout–trainer gap over its trained tokens, per sample the trainer's
-    log-probs ``p`` and the sampler's ``q`` (nats, same lengths).
+class Reduce:
+    """Sums and maxima of an update's metric terms over the ranks that share it; this
+    base class is one device (the values as they are). :class:`akka_optimize.engine.
+    rl_ranks.RankReduce` reduces over a process group."""
+
+    def sums(self, values: list[float]) -> list[float]:
+        """``values`` summed elementwise over the ranks."""
+        return list(values)
+
+    def maxes(self, values: list[float]) -> list[float]:
+        """The elementwise largest of ``values`` over the ranks."""
+        return list(values)
+
+
+ONE_DEVICE = Reduce()
+
+
+def gap_metrics(
+    trainer: list[list[float]], sampler: list[list[float]], reduce: Reduce = ONE_DEVICE
+) -> dict[str, float]:
+    """The update's rollout–trainer gap over its trained tokens (of every rank, through
+    ``reduce``), per sample the trainer's log-probs ``p`` and the sampler's ``q`` (nats,
+    same lengths).
 
     Returns:
         ``logprobDiffMean`` and ``logprobDiffMax`` (mean and max of ``|p − q|``),
@@ -52,19 +72,26 @@ def gap_metrics(trainer: list[list[float]], sampler: list[list[float]]) -> dict[
         if len(p) != len(q):
             raise ValueError(f"{len(p)} trainer log-probs against {len(q)} sampler log-probs")
         diffs += [a - b for a, b in zip(p, q, strict=True)]
-    if not diffs:
+    absolute, signed, k3, n = reduce.sums(
+        [sum(map(abs, diffs)), sum(diffs), sum(math.expm1(d) - d for d in diffs), len(diffs)]
+    )
+    (largest,) = reduce.maxes([max(map(abs, diffs), default=0.0)])
+    if not n:
         return {"logprobDiffMean": 0.0, "logprobDiffMax": 0.0, "approxKl": 0.0, "samplerKl": 0.0}
-    n = len(diffs)
     return {
-        "logprobDiffMean": sum(abs(d) for d in diffs) / n,
-        "logprobDiffMax": max(abs(d) for d in diffs),
-        "approxKl": -sum(diffs) / n,
-        "samplerKl": sum(math.expm1(d) - d for d in diffs) / n,
+        "logprobDiffMean": absolute / n,
+        "logprobDiffMax": largest,
+        "approxKl": -signed / n,
+        "samplerKl": k3 / n,
     }
 
 
 def correct(
-    trainer: list[list[float]], sampler: list[list[float]], mode: str, cap: float
+    trainer: list[list[float]],
+    sampler: list[list[float]],
+    mode: str,
+    cap: float,
+    reduce: Reduce = ONE_DEVICE,
 ) -> tuple[list[list[float]], list[float], dict[str, float]]:
     """Apply ``rolloutCorrection`` (module docstring) to one update's trained samples.
 
@@ -72,6 +99,7 @@ def correct(
         trainer / sampler: per sample, the trainer's and the sampler's log-probs.
         mode: one of :data:`CORRECTIONS`.
         cap: ``C`` (> 1).
+        reduce: the shares are over every rank's samples.
 
     Returns:
         ``(sampling_logprobs, keep, metrics)``: per sample the log-probs the loss uses in
@@ -97,11 +125,12 @@ def correct(
             q_out.append(list(q))
         inside = abs(sum(a - b for a, b in zip(p, q, strict=True))) <= log_cap
         keep.append(1.0 if mode != "sequence_mask" or inside else 0.0)
+    capped, tokens, masked, seqs = reduce.sums([capped, tokens, keep.count(0.0), len(keep)])
     return (
         q_out,
         keep,
         {
             "correctedTokenShare": capped / tokens if tokens else 0.0,
-            "maskedSequenceShare": keep.count(0.0) / len(keep) if keep else 0.0,
+            "maskedSequenceShare": masked / seqs if seqs else 0.0,
         },
     )

@@ -33,6 +33,10 @@ class RLSettings:
             ``sequence_mask`` and its cap (:mod:`akka_optimize.engine.rl_gap`).
         max_staleness: updates the rollout weights lag the trainer's at most (0:
             on-policy; :mod:`akka_optimize.engine.rl_async`).
+        group_generators: each group draws from its own generator, seeded by its index in
+            the update (:func:`akka_optimize.engine.rl_step.draw`), so that a group's
+            samples do not depend on the rank it is dealt to; a run on several ranks sets
+            it. Off, one generator per update serves the groups in order.
         advantage_norm: what a group's centred rewards are divided by: ``population_std``
             (rule 19, the default), ``sample_std`` or ``none``
             (:func:`akka_optimize.engine.rl_step.group_advantages`).
@@ -62,6 +66,7 @@ class RLSettings:
     correction: str = "none"
     correction_cap: float = 3.0
     max_staleness: int = 0
+    group_generators: bool = False
     seed: int = 0
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192

@@ -14,7 +14,7 @@ import torch
 
 from .errors import EngineError
 from .losses import GSPO_CLIP, POLICY_LOSSES, WEIGHTED_PREFIX, aggregation_weights
-from .rl_gap import correct, gap_metrics
+from .rl_gap import ONE_DEVICE, Reduce, correct, gap_metrics
 from .rl_settings import RLPrompt, RLSettings, Sample
 from .rollout import _sample_rollouts, per_sample, rollout_passes
 
@@ -58,7 +58,7 @@ def group_advantages(rewards: list[float], norm: str = "population_std") -> list
 
 
 def _clipped_share(
-    trainer: list[list[float]], sampler: list[list[float]], settings: RLSettings
+    trainer: list[list[float]], sampler: list[list[float]], settings: RLSettings, reduce: Reduce
 ) -> float:
     """Share of trained tokens whose ratio lies outside the loss's clip range: ``p/q`` per
     token, or under ``gspo`` the sequence's ratio (:func:`~.losses.policy_token_losses`)."""
@@ -72,6 +72,7 @@ def _clipped_share(
         ratios = [math.exp(sum(d) / len(d))] * len(d) if gspo and d else [math.exp(x) for x in d]
         out += sum(not lo <= r <= hi for r in ratios)
         total += len(d)
+    out, total = reduce.sums([out, total])
     return out / total if total else 0.0
 
 
@@ -82,15 +83,26 @@ def draw(
     stop_ids: set[int],
     update: int,
     version: int,
+    groups: list[int] | None = None,
 ) -> tuple[list[Sample], float]:
     """Step 1 of an update: ``samplesPerPrompt`` completions of each of ``prompts`` from
     ``sampler`` (the session, or the rollout side's copy of its model,
-    :mod:`akka_optimize.engine.rl_async`), with the generator of ``(seed, update)``, each
-    tagged with the adapter ``version`` that drew it. Returns the samples and the seconds
-    it took."""
-    gen = torch.Generator().manual_seed(settings.seed * 1_000_003 + update)
+    :mod:`akka_optimize.engine.rl_async`), each tagged with the adapter ``version`` that
+    drew it. Returns the samples and the seconds it took.
+
+    The draws come from one generator seeded by ``(seed, update)`` that serves the groups
+    in order; with ``settings.group_generators`` each group has its own, seeded by
+    ``(seed, update, g)`` with ``g`` its index in the whole update (``groups``: the
+    indices of ``prompts``; default 0, 1, …), so a group draws the same samples on
+    whichever rank it is dealt to (:mod:`akka_optimize.engine.rl_ranks`)."""
+    base = settings.seed * 1_000_003 + update
+    if settings.group_generators:
+        ids = groups if groups is not None else list(range(len(prompts)))
+        gens = [torch.Generator().manual_seed(base * 65_537 + g) for g in ids]
+    else:
+        gens = [torch.Generator().manual_seed(base)] * len(prompts)
     t0 = time.perf_counter()
-    samples = _sample_rollouts(sampler, prompts, settings, stop_ids, gen, version)
+    samples = _sample_rollouts(sampler, prompts, settings, stop_ids, gens, version)
     return samples, time.perf_counter() - t0
 
 
@@ -102,7 +114,7 @@ def rl_update(
     stop_ids: set[int],
     *,
     drawn: tuple[list[Sample], float] | None = None,
-    totals: Callable[[int, int], tuple[int, int]] | None = None,
+    reduce: Reduce = ONE_DEVICE,
 ) -> tuple[dict[str, Any], list[Sample]]:
     """One group-relative update over ``prompts`` (see the module docstring).
 
@@ -116,8 +128,9 @@ def rl_update(
         drawn: the update's samples and sampling seconds when they were drawn ahead
             (``maxStaleness`` > 0, :func:`draw`); None draws them now with the session's
             current weights (on-policy).
-        totals: on several ranks, ``(tokens, sequences)`` of this rank's trained samples →
-            the whole update's (a sum over ranks), for the loss aggregation's weights.
+        reduce: on several ranks (each with its share of the update's groups), the sums
+            and maxima over the ranks (:class:`~akka_optimize.engine.rl_gap.Reduce`): the
+            aggregation's tokens and sequences and every metric are the whole update's.
 
     Returns:
         ``(metrics, samples)``: the supervised step metrics of ``optim_step`` under the
@@ -151,20 +164,18 @@ def rl_update(
     zero = _assign_advantages(len(prompts), samples, settings.advantage_norm)
     signal = {s.group for s in samples if s.advantage != 0.0}
     trained = [s for s in samples if s.group in signal]
-    metrics: dict[str, Any] = _reward_metrics(samples, zero / len(prompts), version)
+    metrics: dict[str, Any] = _reward_metrics(samples, zero, len(prompts), version, reduce)
     metrics["staleness"] = session.step - version
-    metrics["groupsLeftOut"] = zero
     metrics["samplingTokensPerSecond"] = sampled / sampling_s if sampling_s > 0 else 0.0
-    if totals is not None:  # every rank joins the sums, trained or not
-        whole = totals(sum(len(s.tokens) for s in trained), len(trained))
-    if not trained and (totals is None or whole[1] == 0):
+    tokens, seqs = reduce.sums([sum(len(s.tokens) for s in trained), len(trained)])
+    if not seqs:
         metrics.update(session.skip_update(), skipped=True, clippedTokenShare=0.0)
         metrics.update(gap_metrics([], []), correctedTokenShare=0.0, maskedSequenceShare=0.0)
         metrics["skipReason"] = SKIP_REASON
         metrics["trainingTokensPerSecond"] = 0.0
         return metrics, samples
     t1 = time.perf_counter()
-    metrics.update(_train(session, prompts, trained, settings, whole if totals else None))
+    metrics.update(_train(session, prompts, trained, settings, (int(tokens), int(seqs)), reduce))
     seconds = time.perf_counter() - t1
     metrics["trainingTokensPerSecond"] = metrics["totalTokens"] / seconds if seconds else 0.0
     return metrics, samples
@@ -175,12 +186,15 @@ def _train(
     prompts: list[RLPrompt],
     trained: list[Sample],
     settings: RLSettings,
-    whole: tuple[int, int] | None,
+    whole: tuple[int, int],
+    reduce: Reduce,
 ) -> dict[str, Any]:
-    """Step 4 of an update over its ``trained`` samples: the rollout correction (its
+    """Step 4 of an update over its ``trained`` samples (this rank's; ``whole``: the
+    update's trained tokens and sequences over every rank): the rollout correction (its
     no-gradient forward pass first, when the correction or ``gspo`` needs the trainer's
     log-probs before the loss), the aggregation's weights, ``forward_backward`` and
-    ``optim_step``; returns their metrics with the gap's."""
+    ``optim_step`` (a rank with nothing to train only joins its sums); returns their
+    metrics with the gap's."""
     pack = bool(session._packed_attention)
     sampler = [list(s.logprobs) for s in trained]
     q_loss, keep, corrected = sampler, [1.0] * len(trained), {}
@@ -189,7 +203,7 @@ def _train(
         passes, _ = rollout_passes(prompts, trained, pack=pack)
         before = per_sample(session.forward(passes).logprobs, passes)
         q_loss, keep, corrected = correct(
-            before, sampler, settings.correction, settings.correction_cap
+            before, sampler, settings.correction, settings.correction_cap, reduce
         )
         if settings.correction != "none":
             extra["sampling_logprobs"] = q_loss
@@ -199,23 +213,25 @@ def _train(
                 for p, q in zip(before, q_loss, strict=True)
             ]
     lengths = [len(s.tokens) for s in trained]
-    tokens, seqs = whole if whole is not None else (sum(lengths), len(lengths))
-    agg = aggregation_weights(lengths, settings.aggregation, settings.max_new_tokens, tokens, seqs)
-    extra["weights"] = [[w * k] * n for w, k, n in zip(agg, keep, lengths, strict=True)]
-    passes, inputs = rollout_passes(prompts, trained, pack=pack, token_inputs=extra)
-    fb = session.forward_backward(
-        passes,
-        WEIGHTED_PREFIX + settings.loss_fn,
-        loss_inputs=inputs,
-        loss_config=settings.loss_config,
-    )
-    trainer = per_sample(fb.logprobs, passes)
+    trainer: list[list[float]] = []
+    if trained:  # a rank without trained samples adds nothing (a missing gradient is 0)
+        agg = aggregation_weights(lengths, settings.aggregation, settings.max_new_tokens, *whole)
+        extra["weights"] = [[w * k] * n for w, k, n in zip(agg, keep, lengths, strict=True)]
+        passes, inputs = rollout_passes(prompts, trained, pack=pack, token_inputs=extra)
+        fb = session.forward_backward(
+            passes,
+            WEIGHTED_PREFIX + settings.loss_fn,
+            loss_inputs=inputs,
+            loss_config=settings.loss_config,
+        )
+        trainer = per_sample(fb.logprobs, passes)
     metrics: dict[str, Any] = dict(session.optim_step())
-    metrics.update(gap_metrics(trainer, sampler))
-    metrics.update({"correctedTokenShare": 0.0, "maskedSequenceShare": 0.0, **corrected})
-    metrics.update(
-        skipped=False, skipReason=None, clippedTokenShare=_clipped_share(trainer, q_loss, settings)
-    )
+    metrics.update(gap_metrics(trainer, sampler, reduce))
+    if not corrected:  # the shares are sums over the ranks: every rank joins them
+        corrected = correct(trainer, sampler, "none", 2.0, reduce)[2]
+    metrics.update(corrected)
+    clipped = _clipped_share(trainer, q_loss, settings, reduce)
+    metrics.update(skipped=False, skipReason=None, clippedTokenShare=clipped)
     return metrics
 
 
@@ -240,20 +256,28 @@ def _assign_advantages(groups: int, samples: list[Sample], norm: str) -> int:
 
 
 def _reward_metrics(
-    samples: list[Sample], zero_share: float, version: int
+    samples: list[Sample], zero: int, groups: int, version: int, reduce: Reduce
 ) -> dict[str, float | int]:
-    """The reward side of an update's metrics: mean, population std, min and max of the
-    rewards, grader errors, the share of zero-advantage groups, the mean completion
-    length in tokens and the weight version that sampled them."""
+    """The reward side of an update's metrics over every rank's samples: mean,
+    population std, min and max of the rewards, grader errors, the groups left out
+    (``zero`` here of ``groups``) and their share, the mean completion length in tokens
+    and the weight version that sampled them."""
     rewards = [s.reward for s in samples]
-    mean = sum(rewards) / len(rewards)
+    total, n, errors, length, zero, groups = reduce.sums(
+        [sum(rewards), len(rewards), sum(s.error is not None for s in samples),
+         sum(len(s.tokens) for s in samples), zero, groups]
+    )  # fmt: skip
+    mean = total / n
+    (squares,) = reduce.sums([sum((r - mean) ** 2 for r in rewards)])
+    top, neg_low = reduce.maxes([max(rewards), -min(rewards)])
     return {
         "rewardMean": mean,
-        "rewardStd": math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
-        "rewardMin": min(rewards),
-        "rewardMax": max(rewards),
-        "rewardErrors": sum(s.error is not None for s in samples),
-        "zeroAdvantageGroupShare": zero_share,
-        "completionLength": sum(len(s.tokens) for s in samples) / len(samples),
+        "rewardStd": math.sqrt(squares / n),
+        "rewardMin": -neg_low,
+        "rewardMax": top,
+        "rewardErrors": int(errors),
+        "zeroAdvantageGroupShare": zero / groups,
+        "groupsLeftOut": int(zero),
+        "completionLength": length / n,
         "weightVersion": version,
     }

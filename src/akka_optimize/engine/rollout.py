@@ -166,12 +166,13 @@ def _sample_rollouts(
     prompts: list[RLPrompt],
     settings: RLSettings,
     stop_ids: set[int],
-    gen: torch.Generator,
+    gens: list[torch.Generator],
     version: int,
 ) -> list[Sample]:
-    """``samplesPerPrompt`` completions of every prompt, group ``g`` for ``prompts[g]``,
-    decoded in batches of as many rows as the rollout KV-cache budget holds
-    (:func:`rows_that_fit`), each tagged with the weight ``version`` that sampled it."""
+    """``samplesPerPrompt`` completions of every prompt, group ``g`` for ``prompts[g]``
+    drawn from ``gens[g]`` (one generator may serve several groups, in order), decoded in
+    batches of as many rows as the rollout KV-cache budget holds (:func:`rows_that_fit`),
+    each tagged with the weight ``version`` that sampled it."""
     samples: list[Sample] = []
     per_token = kv_bytes_per_token(session.model.config, next(session.model.parameters()).dtype)
     for g, prompt in enumerate(prompts):
@@ -184,7 +185,7 @@ def _sample_rollouts(
                 settings.max_new_tokens,
                 settings.temperature,
                 stop_ids,
-                gen,
+                gens[g],
                 prefix_caching=settings.prefix_caching,
                 max_batched_tokens=settings.max_num_batched_tokens,
             ):
