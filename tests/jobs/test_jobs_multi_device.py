@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from jobs_helpers import TINY, run_json, wait_state, write_plan
+from jobs_helpers import TINY, run_json, wait_state, write_plan, write_rl_plan
 
 from helpers import LiveService, free_port, gsm8k_rows, hold_at, release, wait_held
 
@@ -161,3 +161,29 @@ def test_two_ranks_pause_and_resume_from_a_kept_step_bitwise(
     assert only["step"] == 6
     for k in ("loss", "gradNorm", "adapterNorm", "supervisedTokens"):
         assert only[k] == expected[5][k], (k, only[k], expected[5][k])
+
+
+def test_a_reinforcement_run_on_two_gloo_ranks_trains_and_registers(
+    two_cpu: LiveService, tmp_path: Path
+) -> None:
+    """Issue 52 item 1: ``method: rl`` with ``execution.gpus: 2``: every rank samples and
+    scores its own groups, rank 0 reports every update (over both ranks' samples) and the
+    one adapter is registered; samples drawn ahead are refused on two devices."""
+    path = write_rl_plan(
+        tmp_path / "rl-two.json", steps=2, samplesPerPrompt=2, maxNewTokens=4,
+        reward="builtin:math",
+    )  # fmt: skip
+    plan = json.loads(path.read_text())
+    plan["execution"] = {"gpus": 2, "deviceProfile": "cpu"}
+    stale = dict(plan, config=dict(plan["config"]))
+    stale["config"]["rlHyperparams"] = dict(plan["config"]["rlHyperparams"], maxStaleness=1)
+    dry = two_cpu.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=stale)
+    assert dry.json()["refusals"][0]["field"] == "config.rlHyperparams.maxStaleness", dry.text
+    path.write_text(json.dumps(plan))
+    run = run_json(two_cpu, "training", "runs", "start", "-f", str(path), "--wait")
+    assert run["state"] == "SUCCEEDED", run
+    rows = run_json(two_cpu, "training", "runs", "metrics", run["id"])["metrics"]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # 2 prompts x 2 samples: both ranks' samples in every update's metrics
+        assert 0.0 <= r["rewardMean"] <= 1.0 and r["staleness"] == 0
+    assert run["results"]["model"], run

@@ -34,6 +34,22 @@ def _engine(plan: dict) -> EngineConfig:
     return EngineConfig(**engine_settings(plan, ["q_proj"], "AutoModelForCausalLM", "cpu"))
 
 
+def _rl(gpus: int, memory: dict | None = None, **rl: object) -> dict:
+    plan = _plan(gpus, memory=memory or {})
+    plan["config"]["rlHyperparams"] = {"promptsPerStep": 8, **rl}
+    return plan
+
+
+def test_a_reinforcement_run_on_two_devices_keeps_replicas_on_two_ranks() -> None:
+    """Issue 52 item 1: ``method: rl`` with ``execution.gpus: 2`` is accepted and its ranks
+    keep whole replicas (each samples its own groups)."""
+    plan = _rl(2, memory={"sharding": "full"})  # the resolver's default, not stated
+    plan["config"]["method"] = "rl"
+    cfg = EngineConfig(**engine_settings(plan, ["q_proj"]))
+    assert (cfg.ranks, cfg.sharding) == (2, "none")
+    assert _refusal(plan, method="rl") is None
+
+
 def test_the_worker_runs_under_torch_distributed_run_with_one_rank_per_device(tmp_path) -> None:
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"engine": {"ranks": 3}}))
@@ -93,7 +109,24 @@ def _refusal(
 
 
 REFUSED = [
-    ("rl", _plan(2), dict(method="rl"), "execution.gpus"),
+    (
+        "rl-sharded",
+        dict(_plan(2, memory={"sharding": "full"}), stated=["execution.memory.sharding"]),
+        dict(method="rl"),
+        "execution.memory.sharding",
+    ),
+    (
+        "rl-staleness",
+        _rl(2, maxStaleness=1),
+        dict(method="rl"),
+        "config.rlHyperparams.maxStaleness",
+    ),
+    (
+        "rl-few-prompts",
+        _rl(3, promptsPerStep=2),
+        dict(method="rl"),
+        "config.rlHyperparams.promptsPerStep",
+    ),
     ("ray", _plan(2), dict(executor="ray"), "execution.gpus"),
     ("smoke", _plan(2), dict(smoke=True), "smoke"),
     (

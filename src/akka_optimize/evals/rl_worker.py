@@ -66,7 +66,19 @@ def fitting_prompts(
 def train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     """Train one attempt of a reinforcement run; returns the final event (``completed``,
     ``paused`` or ``cancelled``). ``spec.extra`` holds ``rl`` (the loop's fields),
-    ``grader`` (the pinned reward), ``limits`` and ``hidden`` (a bundle's sandbox)."""
+    ``grader`` (the pinned reward), ``limits`` and ``hidden`` (a bundle's sandbox). On
+    several devices every rank runs it (each scores its own groups; rank 0 sends the
+    events and writes the saves, :mod:`akka_optimize.engine.rl_ranks`)."""
+    from ..engine import distributed
+
+    distributed.init_ranks(int(spec.engine.get("ranks", 1)), spec.device)
+    try:
+        return _train_rl(spec, store, events, work)
+    finally:
+        distributed.finish_ranks()
+
+
+def _train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from ..engine.config import EngineConfig

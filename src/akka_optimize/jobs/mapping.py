@@ -9,6 +9,7 @@ replaced (issue 49 item 3).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..catalog import load_catalog
@@ -124,10 +125,12 @@ def engine_settings(
     target_modules: list[str] | tuple[str, ...] | str,
     auto_class: str,
     device: str,
+    stated: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Every :class:`akka_optimize.engine.config.EngineConfig` field, as keyword arguments,
     from a resolved plan and the base model's catalog entry (``loraTargetModules``,
-    ``autoClass``); ``device`` is ``cpu``, ``cuda`` or ``auto``.
+    ``autoClass``); ``device`` is ``cpu``, ``cuda`` or ``auto``; ``stated`` the plan's
+    stated field paths (a run record's ``stated``).
 
     A reinforcement plan's ``lora``, ``optimizer``, ``scheduler`` and ``seed`` come from
     ``config.rlHyperparams``, its updates from ``rlHyperparams.steps`` (its loop's own
@@ -185,6 +188,10 @@ def engine_settings(
     out.update(_loop(p))
     if cfg.method == "sft" and ex.gpus > 1:  # the settings only such a run takes
         out.update(_multi_device_settings(p, es))
+    if cfg.method == "rl" and ex.gpus > 1 and "execution.memory.sharding" not in stated:
+        # each rank samples its own groups, so a reinforcement run keeps whole replicas
+        # unless the plan stated a sharding (which jobs/multi_device.py refuses; issue 52)
+        out["sharding"] = "none"
     return out
 
 
@@ -294,7 +301,9 @@ def build_spec(launch: Launch) -> JobSpec:
     return launch.spec(
         dataset=ds,
         validation_dataset=val,
-        engine=engine_settings(plan, targets, auto_class, device),
+        engine=engine_settings(
+            plan, targets, auto_class, device, stated=run.resolved.get("stated") or ()
+        ),
         **worker_settings(plan),
         resume_step=run.resume_step if resume_key else None,
         resume_state_key=resume_key,

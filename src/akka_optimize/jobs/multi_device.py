@@ -34,18 +34,23 @@ def _refuse(field: str, why: str) -> InvalidRequest:
 
 def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
     """The first setting a run on several devices cannot honour, or None (also None for a
-    run on one device). Checked: the method (supervised only), the executor (local only),
+    run on one device). Checked: the method (supervised, or reinforcement within
+    :func:`_rl_refusal`), the executor (local only),
     the smoke check, weight and optimizer offload (:func:`_offload_refusal`),
     and each engine setting that would not take effect (:func:`_engine_setting_refusal`)."""
     r = f["resolved"]
     ranks = run_ranks(r)
     if ranks <= 1:
         return None
-    if f["method"] not in ("sft", "dpo"):
+    if f["method"] == "rl":
+        refused = _rl_refusal(r, ranks)
+        if refused is not None:
+            return refused
+    elif f["method"] not in ("sft", "dpo"):
         return _refuse(
             "execution.gpus",
-            f"{ranks} devices: only a supervised (config.method sft) or preference (dpo) "
-            "run trains on several "
+            f"{ranks} devices: only a supervised, reinforcement or preference (dpo) run "
+            "trains on several "
             "devices in this release; set execution.gpus to 1.",
         )
     if _executor_kind(ctx) != "local":
@@ -70,6 +75,35 @@ def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
         why = _engine_setting_refusal(key, settings[key], memory.get("sharding"), cuda, flex)
         if why:
             return _refuse(f"config.engineSettings.{key}", why)
+    return None
+
+
+def _rl_refusal(r: dict[str, Any], ranks: int) -> AkkaError | None:
+    """What a reinforcement run on ``ranks`` devices cannot do (engine/rl_ranks.py): a
+    sharded body (each rank samples its own groups with a whole replica), samples drawn
+    ahead (``maxStaleness`` > 0), or fewer prompts per update than ranks."""
+    rl = (r.get("config") or {}).get("rlHyperparams") or {}
+    memory = (r.get("execution") or {}).get("memory") or {}
+    stated = "execution.memory.sharding" in (r.get("stated") or [])
+    if stated and memory.get("sharding") != "none":
+        return _refuse(
+            "execution.memory.sharding",
+            f"a reinforcement run on {ranks} devices keeps a whole replica of the adapter on "
+            "each rank (each samples its own groups); set it to none or leave it out.",
+        )
+    if int(rl.get("maxStaleness") or 0) > 0:
+        return _refuse(
+            "config.rlHyperparams.maxStaleness",
+            f"samples drawn ahead run on one device in this release; set it to 0 with "
+            f"execution.gpus {ranks}.",
+        )
+    per_step = int(rl.get("promptsPerStep") or 1)
+    if per_step < ranks:
+        return _refuse(
+            "config.rlHyperparams.promptsPerStep",
+            f"{per_step} prompts per update on {ranks} devices leaves a rank without a group; "
+            f"give at least {ranks}.",
+        )
     return None
 
 
