@@ -36,7 +36,8 @@ arXiv:2402.03300) and DATA-AND-TRAINING-RULES.md 1.2–1.3, rules 17–21:
 
 With ``max_staleness`` > 0 the samples of update ``u`` are drawn ahead, while the updates
 before it train, from the adapter after update ``u − 1 − max_staleness``
-(:mod:`akka_optimize.engine.rl_async`).
+(:mod:`akka_optimize.engine.rl_async`). On several ranks each rank samples and trains
+whole groups of the update (:mod:`akka_optimize.engine.rl_ranks`).
 
 This module owns the run (:func:`run_rl`: its updates, saves, events and resume); one
 update is :mod:`akka_optimize.engine.rl_step`, its sampling :mod:`akka_optimize.engine.rollout`
