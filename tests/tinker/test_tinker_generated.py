@@ -7,7 +7,7 @@ the official ``tinker==0.38.0`` SDK to a live service on the tiny model.
 (each ``create_lora_training_client`` would hold the CI's one CPU device).
 
 Each call either succeeds and its fields visibly took effect (``max_tokens`` bounds the
-sample, a stop token ends it, a seed reproduces it; ``weights`` scale the cross-entropy
+sample, a stop token or string ends it, a seed reproduces it; ``weights`` scale the cross-entropy
 loss; a zero learning rate leaves the weights as they were), or is refused with a sentence
 naming a field the request set: never a 5xx, a hang or Python exception text. One training
 client serves every example (on the CI's one CPU device a second would queue behind it).
@@ -103,12 +103,15 @@ def sampling_params(draw: st.DrawFn) -> dict[str, Any]:
     return {k: draw(fields[k]) for k in chosen}
 
 
-def _stop_ids(tok: Any, stop: Any) -> set[int]:
-    items = [stop] if isinstance(stop, str) else list(stop or [])
-    out: set[int] = set()
-    for s in items:
-        out |= {s} if isinstance(s, int) else set(tok.encode(s, add_special_tokens=False)[:1])
-    return out
+def _ends(tok: Any, stop: Any, tokens: list[int]) -> bool:
+    """Whether ``tokens`` end on a stop as SamplingParams.stop documents it: None is EOS,
+    [] nothing, else EOS plus the token ids plus the strings on the decoded text."""
+    items = [] if stop is None else [stop] if isinstance(stop, str) else list(stop)
+    ids = {s for s in items if isinstance(s, int)}
+    if stop is None or items:
+        ids.add(tok.eos_token_id)
+    strings = [s for s in items if isinstance(s, str)]
+    return bool(tokens) and (tokens[-1] in ids or any(s in tok.decode(tokens) for s in strings))
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +126,8 @@ def tokenizer(tiny_model_dir: Any) -> Any:
 @example(kw={"temperature": -1.0, "seed": 3}, n=1)
 @example(kw={"top_p": 0.0, "temperature": 1.0}, n=1)
 @example(kw={"stop": "zebra zebra"}, n=1)
+@example(kw={"stop": ["\n\nUser:"], "temperature": 0.0}, n=1)
+@example(kw={"stop": [], "max_tokens": 5}, n=1)
 @example(kw={"stop": [-1]}, n=1)
 @example(kw={"temperature": 5e-324}, n=1)
 @given(kw=sampling_params(), n=st.sampled_from([1, 1, 2, 3, 0]))
@@ -143,16 +148,42 @@ def test_generated_sampling_params_are_honoured_or_refused_naming_them(
         return
     assert len(got.sequences) == n
     limit = kw.get("max_tokens")
-    ids = _stop_ids(tokenizer, kw.get("stop"))
+    stop = kw.get("stop")
     for s in got.sequences:
         assert limit is None or len(s.tokens) <= limit, (limit, s.tokens)
         assert len(s.logprobs) == len(s.tokens) and all(lp <= 0 for lp in s.logprobs)
-        if ids:
-            assert not ids & set(s.tokens[:-1]), (ids, s.tokens)  # a stop token ends it
-            assert (s.stop_reason == "stop") == (bool(s.tokens) and s.tokens[-1] in ids)
+        assert not _ends(tokenizer, stop, s.tokens[:-1]), s.tokens  # the first stop ends it
+        assert (s.stop_reason == "stop") == _ends(tokenizer, stop, s.tokens), s
     if n and kw.get("seed") is not None:
         again = sampler.sample(prompt, n, params).result()
         assert [s.tokens for s in again.sequences] == [s.tokens for s in got.sequences]
+
+
+def test_a_stop_string_of_several_tokens_ends_the_sample_on_its_text(
+    world: Any, tokenizer: Any
+) -> None:
+    """Break 5 of issue 53: a stop string of several tokens (as the cookbook's role_colon
+    renderer's "\\n\\nUser:") ends a greedy sample after the token that completes it in
+    the decoded text, that token kept, with one log-prob per returned token (the same as
+    the unstopped sample's), and stop_reason "stop"."""
+    sampler = created(world["trainer"].save_weights_and_get_sampling_client())
+    prompt = types.ModelInput.from_ints(PROMPT)
+
+    def greedy(stop: Any) -> Any:
+        params = types.SamplingParams(max_tokens=12, temperature=0.0, stop=stop)
+        return sampler.sample(prompt, 1, params).result().sequences[0]
+
+    full = greedy([])  # no stop at all, EOS included: runs to max_tokens
+    assert len(full.tokens) == 12 and full.stop_reason == "length"
+    text = tokenizer.decode(full.tokens[3:6])
+    assert len(tokenizer.encode(text, add_special_tokens=False)) >= 2, text
+    cut = next(k for k in range(1, 13) if text in tokenizer.decode(full.tokens[:k]))
+    got = greedy([text])
+    assert got.tokens == full.tokens[:cut] and got.stop_reason == "stop", (text, got)
+    assert got.logprobs == pytest.approx(full.logprobs[:cut], abs=1e-4)
+    role_colon = greedy("\n\nUser:")  # accepted; ends on it or on EOS or at max_tokens
+    ended = _ends(tokenizer, "\n\nUser:", role_colon.tokens)
+    assert (role_colon.stop_reason == "stop") == ended
 
 
 # forward_backward --------------------------------------------------------------------

@@ -10,6 +10,7 @@ and by the post-deploy check (:mod:`akka_optimize.serving.check`) with the saved
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -45,6 +46,15 @@ def kv_cache(out: object) -> dict[str, object]:
     return {"past_key_values": out.past_key_values}
 
 
+def stopped_on(tokenizer: Any, new_ids: list[int], stop_strings: Sequence[str]) -> bool:
+    """Whether the decoded ``new_ids`` (special tokens kept, as the cookbook's renderers
+    decode a completion) contain one of ``stop_strings``. Empty strings never match."""
+    if not stop_strings:
+        return False
+    text = tokenizer.decode(new_ids)
+    return any(s and s in text for s in stop_strings)
+
+
 @torch.no_grad()
 def generate(
     model: nn.Module,
@@ -55,20 +65,30 @@ def generate(
     top_p: float = 1.0,
     stop_ids: set[int] | None = None,
     seed: int | None = None,
+    *,
+    stop_strings: Sequence[str] = (),
+    eos_default: bool = True,
 ) -> list[int]:
     """Continue ``prompt_ids`` by at most ``max_new_tokens`` tokens.
 
     Args:
         model: a causal LM (a PEFT model generates with its adapter).
-        tokenizer: used only for the default stop token (its EOS) when ``stop_ids`` is
-            empty or ``None``.
+        tokenizer: gives the default stop token (its EOS) when ``stop_ids`` and
+            ``stop_strings`` are empty and ``eos_default`` holds, and decodes the
+            completion when ``stop_strings`` are given.
         temperature: 0 is greedy; otherwise logits are divided by it.
         top_p: nucleus mass kept when sampling (1.0 keeps everything).
         stop_ids: generation ends after emitting one of these ids.
         seed: seeds the sampling generator (CPU); ``None`` uses the global RNG.
+        stop_strings: generation ends after the token whose addition makes the decoded
+            completion (the new tokens only, special tokens kept) contain one of these;
+            that token is kept, so the text may run past the string's end within it
+            (the tinker SDK's stop sequences, see :func:`stopped_on`).
+        eos_default: False leaves out the EOS default (tinker's ``stop=[]``: no stop).
 
     Returns:
-        The new token ids; the last one is a stop id if generation stopped by itself.
+        The new token ids; the last one is a stop id, or completes a stop string, if
+        generation stopped by itself.
 
     Raises:
         ValueError: an empty prompt or ``max_new_tokens`` < 1.
@@ -76,8 +96,9 @@ def generate(
     if not prompt_ids or max_new_tokens < 1:
         raise ValueError("generate needs a non-empty prompt and max_new_tokens ≥ 1")
     stops = set(stop_ids or ())
-    if not stops and tokenizer is not None and tokenizer.eos_token_id is not None:
-        stops = {tokenizer.eos_token_id}
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if not stops and not stop_strings and eos_default and eos is not None:
+        stops = {eos}
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
     device = next(model.parameters()).device
     was_training = model.training
@@ -89,7 +110,7 @@ def generate(
         for _ in range(max_new_tokens):
             tok = _pick(out.logits[0, -1], temperature, top_p, gen)
             new.append(tok)
-            if tok in stops:
+            if tok in stops or stopped_on(tokenizer, new, stop_strings):
                 break
             step = torch.tensor([[tok]], dtype=torch.long, device=device)
             out = model(input_ids=step, use_cache=True, **kv_cache(out))

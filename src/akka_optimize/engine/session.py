@@ -299,6 +299,8 @@ class TrainingSession(PassesMixin, StateMixin, RanksMixin):
         top_p: float = 1.0,
         stop_ids: set[int] | None = None,
         seed: int | None = None,
+        stop_strings: tuple[str, ...] = (),
+        eos_default: bool = True,
     ) -> list[list[int]]:
         """Generate a completion for each prompt with the current adapter (see :func:`generate`)."""
         if self._tokenizer is None:
@@ -306,9 +308,10 @@ class TrainingSession(PassesMixin, StateMixin, RanksMixin):
 
             self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         with self.compute_context():
-            return self._sample(prompts, max_new_tokens, temperature, top_p, stop_ids, seed)
+            stops = {"stop_ids": stop_ids, "stop_strings": stop_strings, "eos_default": eos_default}
+            return self._sample(prompts, max_new_tokens, temperature, top_p, stops, seed)
 
-    def _sample(self, prompts, max_new_tokens, temperature, top_p, stop_ids, seed):  # noqa: ANN001, ANN202
+    def _sample(self, prompts, max_new_tokens, temperature, top_p, stops, seed):  # noqa: ANN001, ANN202
         return [
             generate(
                 self.model,
@@ -317,8 +320,8 @@ class TrainingSession(PassesMixin, StateMixin, RanksMixin):
                 max_new_tokens,
                 temperature=temperature,
                 top_p=top_p,
-                stop_ids=stop_ids,
                 seed=seed,
+                **stops,
             )
             for p in prompts
         ]

@@ -6,41 +6,65 @@ The snapshot is the training session itself at the step it was taken: a sample a
 after a later ``optim_step`` is refused with a sentence (save again for new weights), so a
 sample never silently comes from other weights than its client's. Generation is the
 engine's (:func:`akka_optimize.engine.sampling.generate`: temperature, top-p, seed, stop
-tokens); the log-probs are one forward of prompt and completion.
+tokens, stop strings on the decoded text); the log-probs are one forward of prompt and
+completion, so they stay one per returned token.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..data.types import Pass
+from ..engine.sampling import stopped_on
 from .datums import DatumError
 
 
-def _stops(session: Any, stop: Any) -> set[int] | None:
-    """Stop token ids from ``sampling_params.stop`` (absent: the tokenizer's EOS)."""
+class Stops(NamedTuple):
+    """What ends a completion: token ids, stop strings, and whether EOS is the default."""
+
+    ids: set[int] | None
+    strings: tuple[str, ...]
+    eos_default: bool
+
+
+def stops(session: Any, stop: Any) -> Stops:
+    """``sampling_params.stop`` as the tinker 0.38 SDK documents it (``SamplingParams.stop``).
+
+    ``None`` keeps the implicit EOS stop; ``[]`` disables every stop, EOS included, so
+    generation runs to ``max_tokens``; token ids stop on that token; strings (a string or a
+    list of them, of any number of tokens, e.g. the cookbook's ``role_colon`` renderer's
+    ``"\\n\\nUser:"``) stop on the decoded completion text. EOS stays a stop beside any
+    non-empty list (only ``[]`` turns it off). The completion keeps the token that completed
+    a stop string (its text can run past the string's end inside that token), as the
+    cookbook's ``parse_response`` expects: it splits the decoded tokens on the string.
+
+    Raises:
+        DatumError: an empty string, or a token id outside the vocabulary (``sampling_params.stop``).
+    """
     if stop is None:
-        return None
+        return Stops(None, (), True)
     items = [stop] if isinstance(stop, str | int) else list(stop)
     ids: set[int] = set()
+    strings: list[str] = []
     for s in items:
-        if isinstance(s, int):
+        if isinstance(s, int) and not isinstance(s, bool):
             if not 0 <= s < session.vocab_size:
                 raise DatumError(
                     f"sampling_params.stop holds token {s}, outside the model's vocabulary "
                     f"(0..{session.vocab_size - 1})."
                 )
             ids.add(s)
-            continue
-        enc = session._tokenizer.encode(s, add_special_tokens=False)
-        if len(enc) != 1:
+        elif isinstance(s, str) and s:
+            strings.append(s)
+        else:
             raise DatumError(
-                f"sampling_params.stop {s!r} is {len(enc)} tokens; the platform stops on "
-                "single tokens (give token ids or one-token strings)."
+                f"sampling_params.stop holds {s!r:.40}; give non-empty strings or token ids."
             )
-        ids.add(enc[0])
-    return ids
+    eos = session._tokenizer.eos_token_id
+    if items and eos is not None:
+        ids.add(eos)
+    return Stops(ids, tuple(strings), False)
 
 
 MIN_TEMPERATURE = 1e-6
@@ -97,7 +121,8 @@ def sample(session: Any, body: dict[str, Any]) -> dict[str, Any]:
 
     Returns:
         ``{"sequences": [{"tokens", "logprobs", "stop_reason"}]}`` (``stop`` when the
-        last token is a stop token, else ``length``), and with ``prompt_logprobs`` (what
+        last token is a stop token or completes a stop string (:func:`stops`), else
+        ``length``), and with ``prompt_logprobs`` (what
         ``compute_logprobs`` asks) ``"prompt_logprobs"``: None, then each prompt token's.
 
     Raises:
@@ -112,7 +137,8 @@ def sample(session: Any, body: dict[str, Any]) -> dict[str, Any]:
         from transformers import AutoTokenizer
 
         session._tokenizer = AutoTokenizer.from_pretrained(session.model_dir)
-    stops = _stops(session, params.get("stop"))
+    stop = stops(session, params.get("stop"))
+    ends = stop.ids if stop.ids is not None else {session._tokenizer.eos_token_id}
     max_tokens = int(params.get("max_tokens") or 16)
     seed = params.get("seed")
     out = []
@@ -122,14 +148,18 @@ def sample(session: Any, body: dict[str, Any]) -> dict[str, Any]:
             max_tokens,
             temperature=float(params.get("temperature", 1.0)),
             top_p=float(params.get("top_p", 1.0)),
-            stop_ids=stops,
+            stop_ids=stop.ids,
             seed=None if seed is None else int(seed) + i,
+            stop_strings=stop.strings,
+            eos_default=stop.eos_default,
         )[0]
         ids = prompt + new
         n = len(ids)
         p = Pass(ids, [0.0] * len(prompt) + [1.0] * len(new), list(range(n)), [0, n])
         lps = session.forward([p]).logprobs[0][len(prompt) :].tolist()
-        stopped = bool(new) and new[-1] in (stops or {session._tokenizer.eos_token_id})
+        stopped = bool(new) and (
+            new[-1] in ends or stopped_on(session._tokenizer, new, stop.strings)
+        )
         out.append({"tokens": new, "logprobs": lps, "stop_reason": "stop" if stopped else "length"})
     result: dict[str, Any] = {"sequences": out}
     if body.get("prompt_logprobs"):  # compute_logprobs: log p(x_t | x_<t); none at t = 0
