@@ -187,9 +187,22 @@ def test_a_stop_string_of_several_tokens_ends_the_sample_on_its_text(
 
 
 # forward_backward --------------------------------------------------------------------
-NEEDS = {"cross_entropy": ("target_tokens", "weights")}
-"""Tinker's documented inputs per loss (the reinforcement losses: tokens, sampler log-probs
-and advantages); drawn most often, so most examples get past the first refusal."""
+NEEDS = {
+    "cross_entropy": ("target_tokens", "weights"),
+    "gspo": ("target_tokens", "logprobs", "advantages", "sequence_ratio_mask"),
+}
+"""Tinker's documented inputs per loss (the other reinforcement losses: tokens, sampler
+log-probs and advantages); drawn most often, so most examples get past the first refusal."""
+
+
+def _gspo(out: list[float], inputs: dict[str, list[float]], config: dict[str, float]) -> float:
+    """Tinker's GSPO-token loss worked out in plain floats from the returned log-probs."""
+    pairs = zip(out, inputs["logprobs"], inputs["sequence_ratio_mask"], strict=True)
+    kept = [lp - q for lp, q, m in pairs if m != 0]
+    s = math.exp(sum(kept) / len(kept))
+    lo, hi = config.get("clip_low_threshold", 0.8), config.get("clip_high_threshold", 1.2)
+    clipped = min(max(s, lo), hi)
+    return -sum(min(s * a, clipped * a) for a in inputs["advantages"])
 
 
 @st.composite
@@ -217,7 +230,17 @@ def loss_requests(draw: st.DrawFn) -> tuple[str, dict[str, list[float]], dict[st
     return loss, inputs, config
 
 
+GSPO = {
+    "target_tokens": SEQ[1:],
+    "logprobs": [-9.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -9.5, -4.5, -3.5],
+    "advantages": [0.0] * 8 + [1.0, -0.5, 2.0],
+    "sequence_ratio_mask": [0.0] * 8 + [1.0] * 3,  # the "sampled" tokens
+}
+
+
 @BUDGET
+@example(req=("gspo", GSPO, {}))
+@example(req=("gspo", GSPO, {"clip_low_threshold": 0.5, "clip_high_threshold": 1e4}))
 @given(req=loss_requests())
 def test_generated_forward_backward_is_honoured_or_refused_naming_a_field(
     world: Any, req: tuple[str, dict[str, list[float]], dict[str, float]]
@@ -238,6 +261,24 @@ def test_generated_forward_backward_is_honoured_or_refused_naming_a_field(
         weights = inputs.get("weights", [1.0] * len(out))
         want = -sum(w * lp for w, lp in zip(weights, out, strict=True))
         assert math.isclose(got.metrics["loss:sum"], want, rel_tol=1e-4, abs_tol=1e-4)
+    if loss == "gspo":  # the sequence ratio over the masked tokens, clipped as configured
+        want = _gspo(out, inputs, config)
+        assert math.isclose(got.metrics["loss:sum"], want, rel_tol=1e-3, abs_tol=1e-3)
+
+
+def test_losses_the_platform_cannot_compute_are_refused_with_the_list_it_serves(
+    world: Any,
+) -> None:
+    """Break 6 of issue 53: stable_reinforce (the cookbook's RL default, whose objective is
+    not published) and server-side custom are refused naming why and every loss served."""
+    n = len(SEQ) - 1
+    inputs = {"target_tokens": SEQ[1:], "logprobs": [-1.0] * n, "advantages": [1.0] * n}
+    datum = types.Datum(model_input=types.ModelInput.from_ints(SEQ[:-1]), loss_fn_inputs=inputs)
+    for loss in ("stable_reinforce", "custom"):
+        _, error = attempt(lambda: world["trainer"].forward_backward([datum], loss).result())  # noqa: B023
+        refused(error, [f"loss_fn {loss!r}"])
+        served = "cispo, cross_entropy, dro, gspo, importance_sampling, ppo"
+        assert served in str(error), str(error)
 
 
 # optim_step --------------------------------------------------------------------------

@@ -121,7 +121,23 @@ def _wire(tokens: list[int], **inputs: list) -> dict:
         (_wire([1, 2], target_tokens=[2, 99], weights=[1, 1]), "cross_entropy", "vocabulary"),
         (_wire([1, 2], target_tokens=[5, 3]), "cross_entropy", "target_tokens[0]"),
         (_wire([1, 2], target_tokens=[2, 3]), "importance_sampling", "logprobs is missing"),
-        (_wire([1, 2], target_tokens=[2, 3]), "gspo", "loss_fn 'gspo'"),
+        (_wire([1, 2], target_tokens=[2, 3]), "stable_reinforce", "loss_fn 'stable_reinforce'"),
+        (
+            _wire([1, 2], target_tokens=[2, 3], logprobs=[-1, -1], advantages=[1, 1]),
+            "gspo",
+            "sequence_ratio_mask is missing",
+        ),
+        (
+            _wire(
+                [1, 2],
+                target_tokens=[2, 3],
+                logprobs=[-1, -1],
+                advantages=[1, 1],
+                sequence_ratio_mask=[0, 0],
+            ),
+            "gspo",
+            "sequence_ratio_mask marks no token",
+        ),
     ],
 )
 def test_datums_are_refused_naming_the_field(datum: dict, loss_fn: str, words: str) -> None:

@@ -6,7 +6,7 @@ aligned to the *targets* of the positions being scored: ``logprobs_N`` are the
 current policy's log-probabilities of the N target tokens, ``weights_N`` their
 weights, and for the reinforcement losses ``sampling_logprobs_N`` (the sampler's
 log-probs, q) and ``advantages_N``. Formulas follow the Tinker loss reference
-(cross_entropy, importance_sampling, ppo, cispo, dro).
+(cross_entropy, importance_sampling, ppo, cispo, dro, gspo).
 """
 
 from __future__ import annotations
@@ -59,12 +59,54 @@ def dro(logprobs_N: Tensor, inputs: LossInputs, config: dict) -> Tensor:
     return -(logprobs_N * inputs["advantages"] - 0.5 * beta * quad).sum()
 
 
+def sequence_log_ratio(logprobs_N: Tensor, inputs: LossInputs) -> Tensor:
+    """GSPO's sequence log-ratio: the mean of log pθ − log q over the tokens that
+    ``sequence_ratio_mask`` marks (non-zero), detached (Tinker's GSPO reference:
+    ``(target_logprobs.detach() - ref_logprobs)[in_ratio].mean()``).
+
+    Args:
+        logprobs_N: float [N], every scored token of one sequence (not a chunk of it).
+        inputs: ``sampling_logprobs`` and ``sequence_ratio_mask``, float [N].
+
+    Returns:
+        A 0-dim tensor (logprobs_N's dtype), with no gradient.
+
+    Raises:
+        ValueError: the mask marks no token (the mean of nothing).
+    """
+    in_ratio = inputs["sequence_ratio_mask"] != 0
+    if not bool(in_ratio.any()):
+        raise ValueError("sequence_ratio_mask marks no token; GSPO's ratio is a mean over them.")
+    return (logprobs_N.detach() - inputs["sampling_logprobs"])[in_ratio].mean()
+
+
+def gspo(logprobs_N: Tensor, inputs: LossInputs, config: dict) -> Tensor:
+    """GSPO-token (Zheng et al. 2025, arXiv:2507.18071; Tinker's ``gspo``):
+    −Σ min(sₜA, clip(sₜ, lo, hi)·A), sₜ = sg[s]·pθ(xₜ)/sg[pθ(xₜ)], where
+    log s = ``inputs["sequence_log_ratio"]`` (:func:`sequence_log_ratio` of the whole
+    sequence, the same value at each of its tokens: the caller computes it, since this
+    function may see a chunk only). Every token carries the sequence ratio's value with
+    its own log-prob's gradient. ``clip_low_threshold`` / ``clip_high_threshold`` bound
+    the ratio (defaults 0.8 and 1.2, as :func:`ppo`)."""
+    ratio = torch.exp(inputs["sequence_log_ratio"] + logprobs_N - logprobs_N.detach())
+    adv = inputs["advantages"]
+    lo = config.get("clip_low_threshold", 0.8)
+    hi = config.get("clip_high_threshold", 1.2)
+    clipped = torch.clamp(ratio, lo, hi)
+    return -torch.minimum(ratio * adv, clipped * adv).sum()
+
+
+SEQUENCE_LOSSES = {"gspo": sequence_log_ratio}
+"""Losses with a per-sequence input the caller computes first, over the whole sequence's
+detached log-probs: loss name → the function giving it (stored as its ``__name__``)."""
+
 LOSSES: dict[str, Callable[[Tensor, LossInputs, dict], Tensor]] = {
     "cross_entropy": cross_entropy,
     "importance_sampling": importance_sampling,
     "ppo": ppo,
     "cispo": cispo,
     "dro": dro,
+    "gspo": gspo,
 }
 REINFORCEMENT_INPUTS = ("sampling_logprobs", "advantages")
 

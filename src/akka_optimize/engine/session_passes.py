@@ -18,8 +18,8 @@ from ..data.types import Pass
 from .attention import SEGMENTS_KWARG
 from .config import EngineConfig
 from .errors import EngineError, EngineOutOfMemory
-from .head import chunked_loss
-from .losses import LOSSES, REINFORCEMENT_INPUTS
+from .head import chunked_loss, head_logprobs
+from .losses import LOSSES, REINFORCEMENT_INPUTS, SEQUENCE_LOSSES
 
 
 class ForwardBackwardResult(NamedTuple):
@@ -148,6 +148,11 @@ class PassesMixin:
             **segments,
         ).last_hidden_state[0]
         idx_dev = idx_S.to(dev)
+        per_sequence = SEQUENCE_LOSSES.get(getattr(fn, "__name__", ""))
+        if per_sequence is not None:  # GSPO: the whole pass's detached log-probs first
+            loss_inputs[per_sequence.__name__] = self._sequence_input(
+                hidden.index_select(0, idx_dev), ids_T[1:][idx_S].to(dev), loss_inputs, per_sequence
+            )
         loss, lp_S = chunked_loss(
             self._head,
             hidden.index_select(0, idx_dev),
@@ -159,6 +164,32 @@ class PassesMixin:
         )
         out_T[idx_S + 1] = lp_S.float().cpu()
         return loss, int(idx_S.numel()), out_T
+
+    @torch.no_grad()
+    def _sequence_input(
+        self,
+        hidden_SH: Tensor,
+        targets_S: Tensor,
+        loss_inputs: dict[str, Tensor],
+        per_sequence: Any,
+    ) -> Tensor:
+        """A per-sequence loss input (:data:`~akka_optimize.engine.losses.SEQUENCE_LOSSES`)
+        over the pass's scored tokens, repeated at each: one pass is one sequence (a
+        Tinker datum)."""
+        step = self.cfg.head_chunk_tokens
+        lp_S = torch.cat(
+            [
+                head_logprobs(
+                    self._head, hidden_SH[i : i + step], targets_S[i : i + step], self._cap
+                )
+                for i in range(0, hidden_SH.shape[0], step)
+            ]
+        ).double()
+        try:
+            value = per_sequence(lp_S, loss_inputs)
+        except ValueError as exc:
+            raise EngineError(str(exc)) from exc
+        return value.expand(lp_S.shape[0]).clone()
 
     def _passes(
         self,

@@ -24,6 +24,7 @@ LOSS_INPUTS = {
     "ppo": ("target_tokens", "logprobs", "advantages"),
     "cispo": ("target_tokens", "logprobs", "advantages"),
     "dro": ("target_tokens", "logprobs", "advantages"),
+    "gspo": ("target_tokens", "logprobs", "advantages", "sequence_ratio_mask"),
 }
 """The ``loss_fn_inputs`` each loss reads (``weights`` defaults to 1 for cross_entropy)."""
 LOSS_CONFIG = {
@@ -32,8 +33,25 @@ LOSS_CONFIG = {
     "ppo": ("clip_low_threshold", "clip_high_threshold"),
     "cispo": ("clip_low_threshold", "clip_high_threshold"),
     "dro": ("beta",),
+    "gspo": ("clip_low_threshold", "clip_high_threshold"),
 }
 """The ``loss_fn_config`` keys each loss takes (the engine's loss parameters)."""
+
+
+REFUSED_LOSSES = {
+    "stable_reinforce": (
+        "its objective is not published (the SDK and Tinker's docs, alpha, name only its "
+        "kl_coeff and the stability information recorded at sampling), so the platform "
+        "cannot compute it as Tinker does"
+    ),
+    "custom": (
+        "server-side custom losses (create_custom_loss) are not served; "
+        "forward_backward_custom runs the loss in the client and works"
+    ),
+}
+"""The SDK 0.38 ``LossFnType`` names the platform refuses, and why (issue 53 break 6).
+The tinker-cookbook's RL recipes default to ``stable_reinforce``: give them
+``loss_fn=importance_sampling`` (or ``ppo``, ``cispo``, ``gspo``) on their command line."""
 
 
 class DatumError(ValueError):
@@ -47,8 +65,9 @@ def check_loss(loss_fn: str, config: dict[str, float]) -> None:
         DatumError: naming ``loss_fn`` or ``loss_fn_config.KEY``.
     """
     if loss_fn not in LOSS_INPUTS:
+        why = f" ({REFUSED_LOSSES[loss_fn]})" if loss_fn in REFUSED_LOSSES else ""
         raise DatumError(
-            f"loss_fn {loss_fn!r} is not one the platform trains with; use one of "
+            f"loss_fn {loss_fn!r} is not one the platform trains with{why}; use one of "
             f"{', '.join(sorted(LOSS_INPUTS))}."
         )
     for key, value in config.items():
@@ -112,6 +131,14 @@ def _datum(d: dict[str, Any], i: int, loss_fn: str, vocab: int) -> tuple[Pass, d
         loss_in["weights"] = [0.0] + [1.0] * n
         loss_in["sampling_logprobs"] = [0.0] + _floats(inputs["logprobs"], f"{where}.logprobs", n)
         loss_in["advantages"] = [0.0] + _floats(inputs["advantages"], f"{where}.advantages", n)
+    if loss_fn == "gspo":
+        mask = _floats(inputs["sequence_ratio_mask"], f"{where}.sequence_ratio_mask", n)
+        if not any(mask):
+            raise DatumError(
+                f"{where}.sequence_ratio_mask marks no token; gspo's sequence ratio is a mean "
+                "over the tokens it marks (the sampled ones)."
+            )
+        loss_in["sequence_ratio_mask"] = [0.0] + mask
     return p, loss_in
 
 
