@@ -24,7 +24,7 @@ from ..db.models.jobs import Run
 from ..errors import InvalidRequest, NotFound
 from .kind import METHOD, expired, expires_at, ttl_refusal
 
-KINDS = {"weights": "training", "sampler_weights": "sampler"}
+KINDS = {"weights": "training", "sampler_weights": "sampler", "external_weights": "external"}
 """A checkpoint id's first part → the SDK's ``checkpoint_type``."""
 MAX_LIMIT = 1000
 
@@ -145,19 +145,19 @@ def checkpoint_id(kind: str, name: str) -> str:
     """``KIND/NAME`` of a checkpoint route.
 
     Raises:
-        InvalidRequest: ``kind`` is not ``weights`` or ``sampler_weights`` (field
+        InvalidRequest: ``kind`` is not one of :data:`KINDS` (field
             ``checkpoint_id``).
     """
     if kind not in KINDS:
         raise InvalidRequest(
-            f"checkpoint_id {kind + '/' + name!r}: give weights/NAME or sampler_weights/NAME "
-            "(the platform saves no external weights).",
+            f"checkpoint_id {kind + '/' + name!r}: give weights/NAME, sampler_weights/NAME "
+            "or external_weights/NAME.",
             field="checkpoint_id",
         )
     return f"{kind}/{name}"
 
 
-def _live(s: Session, project: str | None, run_id: str, cid: str) -> Run:
+def live_checkpoint(s: Session, project: str | None, run_id: str, cid: str) -> Run:
     """The run of ``run_id`` holding unexpired checkpoint ``cid``.
 
     Raises:
@@ -184,7 +184,7 @@ def set_ttl(s: Session, project: str | None, run_id: str, cid: str, ttl: Any) ->
     refusal = ttl_refusal(ttl)
     if refusal:
         raise InvalidRequest(refusal, field="ttl_seconds")
-    run = _live(s, project, run_id, cid)
+    run = live_checkpoint(s, project, run_id, cid)
     marks = dict((run.results or {}).get("tinkerCheckpoints") or {})
     marks[cid] = {**(marks.get(cid) or {}), "expiresAt": expires_at(ttl)}
     run.results = {**(run.results or {}), "tinkerCheckpoints": marks}
@@ -211,7 +211,7 @@ def delete_checkpoint(s: Session, store: Any, project: str | None, run_id: str, 
     Raises:
         NotFound: no such run (field ``training_run_id``) or checkpoint (``checkpoint_id``).
     """
-    return _remove(_live(s, project, run_id, cid), cid, store)
+    return _remove(live_checkpoint(s, project, run_id, cid), cid, store)
 
 
 def _remove(run: Run, cid: str, store: Any) -> str:

@@ -4,7 +4,8 @@ service's queue (``spec.worker`` of the ``tinker`` kind, :mod:`akka_optimize.tin
 The worker builds a :class:`~akka_optimize.engine.session.TrainingSession` from the spec's
 engine settings, then long-polls ``POST …/attempts/N/tinker/next`` with its attempt token;
 each answer is one protocol call (``forward_backward``, ``forward``, ``optim_step``,
-``save_weights``, ``save_weights_for_sampler``, a sampler snapshot, ``sample``), already in ``seq_id`` order,
+``save_weights``, ``save_weights_for_sampler``, ``save_weights_external``, a sampler snapshot,
+``sample``), already in ``seq_id`` order,
 and the next poll carries its result. A call the engine refuses answers its future with
 the sentence and leaves the session as it was. Each ``optim_step`` is also a ``metrics``
 event (``runs metrics``). The worker ends (its run ``SUCCEEDED``) when the client's session
@@ -96,6 +97,14 @@ class Calls:
         if body.get("refused"):
             raise DatumError(body["refused"])
         key, size = self._upload("sampler_weights", body["name"], self.session.save_adapter)
+        return {"key": key, "bytes": size, "step": self.session.step}
+
+    def op_save_weights_external(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``save_weights_external(name)``: the adapter as a PEFT folder (what ``tinker
+        checkpoint download`` fetches through signed URLs)."""
+        if body.get("refused"):
+            raise DatumError(body["refused"])
+        key, size = self._upload("external_weights", body["name"], self.session.save_adapter)
         return {"key": key, "bytes": size, "step": self.session.step}
 
     def op_load_weights(self, body: dict[str, Any]) -> dict[str, Any]:

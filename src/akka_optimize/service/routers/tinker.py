@@ -292,6 +292,21 @@ async def save_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]
     return _future(broker_of(ctx).submit(m, body.get("seq_id"), "save_weights", body), m)
 
 
+@router.post("/save_weights_external")
+async def save_weights_external(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
+    """``save_weights_external(name)``: the adapter as a PEFT folder, a checkpoint
+    ``tinker://MODEL_ID/external_weights/NAME`` whose files ``external_weights_urls`` signs
+    (``tinker checkpoint download``). age encryption is refused in seq_id order."""
+    m = _model(ctx, p, str(body.get("model_id")))
+    body["name"], body["refused"] = _checkpoint_name(body), ttl_refusal(body.get("ttl_seconds"))
+    if body.get("age_encryption_recipients"):
+        body["refused"] = (
+            "age_encryption_recipients: the platform exports unencrypted files only; leave "
+            "it unset (the files stay on this platform's own blob store)."
+        )
+    return _future(broker_of(ctx).submit(m, body.get("seq_id"), "save_weights_external", body), m)
+
+
 @router.post("/save_weights_for_sampler")
 async def save_for_sampler(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """``save_weights_for_sampler(name)``: the adapter becomes a model version

@@ -1,7 +1,9 @@
 """The Tinker SDK's RestClient routes for training runs and checkpoints (session-less):
 ``GET /api/v1/training_runs``, ``GET /api/v1/training_runs/{id}``, ``GET
 /api/v1/training_runs/{id}/checkpoints``, ``GET /api/v1/checkpoints``, ``DELETE
-/api/v1/training_runs/{id}/checkpoints/{KIND}/{NAME}`` and ``PUT …/{NAME}/ttl``; publishing
+/api/v1/training_runs/{id}/checkpoints/{KIND}/{NAME}`` and ``PUT …/{NAME}/ttl``, ``GET
+…/external_weights/{NAME}/external_weights_urls`` and the signed file URLs it answers
+(``GET /api/v1/external_weights/…``, :mod:`akka_optimize.tinker.exports`); publishing
 is refused with a sentence. The mapping onto runs and registered versions is
 :mod:`akka_optimize.tinker.rest`. A project key sees its project's runs only; an admin key
 sees every project's, or ``project_id``'s. Refusals are 400/403/404 (never 409, which the
@@ -12,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ...errors import Forbidden, InvalidRequest
-from ...tinker import rest
+from ...errors import Forbidden, InvalidRequest, NotFound
+from ...tinker import exports, rest
+from ...tinker.kind import saved_key
 from ..auth import Principal
 from ..deps import CtxDep
 from ..routing import JsonRoute
@@ -149,3 +152,50 @@ def publish(p: Caller, training_run_id: str, kind: str, name: str) -> None:
         "`training endpoints create`) instead.",
         field="checkpoint_id",
     )
+
+
+@router.get("/training_runs/{training_run_id}/checkpoints/{kind}/{name}/external_weights_urls")
+def external_weights_urls(
+    ctx: CtxDep, p: Caller, request: Request, training_run_id: str, kind: str, name: str
+) -> dict[str, Any]:
+    """``RestClient.get_external_weights_urls``: one signed URL per file of a
+    ``save_weights_external`` checkpoint (a PEFT folder), valid an hour.
+
+    Raises:
+        InvalidRequest: not an external_weights checkpoint (field ``checkpoint_id``).
+        NotFound: no such run or checkpoint for this key (the field named).
+    """
+    if kind != "external_weights":
+        raise InvalidRequest(
+            f"checkpoint_id {kind}/{name}: only external_weights/NAME checkpoints have "
+            "download URLs (save_weights_external makes one; `tinker checkpoint download` "
+            "does it for a weights/NAME state).",
+            field="checkpoint_id",
+        )
+    cid = rest.checkpoint_id(kind, name)
+    with ctx.db.session() as s:
+        key = saved_key(rest.live_checkpoint(s, p.project, training_run_id, cid), cid)
+    files = sorted(k[len(f"{key}/") :] for k in ctx.store.list(f"{key}/"))
+    base = str(request.base_url).rstrip("/")
+    return exports.signed_urls(base, ctx.extras["dev_secret"], training_run_id, cid, files)
+
+
+@router.get("/external_weights/{training_run_id}/external_weights/{name}/{path:path}")
+def external_weights_file(
+    ctx: CtxDep, training_run_id: str, name: str, path: str, expires: int = 0, signature: str = ""
+) -> Response:
+    """One file of an external weights checkpoint, for a URL ``external_weights_urls``
+    signed (no key: the signature is the permission, for that file until ``expires``).
+
+    Raises:
+        Forbidden: a signature that does not match, or an expired URL (field ``signature``).
+        NotFound: the checkpoint was deleted or expired, or has no such file.
+    """
+    cid = f"external_weights/{name}"
+    exports.check(ctx.extras["dev_secret"], training_run_id, cid, path, expires, signature)
+    with ctx.db.session() as s:
+        key = saved_key(rest.live_checkpoint(s, None, training_run_id, cid), cid)
+    blob = f"{key}/{path}"
+    if not ctx.store.exists(blob):
+        raise NotFound(f"{path}: checkpoint {cid} has no such file.", field="path")
+    return Response(ctx.store.get_bytes(blob), media_type="application/octet-stream")

@@ -53,7 +53,8 @@ def _answer_result(ctx: Any, m: Model, item_op: str, answer: dict[str, Any]) -> 
         sid = answer["sampling_session_id"]
         broker_of(ctx).samplers[sid] = (m.model_id, int(result["step"]))
         return {"type": "save_weights_for_sampler", "sampling_session_id": sid}
-    if result is None or item_op not in ("save_weights", "save_weights_for_sampler"):
+    saves = ("save_weights", "save_weights_for_sampler", "save_weights_external")
+    if result is None or item_op not in saves:
         return result
     from ...tinker.kind import record_checkpoint, register_sampler_weights
 
@@ -61,12 +62,13 @@ def _answer_result(ctx: Any, m: Model, item_op: str, answer: dict[str, Any]) -> 
     with ctx.db.session() as s:
         run = s.get(Run, m.run_id)
         assert run is not None
-        if item_op == "save_weights":
+        if item_op != "save_weights_for_sampler":  # a state, or an external export
+            kind = "weights" if item_op == "save_weights" else "external_weights"
             saved = dict((run.results or {}).get("tinkerSaves") or {})
-            saved[f"weights/{name}"] = result["key"]
+            saved[f"{kind}/{name}"] = result["key"]
             run.results = {**(run.results or {}), "tinkerSaves": saved}
-            record_checkpoint(run, f"weights/{name}", result["key"], result.get("bytes"), ttl)
-            return {"type": "save_weights", "path": f"tinker://{m.model_id}/weights/{name}"}
+            record_checkpoint(run, f"{kind}/{name}", result["key"], result.get("bytes"), ttl)
+            return {"type": item_op, "path": f"tinker://{m.model_id}/{kind}/{name}"}
         pinned = register_sampler_weights(ctx, s, run, name, result["key"], result["step"])
         record_checkpoint(run, f"sampler_weights/{name}", result["key"], result.get("bytes"), ttl)
     return {
