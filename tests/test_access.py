@@ -269,6 +269,11 @@ ROUTES: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"path": "/v1/registry/adapter-imports/{b_import}", "expect": "hidden"},
         {"path": "/v1/registry/adapter-imports/{b_import_prefix}", "expect": "hidden"},
     ],
+    ("POST", "/v1/registry/models/{namespace}/{name}/from-tinker"): [
+        {"path": "/v1/registry/models/b/tiny-smollm2/from-tinker",
+         "json": {"path": "tinker://sess-0:train:0/sampler_weights/s"},
+         "expect": "forbid:models.register"},
+    ],
     ("POST", "/v1/registry/images"): [
         {"path": "/v1/registry/images", "params": {"filename": "mine.png"},
          "content": b"\x89PNG\r\n\x1a\nproject a's own", "expect": "own"},

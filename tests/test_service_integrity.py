@@ -110,6 +110,13 @@ REFUSED_WRITES: dict[tuple[str, str], list[dict]] = {
     ("POST", "/v1/registry/adapter-imports/{namespace}/{name}"): [
         {"path": "/v1/registry/adapter-imports/p/m?baseModel=x/y", "content": b"not a tar"},
     ],
+    ("POST", "/v1/registry/models/{namespace}/{name}/from-tinker"): [
+        {"path": "/v1/registry/models/p/m/from-tinker", "json": {"path": "tinker://x/weights/s"}},
+        {
+            "path": "/v1/registry/models/p/m/from-tinker",
+            "json": {"path": "tinker://sess-0:train:0/sampler_weights/none"},
+        },
+    ],
     ("POST", "/v1/registry/images"): [{"path": "/v1/registry/images?filename=a.png"}],
     ("PUT", "/v1/registry/{kinds}/{namespace}/{name}/aliases/{alias}"): [
         {"path": "/v1/registry/datasets/p/d/aliases/best", "json": {"version": 9}},

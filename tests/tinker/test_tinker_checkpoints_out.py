@@ -8,6 +8,7 @@ cannot ask for them. Official ``tinker==0.38.0`` SDK, unmodified, tiny model.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -112,3 +113,47 @@ def test_external_weights_download_as_a_peft_folder_that_answers_as_the_trainer(
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     left = rest.list_user_checkpoints().result().checkpoints
     assert not [c for c in left if c.checkpoint_id == "external_weights/download"]
+
+
+def _json(out: Any) -> Any:
+    return json.loads(out.stdout[out.stdout.index("{") :])
+
+
+def test_a_tinker_checkpoint_registers_as_a_model_version_and_serves(world: Any) -> None:
+    """``registry models register NS/NAME --from tinker://…`` (the route ``…/from-tinker``):
+    the checkpoint's adapter becomes NS/NAME:v1 on its run's base model and an endpoint
+    serves it; a training state, or another project's checkpoint, is refused naming path."""
+    svc, keys = world["svc"], world["keys"]
+    client = tinker.ServiceClient(base_url=svc.url, api_key=keys["demo"])
+    trainer = created(client.create_lora_training_client(base_model=TINY, rank=4, seed=5))
+    trainer.forward_backward([_datum()], "cross_entropy").result()
+    trainer.optim_step(types.AdamParams(learning_rate=0.05)).result()
+    ext = trainer.save_weights_external("e").result().path
+    state = trainer.save_state("st").result().path
+    client.close("success").result()  # the endpoint needs the one CPU device
+
+    args = ("registry", "models", "register")
+    version = _json(svc.cli(*args, "demo/exported", "--from", ext, "-o", "json", check=True))
+    assert version["created"] and version["ref"].startswith("demo/exported:v1"), version
+    again = _json(svc.cli(*args, "demo/exported", "--from", ext, "-o", "json", check=True))
+    assert not again["created"]  # the same adapter: its version, not a new one
+    for name, path, words in (
+        ("demo/exported", state, "training state"),
+        ("other/exported", ext, "no training client of project 'other'"),
+    ):
+        refused = svc.cli(*args, name, "--from", path)
+        assert refused.returncode != 0 and words in refused.stderr + refused.stdout, refused
+    ep = _json(
+        svc.cli("training", "endpoints", "create", "--model", "demo/exported:v1", "--wait",
+                "-o", "json", check=True)
+    )  # fmt: skip
+    assert ep["state"] == "READY", ep
+    r = svc.api(
+        "POST",
+        f"/v1/training/endpoints/{ep['id']}/openai/v1/chat/completions",
+        json={"model": "demo/exported:v1", "temperature": 0, "max_tokens": 4,
+              "messages": [{"role": "user", "content": "What is 2 + 3?"}]},
+    )  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] >= 1
+    svc.cli("training", "endpoints", "delete", ep["id"], check=True)

@@ -229,10 +229,21 @@ def bundles_register(
 @models_app.command("register")
 def models_register(
     name: Annotated[str, typer.Argument(help="NS/NAME, such as triage/qwen3-0.6b")],
-    folder: Annotated[Path, typer.Option("-f", "--file", help="A PEFT adapter folder.")],
+    folder: Annotated[
+        Path | None, typer.Option("-f", "--file", help="A PEFT adapter folder.")
+    ] = None,
     base_model: Annotated[
-        str, typer.Option("--base-model", help="The base model version, e.g. qwen/qwen3-0.6b:v1.")
-    ],
+        str | None,
+        typer.Option("--base-model", help="The base model version, e.g. qwen/qwen3-0.6b:v1."),
+    ] = None,
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="A Tinker checkpoint of project NS instead of a folder: "
+            "tinker://MODEL_ID/sampler_weights/NAME or …/external_weights/NAME.",
+        ),
+    ] = None,
     alias: AliasOpt = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="The producing run.")] = None,
     parent_model: Annotated[
@@ -241,8 +252,25 @@ def models_register(
     timeout: TimeoutOpt = None,
     output: OutputOpt = "text",
 ) -> None:
-    """Register an adapter folder as the next version of a named model."""
+    """Register an adapter folder (or, with --from, a Tinker checkpoint: its run gives the
+    base model) as the next version of a named model."""
     r = _ref(name, bare=True)
+    if from_:
+        if folder or base_model or run_id or parent_model:
+            raise CliError(
+                "--from takes the adapter, base model and run from the Tinker checkpoint; "
+                "leave out -f, --base-model, --run-id and --parent-model.",
+                exit_code=2,
+            )
+        body = {"path": from_, "alias": alias}
+        emit(
+            Client("registry").post(_path("model", r) + "/from-tinker", json=body),
+            output,
+            _show_version,
+        )
+        return
+    if folder is None or not base_model:
+        raise CliError("Give -f FOLDER and --base-model, or --from tinker://….", exit_code=2)
     params = {"base_model": base_model, "alias": alias, "run_id": run_id}
     params["parent_model"] = parent_model
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import shutil
 import uuid
 from typing import Any
 
@@ -244,37 +243,17 @@ def register_sampler_weights(ctx: Any, s: Session, run: Run, name: str, key: str
     model (base model and run recorded); returns the pinned reference. The run's
     ``results.tinkerSaves["sampler_weights/NAME"]`` records the version and
     ``results.tinkerSamplerKeys[NAME]`` the blob key (what a sampling client loads)."""
-    from ..jobs.results import PROVENANCE_FILE, materialize_adapter
-    from ..registry import register_adapter
+    from .registering import register_blob
 
-    adapter_dir = materialize_adapter(ctx.store, key)
-    try:
-        cfg_path = adapter_dir / "adapter_config.json"
-        cfg = json.loads(cfg_path.read_text())
-        cfg["base_model_name_or_path"] = run.base_model
-        if isinstance(cfg.get("target_modules"), list):
-            cfg["target_modules"] = sorted(cfg["target_modules"])
-        cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        provenance = {"run": run.id, "baseModel": run.base_model, "step": step, "name": name}
-        (adapter_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
-        rv = register_adapter(
-            s,
-            ctx.store,
-            run.project,
-            run.model_name,
-            adapter_dir,
-            base_model=run.base_model,
-            run_id=run.id,
-            metadata={
-                "run": run.id,
-                "method": METHOD,
-                "step": step,
-                "tinkerName": name,
-                "rank": run.resolved["lora"]["rank"],
-            },  # fmt: skip
-        )
-    finally:
-        shutil.rmtree(adapter_dir, ignore_errors=True)
+    metadata = {
+        "run": run.id,
+        "method": METHOD,
+        "step": step,
+        "tinkerName": name,
+        "rank": run.resolved["lora"]["rank"],
+    }
+    provenance = {"run": run.id, "baseModel": run.base_model, "step": step, "name": name}
+    rv = register_blob(s, ctx.store, run, key, run.project, run.model_name, metadata, provenance)
     model_registered(ctx, s, run.project, rv)
     saved = dict((run.results or {}).get("tinkerSaves") or {})
     saved[f"sampler_weights/{name}"] = rv.pinned

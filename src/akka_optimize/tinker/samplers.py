@@ -24,24 +24,26 @@ from .kind import METHOD, create_training_run, saved_key
 from .states import lora_request
 
 
-def parse_path(path: str, field: str) -> tuple[str, str, str]:
+def parse_path(
+    path: str, field: str, kinds: tuple[str, ...] = ("weights", "sampler_weights")
+) -> tuple[str, str, str]:
     """``(model_id, kind, name)`` of ``tinker://MODEL_ID/KIND/NAME``.
 
     Raises:
         InvalidRequest: (naming ``field``) the path has another shape or ``KIND`` is not
-            ``weights`` or ``sampler_weights``.
+            one of ``kinds``.
     """
     parts = path.removeprefix("tinker://").split("/")
     if (
         not path.startswith("tinker://")
         or len(parts) != 3
         or not all(parts)
-        or parts[1] not in ("weights", "sampler_weights")
+        or parts[1] not in kinds
     ):
+        shapes = " or ".join(f"tinker://MODEL_ID/{k}/NAME" for k in kinds)
         raise InvalidRequest(
-            f"{field} {path[:200]!r} is not a checkpoint path (tinker://MODEL_ID/weights/NAME "
-            "or tinker://MODEL_ID/sampler_weights/NAME, as save_state and "
-            "save_weights_for_sampler answer).",
+            f"{field} {path[:200]!r} is not a checkpoint path ({shapes}, as the client's "
+            "save calls answer).",
             field=field,
         )
     return parts[0], parts[1], parts[2]
@@ -61,6 +63,34 @@ def training_run(s: Session, project: str | None, model_id: str) -> Run | None:
     return None
 
 
+def find_saved(
+    s: Session,
+    project: str | None,
+    path: str,
+    field: str,
+    kinds: tuple[str, ...],
+    refused: dict[str, str],
+    missing: str,
+) -> tuple[Run, str]:
+    """The training run (of ``project``; None: any) that saved checkpoint ``path`` and the
+    checkpoint's blob key.
+
+    Raises:
+        InvalidRequest: (naming ``field``) not ``tinker://MODEL_ID/KIND/NAME`` with a
+            ``KIND`` of ``kinds``, or a ``KIND`` in ``refused`` (its sentence).
+        NotFound: (naming ``field``) no such checkpoint, or it was deleted or expired
+            (``missing`` says what to do).
+    """
+    model_id, kind, name = parse_path(path, field, kinds)
+    if kind in refused:
+        raise InvalidRequest(f"{field} {path!r} {refused[kind]}", field=field)
+    run = training_run(s, project, model_id)
+    key = saved_key(run, f"{kind}/{name}") if run is not None else None
+    if run is None or not key:
+        raise NotFound(f"{field} {path!r}: {missing}", field=field)
+    return run, key
+
+
 def find_sampler_weights(s: Session, project: str | None, path: str) -> tuple[Run, str]:
     """The training run that saved sampler checkpoint ``path`` and the adapter's blob key.
 
@@ -70,23 +100,16 @@ def find_sampler_weights(s: Session, project: str | None, path: str) -> tuple[Ru
         NotFound: no training client of the caller's project saved sampler weights of that
             name (field ``model_path``).
     """
-    model_id, kind, name = parse_path(path, "model_path")
-    if kind != "sampler_weights":
-        raise InvalidRequest(
-            f"model_path {path!r} is a training state; sample from a sampler checkpoint "
-            "(tinker://MODEL_ID/sampler_weights/NAME, from save_weights_for_sampler).",
-            field="model_path",
-        )
-    run = training_run(s, project, model_id)
-    key = saved_key(run, f"sampler_weights/{name}") if run is not None else None
-    if run is None or not key:
-        raise NotFound(
-            f"model_path {path!r}: no sampler weights of that name were saved in this "
-            "project, or they were deleted or expired (save_weights_for_sampler(name) "
-            "saves them).",
-            field="model_path",
-        )
-    return run, key
+    state = (
+        "is a training state; sample from a sampler checkpoint "
+        "(tinker://MODEL_ID/sampler_weights/NAME, from save_weights_for_sampler)."
+    )
+    missing = (
+        "no sampler weights of that name were saved in this project, or they were deleted "
+        "or expired (save_weights_for_sampler(name) saves them)."
+    )
+    kinds = ("weights", "sampler_weights")
+    return find_saved(s, project, path, "model_path", kinds, {"weights": state}, missing)
 
 
 def create_sampling_run(

@@ -21,6 +21,7 @@ from . import (
     projects,
     recipes,
     registry,
+    registry_tinker,
     run_records,
     runs,
 )
@@ -30,6 +31,7 @@ ROUTERS = [
     docs,
     registry,
     adapter_imports,
+    registry_tinker,
     projects,
     base_models,
     data,
