@@ -21,6 +21,14 @@ alternating rounds (SDK, engine, SDK, engine); each keeps its fastest timed step
 work on a shared machine only slows a step down), so a burst of load does not decide the
 ratio; the round means are in the detail. ``tinker.protocol_overhead`` is
 ``(sdk - engine) / engine`` per step; the goal is ≤ 0.10.
+
+The same client then runs two loops of the same steps in each round (issue 53 "Speed"): a
+synchronous one (``forward_backward``, wait for its result, ``optim_step``, wait) and a
+pipelined one, as the cookbook's ``rl/train.py`` ``train_step`` writes it: step i+1's
+``forward_backward`` and ``optim_step`` are submitted before step i's results are read, so
+the worker never waits for the client between steps. ``tinker.pipelined_speedup`` is the
+synchronous loop's seconds per step over the pipelined one's (each the fastest round's
+mean); the goal is ≥ 1.2 on 2 cores.
 """
 
 from __future__ import annotations
@@ -169,6 +177,28 @@ def _sdk_round(trainer, batch, adam, warmup: int, steps: int) -> dict:
     return {"times": times, "first_loss": first}
 
 
+def _loop(trainer, batch, adam, steps: int, pipelined: bool) -> float:
+    """Seconds per step of ``steps`` steps in a row: synchronous (each result read before
+    the next call is sent) or pipelined (the next step sent before this one is read)."""
+
+    def send() -> tuple:
+        return trainer.forward_backward(batch, "cross_entropy"), trainer.optim_step(adam)
+
+    t0 = time.perf_counter()
+    if pipelined:
+        now = send()
+        for i in range(steps):
+            ahead = send() if i + 1 < steps else None
+            now[0].result()
+            now[1].result()
+            now = ahead
+    else:
+        for _ in range(steps):
+            trainer.forward_backward(batch, "cross_entropy").result()
+            trainer.optim_step(adam).result()
+    return (time.perf_counter() - t0) / steps
+
+
 def _engine_config(url: str, token: str, run_id: str) -> dict:
     """The worker's engine settings, from the run's frozen settings (as ``build_spec``)."""
     import httpx
@@ -216,14 +246,23 @@ def _measure(url: str, token: str, key: str, repo: str, model_dir: Path, quick: 
         "steps": steps,
     }
     adam = types.AdamParams(**ADAM)
-    sdk, engine = [], []
+    sdk, engine, loops = [], [], {"sync": [], "pipelined": []}
     try:
         for _ in range(rounds):
             sdk.append(_sdk_round(trainer, batch, adam, warmup, steps))
             engine.append(_engine_round(spec))
+            for kind in loops:
+                loops[kind].append(_loop(trainer, batch, adam, steps, kind == "pipelined"))
     finally:  # the session's end ends the client's worker (its run SUCCEEDED)
         client.close("success").result()
-    return {"sdk": sdk, "engine": engine, "cfg": spec["cfg"], "rounds": rounds, "steps": steps}
+    return {
+        "sdk": sdk,
+        "engine": engine,
+        "loops": loops,
+        "cfg": spec["cfg"],
+        "rounds": rounds,
+        "steps": steps,
+    }
 
 
 def _rows(m: dict) -> list[dict]:
@@ -258,6 +297,27 @@ def _rows(m: dict) -> list[dict]:
         {"name": "tinker.protocol_overhead", "value": round(overhead, 4), "unit": "fraction",
          "baseline": 0.10, "ratio": round(overhead / 0.10, 3),
          "detail": "(SDK - engine) / engine per step; goal ≤ 0.10 (ratio ≤ 1 meets it)"},
+        *_loop_rows(m),
+    ]  # fmt: skip
+
+
+def _loop_rows(m: dict) -> list[dict]:
+    sync, pipe = min(m["loops"]["sync"]), min(m["loops"]["pipelined"])
+    each = "; ".join(f"{k} {', '.join(f'{t:.3f}' for t in v)}" for k, v in m["loops"].items())
+    detail = (
+        f"{m['steps']} steps in a row per round, fastest round's mean of {m['rounds']} "
+        f"(round means s/step: {each}); cores {os.cpu_count()}"
+    )
+    return [
+        {"name": "tinker.sync_loop_step_seconds", "value": round(sync, 4), "unit": "s",
+         "baseline": None, "ratio": None,
+         "detail": "forward_backward, its result, optim_step, its result; " + detail},
+        {"name": "tinker.pipelined_loop_step_seconds", "value": round(pipe, 4), "unit": "s",
+         "baseline": round(sync, 4), "ratio": round(pipe / sync, 3),
+         "detail": "step i+1 submitted before step i is read (cookbook train_step); " + detail},
+        {"name": "tinker.pipelined_speedup", "value": round(sync / pipe, 3), "unit": "x",
+         "baseline": 1.2, "ratio": round(sync / pipe / 1.2, 3),
+         "detail": "synchronous / pipelined seconds per step; goal ≥ 1.2 (ratio ≥ 1 meets it)"},
     ]  # fmt: skip
 
 
