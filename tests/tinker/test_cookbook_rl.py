@@ -7,8 +7,7 @@ renderer (``qwen3_instruct``: SmolLM2's own turn format, stopping on ``<|im_end|
 The math_rl recipe's entry point with its default loss, ``stable_reinforce``, is refused
 with the losses the platform trains (its objective is not published); with
 ``importance_sampling`` and ``role_colon``, whose stop string ``"\\n\\nUser:"`` is four
-tokens, it waits on issue 53's break 5, fixed on another branch: a strict xfail, flipped
-when that lands.
+tokens (issue 53 break 5: stop strings of any length), it trains.
 """
 
 from __future__ import annotations
@@ -112,11 +111,6 @@ def test_the_math_rl_recipe_s_default_loss_is_refused_naming_the_losses_served(
     assert "loss_fn 'stable_reinforce'" in text and "importance_sampling" in text, text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs h53a's multi-token stop strings (issue 53 break 5: role_colon stops on "
-    "'\\n\\nUser:', 4 tokens)",
-)
 def test_the_math_rl_recipe_trains_with_role_colon(world: Any) -> None:
     from tinker_cookbook.recipes.math_rl import train as recipe
 
