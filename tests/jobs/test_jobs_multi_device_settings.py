@@ -45,9 +45,13 @@ def test_a_reinforcement_run_on_two_devices_keeps_replicas_on_two_ranks() -> Non
     keep whole replicas (each samples its own groups)."""
     plan = _rl(2, memory={"sharding": "full"})  # the resolver's default, not stated
     plan["config"]["method"] = "rl"
-    cfg = EngineConfig(**engine_settings(plan, ["q_proj"]))
-    assert (cfg.ranks, cfg.sharding) == (2, "none")
     assert _refusal(plan, method="rl") is None
+    typed = resolved_plan(2, method="rl", over={"execution": {"memory": {"sharding": "full"}}})
+    cfg = EngineConfig(**engine_settings(typed, ["q_proj"], "AutoModelForCausalLM", "cpu"))
+    assert (cfg.ranks, cfg.sharding) == (2, "none")
+    stated = ["execution.memory.sharding"]  # stated: kept (and refused by the admission)
+    kw = engine_settings(typed, ["q_proj"], "AutoModelForCausalLM", "cpu", stated=stated)
+    assert kw["sharding"] == "full"
 
 
 def test_the_worker_runs_under_torch_distributed_run_with_one_rank_per_device(tmp_path) -> None:

@@ -37,9 +37,10 @@ NOT_IN_PLAN = {
 }
 """EngineConfig fields the resolved plan has no field for, and where each comes from."""
 
-ONE_RANK_ONLY = set(mapping.ONE_RANK) | set(mapping.RL_SESSION) | set(mapping.NO_MEMORY)
+ONE_RANK_ONLY = set(mapping.ONE_RANK) | set(mapping.RL_SESSION) | set(mapping.NO_MEMORY) | {"ranks"}
 """Fields that only a supervised run on several devices (or only a supervised loop)
-reads from the plan; the other plans set them from the named constants."""
+reads from the plan; the other plans set them from the named constants (``ranks`` is
+``execution.gpus``, which the walk moves only where the engine settings are resolved)."""
 
 DECLARED = {"head_chunk_tokens", "sync_once_per_update", "compare_replicas"}
 """Engine settings a loop without them takes at their declared default
@@ -70,6 +71,14 @@ OTHER = {
 choice only: ``adamw``, ``transformers``)."""
 
 
+BY_LEAF: dict[str, dict[str, str]] = {
+    "rolloutCorrection": {"none": "truncated_is"},
+    "advantageNormalization": {"population_std": "sample_std"},
+    "lossAggregation": {"token_mean": "sequence_mean"},
+}
+"""Another value of a leaf whose values :data:`OTHER` would map wrongly (``none``)."""
+
+
 def _other(path: str, value: Any) -> Any:
     """Another valid value for the resolved leaf at ``path``, or None where there is none."""
     leaf = path.rsplit(".", 1)[-1]
@@ -79,8 +88,8 @@ def _other(path: str, value: Any) -> Any:
         return value + 1
     if isinstance(value, float):
         return value / 2 if value else 0.25
-    if isinstance(value, str):
-        return OTHER.get(value)
+    if isinstance(value, str):  # a leaf whose values overlap another's names its own
+        return BY_LEAF.get(leaf, OTHER).get(value)
     assert value is None, path
     if leaf in ("loss", "memory", "rollout"):
         return None  # a group the loop does not have

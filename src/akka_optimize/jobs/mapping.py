@@ -75,13 +75,11 @@ RL_SESSION: dict[str, Any] = {
     "gradient_accumulation": 1,
     "validation_frequency_steps": 0,
     "validate_each_epoch": False,
-    "ranks": 1,
 }
 """The supervised loop's fields on a reinforcement run's engine session: the loop
 (:mod:`akka_optimize.engine.rl`) makes one update per prompt batch from its own fields
-(``rlHyperparams.steps``, ``promptsPerStep``), trains one sequence per sample on one
-device (jobs/multi_device.py refuses more) and validates nothing, so these are fixed,
-not read from the plan."""
+(``rlHyperparams.steps``, ``promptsPerStep``, groups dealt whole to ``execution.gpus``
+ranks) and validates nothing, so these are fixed, not read from the plan."""
 
 ONE_RANK: dict[str, Any] = {
     "reduce_dtype": BY_KEY["dtypes.reduce"].default,
