@@ -10,6 +10,7 @@ import pytest
 
 from akka_optimize.core.openai_ft.errors import OpenAIError
 from akka_optimize.core.openai_ft.files import convert_file
+from akka_optimize.data.rows import parse_row
 
 
 def _jsonl(*rows: object) -> bytes:
@@ -38,15 +39,40 @@ def test_reinforcement_rows_keep_their_reference_fields_as_ground_truth() -> Non
     assert rows[0] == {"messages": [U], "ground_truth": {"answer": "Paris", "tags": ["geo"]}}
 
 
-def test_preference_rows_keep_the_other_answer() -> None:
+def test_preference_rows_are_kept_as_pairs_the_data_layer_reads() -> None:
     other = {"role": "assistant", "content": "Rome"}
+    dev = {"role": "developer", "content": "Answer briefly."}
     kind, rows = convert_file(
         _jsonl(
-            {"input": {"messages": [U]}, "preferred_output": [A], "non_preferred_output": [other]}
+            {
+                "input": {"messages": [dev, U]},
+                "preferred_output": [A],
+                "non_preferred_output": [other],
+            }
         )
     )
     assert kind == "dpo"
-    assert rows[0] == {"messages": [U, A], "extra_info": {"non_preferred_output": [other]}}
+    sys_msg = {"role": "system", "content": "Answer briefly."}
+    assert rows[0] == {
+        "input": {"messages": [sys_msg, U]},
+        "preferred_output": [A],
+        "non_preferred_output": [other],
+    }
+    assert parse_row(rows[0], 1) == {"prompt": [sys_msg, U], "chosen": [A], "rejected": [other]}
+
+
+@pytest.mark.parametrize(
+    ("pair", "words"),
+    [({"preferred_output": [A], "non_preferred_output": [A]}, "Line 2: non_preferred_output: is identical"),
+     ({"preferred_output": [A, A], "non_preferred_output": [U]}, "Line 2: preferred_output and non_preferred_output hold assistant"),
+     ({"preferred_output": [A, A], "non_preferred_output": [A]}, "Line 2: preferred_output: must hold exactly one message"),
+     ({"preferred_output": [A]}, "Line 2: non_preferred_output must be a non-empty list")],
+)  # fmt: skip
+def test_a_bad_pair_is_refused_with_its_line(pair: dict, words: str) -> None:
+    good = {"input": {"messages": [U]}, "preferred_output": [A], "non_preferred_output": [U | {"role": "assistant"}]}  # fmt: skip
+    with pytest.raises(OpenAIError) as e:
+        convert_file(_jsonl(good, {"input": {"messages": [U]}, **pair}))
+    assert e.value.code == "invalid_file_format" and words in e.value.message, e.value.message
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,9 @@ The three OpenAI JSONL formats (platform.openai.com/docs/api-reference/fine-tuni
   every other field is a reference field a grader reads as ``{{item.FIELD}}``, kept as the
   row's ``ground_truth`` object;
 - preference (DPO): ``{"input": {"messages", "tools"?}, "preferred_output": [assistant
-  message], "non_preferred_output": [assistant message]}``: the preferred conversation is
-  the row, the other answer kept in ``extra_info.non_preferred_output`` (no preference run
-  reads it yet).
+  message], "non_preferred_output": [assistant message]}``: stored in that same shape (the
+  roles mapped as above), a preference pair the data layer reads natively
+  (:mod:`akka_optimize.data.preference_rows`) and a ``dpo`` job trains on.
 
 A file mixes no formats; a bad line is refused naming its number and what is wrong, and
 nothing is registered.
@@ -96,11 +96,12 @@ def convert_row(obj: Any, line: int) -> tuple[str, dict[str, Any]]:
         if [m["role"] for m in pref + other] != ["assistant"] * (len(pref) + len(other)):
             raise _bad(line, "preferred_output and non_preferred_output hold assistant messages")
         row: dict[str, Any] = {
-            "messages": msgs + pref,
-            "extra_info": {"non_preferred_output": other},
+            "input": {"messages": msgs},
+            "preferred_output": pref,
+            "non_preferred_output": other,
         }
         if inp.get("tools"):
-            row["tools"] = inp["tools"]
+            row["input"]["tools"] = inp["tools"]
         return "dpo", row
     if "messages" not in obj:
         raise _bad(line, "missing messages (or input/preferred_output/non_preferred_output)")
