@@ -41,6 +41,17 @@ def rl_rows() -> bytes:
     )  # fmt: skip
 
 
+def dpo_rows() -> bytes:
+    """Four pairs in OpenAI's DPO format: the right capital preferred over the next one."""
+    wrong = ANSWERS[1:] + ANSWERS[:1]
+    return jsonl(
+        [{"input": {"messages": [{"role": "user", "content": q}]},
+          "preferred_output": [{"role": "assistant", "content": a}],
+          "non_preferred_output": [{"role": "assistant", "content": w}]}
+         for q, a, w in zip(QUESTIONS, ANSWERS, wrong, strict=True)]
+    )  # fmt: skip
+
+
 def setup(svc: LiveService, project: str = "demo") -> openai.OpenAI:
     """Project, tiny model, and an SDK client with a token of the project (only base_url and
     api_key set; retries enough to outlast an endpoint's start, each waiting Retry-After)."""

@@ -92,7 +92,6 @@ def test_refusals_name_the_field_in_openais_shape(svc) -> None:
     f = oai.files.create(file=("c.jsonl", sft_rows()), purpose="fine-tune")
     cases = [
         ({"model": "gpt-4o-mini"}, "model", "gpt-4o-mini"),
-        ({"method": {"type": "dpo", "dpo": {}}}, "method.type", "preference runs"),
         ({"method": {"type": "supervised", "supervised": {"hyperparameters": {"beta": 0.1}}}},
          "method.supervised.hyperparameters.beta", "not a hyperparameter of supervised"),
         ({"hyperparameters": {"n_epochs": 0}}, "hyperparameters.n_epochs", "from 1 to 50"),

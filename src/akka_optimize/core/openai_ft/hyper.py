@@ -6,14 +6,18 @@ OpenAI's names and the plan fields they set (seeds/000 "Training parameters"):
 OpenAI                         plan
 =============================  ========================================================
 ``n_epochs``                   supervised: ``hyperparams.training.epochs``;
+                               dpo: ``dpoHyperparams.epochs``;
                                reinforcement: ``rlHyperparams.steps`` =
                                ceil(n_epochs × rows / batch_size)
-``batch_size``                 supervised: ``training.microBatchPerGpu`` (gradient
-                               accumulation 1); reinforcement: ``promptsPerStep``
+``batch_size``                 supervised: ``training.microBatchPerGpu``; dpo:
+                               ``dpoHyperparams.microBatchPerGpu`` (pairs; gradient
+                               accumulation 1 for both); reinforcement:
+                               ``promptsPerStep``
 ``learning_rate_multiplier``   ``optimizer.learningRate`` = the platform's default
                                learning rate for the method × the multiplier
-``seed``                       ``training.seed`` / ``rlHyperparams.seed``
-``beta``                       (dpo: not on this service yet)
+``seed``                       ``training.seed`` / ``dpoHyperparams.seed`` /
+                               ``rlHyperparams.seed``
+``beta``                       dpo: ``dpoHyperparams.beta`` (the sigmoid DPO loss)
 ``eval_interval``,             reinforcement: only ``"auto"`` (this service does not
 ``eval_samples``               evaluate a reinforcement run while it trains; returned null)
 ``compute_multiplier``         refused unless ``"auto"``; ``reasoning_effort`` unless
@@ -44,7 +48,9 @@ FIELDS = {
     ),
     "dpo": ("n_epochs", "batch_size", "learning_rate_multiplier", "beta"),
 }
-"""The hyperparameters OpenAI documents per method (the dpo row is for its later wiring)."""
+"""The hyperparameters OpenAI documents per method."""
+GROUP = {"supervised": "hyperparams", "dpo": "dpoHyperparams", "reinforcement": "rlHyperparams"}
+"""The plan's hyperparameter group of each method (``config.GROUP``)."""
 LIMITS = {"n_epochs": (1, 50), "batch_size": (1, 256)}
 """Integer bounds (OpenAI's documented ranges)."""
 AUTO_ONLY = {
@@ -106,48 +112,46 @@ def apply(
     """Write the stated hyperparameters into ``plan``'s config (module table) and return
     the method's default learning rate. ``rows`` is the training file's row count
     (reinforcement steps); ``first`` the plan resolved before (the platform's defaults)."""
-    default_lr = float(
-        first["config"]["hyperparams"]["optimizer"]["learningRate"]
-        if method == "supervised"
-        else first["config"]["rlHyperparams"]["optimizer"]["learningRate"]
-    )
+    default_lr = float(first["config"][GROUP[method]]["optimizer"]["learningRate"])
     cfg = plan["config"]
-    if method == "supervised":
-        tr = cfg.setdefault("hyperparams", {}).setdefault("training", {})
+    group = cfg.setdefault(GROUP[method], {})
+    if method in ("supervised", "dpo"):
+        loop = group.setdefault("training", {}) if method == "supervised" else group
         if "n_epochs" in stated:
-            tr["epochs"] = stated["n_epochs"]
+            loop["epochs"] = stated["n_epochs"]
         if "batch_size" in stated:
-            tr["microBatchPerGpu"], tr["gradientAccumulation"] = stated["batch_size"], 1
-        opt = cfg["hyperparams"].setdefault("optimizer", {})
+            loop["microBatchPerGpu"], loop["gradientAccumulation"] = stated["batch_size"], 1
+        if "beta" in stated:
+            loop["beta"] = stated["beta"]
     else:
-        rl = cfg.setdefault("rlHyperparams", {})
         if "batch_size" in stated:
-            rl["promptsPerStep"] = stated["batch_size"]
-        per_step = rl.get("promptsPerStep") or first["config"]["rlHyperparams"]["promptsPerStep"]
-        rl["steps"] = max(1, math.ceil(stated.get("n_epochs", 1) * rows / per_step))
-        opt = rl.setdefault("optimizer", {})
+            group["promptsPerStep"] = stated["batch_size"]
+        per_step = group.get("promptsPerStep") or first["config"][GROUP[method]]["promptsPerStep"]
+        group["steps"] = max(1, math.ceil(stated.get("n_epochs", 1) * rows / per_step))
     if "learning_rate_multiplier" in stated:
+        opt = group.setdefault("optimizer", {})
         opt["learningRate"] = default_lr * stated["learning_rate_multiplier"]
     return default_lr
 
 
 def resolved(plan: dict[str, Any], method: str, rows: int, default_lr: float) -> dict[str, Any]:
     """OpenAI's hyperparameters as the resolved plan holds them (``"auto"`` resolved)."""
-    cfg = plan["config"]
-    if method == "supervised":
-        h = cfg["hyperparams"]
-        tr = h["training"]
-        lr = h["optimizer"]["learningRate"]
-        return {
-            "n_epochs": tr["epochs"],
-            "batch_size": tr["microBatchPerGpu"] * tr["gradientAccumulation"],
-            "learning_rate_multiplier": round(lr / default_lr, 6),
+    group = plan["config"][GROUP[method]]
+    lrm = round(group["optimizer"]["learningRate"] / default_lr, 6)
+    if method in ("supervised", "dpo"):
+        loop = group["training"] if method == "supervised" else group
+        out = {
+            "n_epochs": loop["epochs"],
+            "batch_size": loop["microBatchPerGpu"] * loop["gradientAccumulation"],
+            "learning_rate_multiplier": lrm,
         }
-    rl = cfg["rlHyperparams"]
+        if method == "dpo":
+            out["beta"] = loop["beta"]
+        return out
     return {
-        "n_epochs": max(1, round(rl["steps"] * rl["promptsPerStep"] / max(rows, 1))),
-        "batch_size": rl["promptsPerStep"],
-        "learning_rate_multiplier": round(rl["optimizer"]["learningRate"] / default_lr, 6),
+        "n_epochs": max(1, round(group["steps"] * group["promptsPerStep"] / max(rows, 1))),
+        "batch_size": group["promptsPerStep"],
+        "learning_rate_multiplier": lrm,
         "eval_interval": None,
         "eval_samples": None,
         "compute_multiplier": None,
@@ -163,6 +167,10 @@ PARAMS = {
     "config.hyperparams.training.microBatchPerGpu": "hyperparameters.batch_size",
     "config.hyperparams.training.seed": "seed",
     "config.rlHyperparams.seed": "seed",
+    "config.dpoHyperparams.seed": "seed",
+    "config.dpoHyperparams.epochs": "hyperparameters.n_epochs",
+    "config.dpoHyperparams.microBatchPerGpu": "hyperparameters.batch_size",
+    "config.dpoHyperparams.beta": "hyperparameters.beta",
     "config.rlHyperparams.promptsPerStep": "hyperparameters.batch_size",
     "config.rlHyperparams.steps": "hyperparameters.n_epochs",
     "config.rlHyperparams.reward": "method.reinforcement.grader",

@@ -8,8 +8,10 @@ shape; the plan's own refusals are renamed to the OpenAI field that set them
 (:data:`.hyper.PARAMS`). The dry run of the plan and the start share one check
 (:func:`akka_optimize.jobs.admission.admit`, called by ``start_run``).
 
-Methods: :data:`METHODS` maps ``method.type`` to the function that builds its plan; ``dpo``
-is refused there until preference runs land (the one place to wire it).
+Methods: :data:`METHODS` maps ``method.type`` to the function that builds its plan:
+``supervised`` a supervised run (``config.method: sft``), ``dpo`` a preference run
+(``config.method: dpo``, ``dpoHyperparams``; the sigmoid DPO loss with OpenAI's ``beta``),
+``reinforcement`` a reinforcement run whose reward is the grader.
 """
 
 from __future__ import annotations
@@ -45,15 +47,6 @@ BODY_FIELDS = (
 GRADER_BUNDLE = "openai-grader"
 """The bundle (in the job's project) whose versions are reinforcement jobs' graders."""
 _SUFFIX = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
-
-
-def _refuse_dpo(*_: Any) -> dict[str, Any]:
-    raise OpenAIError(
-        "method.type dpo needs preference runs, not on this service yet; use supervised or "
-        "reinforcement.",
-        "method.type",
-        "unsupported_method",
-    )
 
 
 def _check_metadata(m: Any) -> dict[str, str]:
@@ -102,6 +95,14 @@ def _supervised(ctx: Any, s: Session, job: dict[str, Any], inner: dict[str, Any]
     if job["validation_file"] is not None:  # valid_loss after each epoch, as OpenAI reports it
         training["validateEachEpoch"] = True
     return {"method": "sft", "hyperparams": {"training": training}}
+
+
+def _dpo(ctx: Any, s: Session, job: dict[str, Any], inner: dict[str, Any]) -> dict[str, Any]:
+    for k in set(inner) - {"hyperparameters"}:
+        raise OpenAIError(f"method.dpo.{k} is not a field here.", f"method.dpo.{k}")
+    # OpenAI's DPO is the sigmoid loss; a validation file is scored after the last update
+    # (dpoHyperparams.validationFrequencySteps 0), its loss the checkpoint's full_valid_loss
+    return {"method": "dpo", "dpoHyperparams": {"seed": job["seed"], "lossTypes": ["sigmoid"]}}
 
 
 def _reinforcement(
@@ -157,7 +158,7 @@ def _reward(ctx: Any, s: Session, project: str, g: dict[str, Any]) -> str:
 METHODS: dict[str, Callable[[Any, Session, dict[str, Any], dict[str, Any]], dict[str, Any]]] = {
     "supervised": _supervised,
     "reinforcement": _reinforcement,
-    "dpo": _refuse_dpo,  # wire preference runs here once they land (issue 51, issue 50)
+    "dpo": _dpo,
 }
 """``method.type`` → the function building the plan's ``config`` (and checking the method)."""
 _FILE_KIND = {"supervised": "supervised", "reinforcement": "reinforcement", "dpo": "dpo"}

@@ -21,7 +21,13 @@ Names: a job's model is ``ft:BASE:SUFFIX:RUN`` (an empty SUFFIX when none was gi
 checkpoint's ``ft:BASE:SUFFIX:RUN:ckpt-step-N``; :func:`parse_ft_name` reads them back.
 Metrics use OpenAI's names: ``train_loss`` (the update's token-weighted loss), ``valid_loss``
 (a validation measurement), ``full_valid_loss`` (the last one, on the whole validation
-file), and for reinforcement ``train_reward_mean`` (with min/max) from the grader.
+file), and for reinforcement ``train_reward_mean`` (with min/max) from the grader. A dpo
+job's ``train_loss``/``valid_loss`` are the mean pair loss (the sigmoid DPO loss), beside
+its implicit rewards as TRL reports them (:data:`PAIR_METRICS`, ``train_`` or ``valid_``
+prefixed): ``rewards_chosen``, ``rewards_rejected``, ``rewards_margin`` (β × the
+policy/reference log-ratio of each answer, and their difference) and ``rewards_accuracy``
+(the share of pairs whose preferred answer has the higher reward). Mean token accuracy is
+not computed here, so it is not reported.
 """
 
 from __future__ import annotations
@@ -46,6 +52,14 @@ STATUS = {
 }
 """Run state → OpenAI job status (module table)."""
 PREFIX = "ftjob-"
+PAIR_METRICS = {
+    "rewards/chosen": "rewards_chosen",
+    "rewards/rejected": "rewards_rejected",
+    "rewards/margin": "rewards_margin",
+    "rewards/accuracy": "rewards_accuracy",
+}
+"""A preference run's reward metric (:data:`akka_optimize.engine.dpo.REWARD_KEYS`) → its
+name after ``train_``/``valid_`` (module docstring)."""
 
 
 def _ts(t: dt.datetime | None) -> int | None:
@@ -136,6 +150,8 @@ def metrics_of(kind: str, values: dict[str, Any], step: int, total: int | None) 
     out: dict[str, Any] = {"step": step}
     if total:
         out["total_steps"] = total
+    side = "valid_" if kind == "validation" else "train_"
+    out.update({side + v: values[k] for k, v in PAIR_METRICS.items() if k in values})
     if kind == "validation":
         out["valid_loss"] = values.get("loss")
         return out

@@ -53,7 +53,8 @@ class OpenAIJobError(View):
 
 
 class OpenAIHyperparameters(View):
-    """The resolved supervised hyperparameters."""
+    """The resolved hyperparameters (OpenAI's legacy field; a dpo job's beta is in
+    `method.dpo.hyperparameters`)."""
 
     n_epochs: int | None = Field(description="Epochs (training.epochs).")
     batch_size: int | None = Field(description="Rows per update.")
@@ -63,10 +64,13 @@ class OpenAIHyperparameters(View):
 class OpenAIMethod(View):
     """The job's method with its resolved hyperparameters (and grader)."""
 
-    type: str = Field(description="`supervised` or `reinforcement`.")
+    type: str = Field(description="`supervised`, `dpo` or `reinforcement`.")
     supervised: dict[str, Any] | None = Field(None, description="{hyperparameters}.")
     reinforcement: dict[str, Any] | None = Field(None, description="{hyperparameters, grader}.")
-    dpo: dict[str, Any] | None = Field(None, description="Not served yet.")
+    dpo: dict[str, Any] | None = Field(
+        None,
+        description="{hyperparameters} (n_epochs, batch_size, learning_rate_multiplier, beta).",
+    )
 
 
 class OpenAIJob(View):
