@@ -150,6 +150,13 @@ class ServiceLimits(_Strict):
         "sampling clients: a training client saves its state "
         "(tinker://MODEL_ID/weights/heartbeat) and its device is released.",
     )
+    startupTimeoutSeconds: float = Field(
+        600,
+        gt=0,
+        description="A supervised run on several devices that tokenizes its rows before it "
+        "claims them fails with a sentence when that preparation reports no progress for "
+        "this long (seeds/001 PREPARING).",
+    )
     recipeHeartbeatSeconds: int = Field(
         300,
         ge=1,

@@ -132,3 +132,21 @@ def worker_pid(run_id: str) -> int:
     pids = [int(p) for p in out.stdout.split()]
     assert pids, f"no worker process for run {run_id}"
     return pids[0]
+
+
+def two_cpu_deployment(home: Path, **sections: dict[str, Any]) -> Path:
+    """Write ``home/deployment.yaml``: the shipped deployment with two devices in the cpu
+    profile (two gloo ranks), each of ``sections`` merged into its top-level section."""
+    from importlib import resources
+
+    import yaml
+
+    raw = yaml.safe_load(resources.files("akka_optimize").joinpath("deployment.yaml").read_text())
+    for profile in raw["deviceProfiles"]:
+        if profile["name"] == "cpu":
+            profile["devicesPerNode"] = 2
+    for name, values in sections.items():
+        raw[name] = {**(raw.get(name) or {}), **values}
+    path = home / "deployment.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path

@@ -6,7 +6,9 @@ Everything that uses devices makes **claims** on pools:
 
 - a run of any kind (supervised, reinforcement, evaluation, comparison) claims
   ``max(1, execution.gpus)`` devices of the pool of its device profile while it is
-  ``PREPARING`` or ``RUNNING`` (a paused, queued or ended run holds none);
+  ``PREPARING`` or ``RUNNING`` (a paused, queued or ended run holds none, nor a supervised
+  run on several devices that tokenizes its rows before it claims them:
+  :mod:`akka_optimize.jobs.preparation`);
 - a run graded by a ``model:`` judge (a judged evaluation or reinforcement run) also claims
   its judge endpoint, ``serving.claimDevices`` of the serving pool, for as long as it is
   active: seeds/000 "a judged reinforcement run needs quota for two claims, its training

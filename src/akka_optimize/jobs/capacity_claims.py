@@ -73,6 +73,17 @@ def _judged(run: Run) -> bool:
     return bool(((run.resolved or {}).get("grader") or {}).get("judge"))
 
 
+UNCLAIMED = "unclaimed"
+"""``run.results["preparation"]`` while a supervised run on several devices tokenizes its
+rows before it claims them (F071; :mod:`akka_optimize.jobs.preparation`)."""
+
+
+def holds_devices(run: Run) -> bool:
+    """Whether active run ``run`` holds its devices: not while it tokenizes its rows before
+    claiming them (seeds/001 "tokenizes its rows before claiming GPUs")."""
+    return (run.results or {}).get("preparation") != UNCLAIMED
+
+
 def run_claim(dep: Deployment, run: Run) -> Claim:
     """The claim of run ``run`` (any kind)."""
     judged = _judged(run)

@@ -20,7 +20,14 @@ from ..db.models.serving import Endpoint
 from ..deployment import Deployment
 from ..errors import InvalidRequest
 from . import states as S
-from .capacity_claims import Claim, _inside_run, _judge_served, endpoint_claim, run_claim
+from .capacity_claims import (
+    Claim,
+    _inside_run,
+    _judge_served,
+    endpoint_claim,
+    holds_devices,
+    run_claim,
+)
 from .capacity_pools import _plural, serving_pool
 from .kinds import is_external
 
@@ -149,7 +156,7 @@ def _project_names(s: Session) -> dict[str, str]:
 def holders(s: Session, dep: Deployment) -> list[Claim]:
     """Every claim held now: active runs and live endpoints (not those inside a judged
     run's claim), oldest first."""
-    active = list(s.scalars(select(Run).where(Run.state.in_(S.ACTIVE))))
+    active = [r for r in s.scalars(select(Run).where(Run.state.in_(S.ACTIVE))) if holds_devices(r)]
     out = _claims(dep, active)
     judges = _judge_served(active)
     names = _project_names(s)

@@ -31,6 +31,8 @@ from . import capacity
 from . import states as S
 from .executor import Executor, LocalExecutor
 from .kinds import Launch, job_kind
+from .preparation import WORKER as PREPARE_WORKER
+from .preparation import fail_stalled, mark_preparing, prepares_first, rows_path
 from .records import attempt_token, finish
 from .recovery import reap_dead_workers
 
@@ -110,6 +112,10 @@ class Scheduler:
             refused = capacity.pool_refusal(dep, run)
             if refused is not None:
                 finish(run, S.FAILED, refused.message)
+        fail_stalled(s, dep.service.startupTimeoutSeconds, self.executor)
+        for run in s.scalars(select(Run).where(Run.state == S.QUEUED)).all():
+            if prepares_first(run) and not capacity.unfinished(s, run):
+                self._start(s, run, prepare=True)  # tokenizes before its claim (F071)
         book = capacity.ledger(s, dep)
 
         tried: set[str] = set()
@@ -128,8 +134,10 @@ class Scheduler:
                 if run is not None:
                     run.queue_reason = v.sentence()
 
-    def _start(self, s: Session, run: Run) -> str | None:
-        """Launch ``run`` now; None when launched (or failed for good), else why it waits."""
+    def _start(self, s: Session, run: Run, prepare: bool = False) -> str | None:
+        """Launch ``run`` now; None when launched (or failed for good), else why it waits.
+        ``prepare``: launch its preparation attempt, which holds no device
+        (:mod:`akka_optimize.jobs.preparation`)."""
         try:
             model_dir = self._model_dir(s, run)
         except Conflict as exc:
@@ -141,7 +149,7 @@ class Scheduler:
         except Exception as exc:
             finish(run, S.FAILED, getattr(exc, "message", str(exc)))
             return None
-        self._launch(s, run, model_dir)
+        self._launch(s, run, model_dir, prepare)
         return None
 
     def _model_dir(self, s: Session, run: Run) -> Path:
@@ -150,7 +158,7 @@ class Scheduler:
         path, _entry = ready_model_dir(s, self.ctx.settings, run.base_model)
         return Path(path)
 
-    def _launch(self, s: Session, run: Run, model_dir: Path) -> None:
+    def _launch(self, s: Session, run: Run, model_dir: Path, prepare: bool = False) -> None:
         try:
             kind = job_kind(run.method)
         except AkkaError as exc:
@@ -171,6 +179,10 @@ class Scheduler:
             finish(run, S.FAILED, exc.message)
             return
         spec.kind, spec.worker = kind.name, kind.worker
+        if run.method == "sft" and (run.gpus or 0) > 1:  # its rows, tokenized before the claim
+            spec.extra["prepared_rows"] = str(rows_path(self.ctx.settings.runs_dir, run))
+        if prepare:
+            spec.worker, spec.engine["ranks"] = PREPARE_WORKER, 1
         spec_path = spec.write(work / "spec.json")
         log_path = work / "worker.log"
         att = RunAttempt(
@@ -178,15 +190,18 @@ class Scheduler:
             number=number,
             state=S.RUNNING,
             executor=self.executor.name,
-            device=run.device_kind,
+            device="cpu" if prepare else run.device_kind,
             resume_step=run.resume_step,
             token_sha256=hash_token(token),
             log_path=str(log_path),
         )
         s.add(att)
-        run.state = S.PREPARING
-        run.queue_reason = None
-        run.phase_detail = "starting the worker"
+        if prepare:
+            mark_preparing(run)
+        else:
+            run.state = S.PREPARING
+            run.queue_reason = None
+            run.phase_detail = "starting the worker"
         run.started_at = run.started_at or utcnow()
         s.flush()
-        att.pid = self.executor.launch(spec_path, log_path, run.device_kind)
+        att.pid = self.executor.launch(spec_path, log_path, att.device)

@@ -25,6 +25,7 @@ from .admission import accepted, admit, claims
 from .branches import branch_origin, record_origin
 from .kinds import JobKind, register_kind
 from .mapping import build_spec, job_fields
+from .preparation import record_prepared
 from .results import complete
 from .saves import record_save
 from .scheduler import wake
@@ -39,12 +40,23 @@ def record_checks(ctx: Any, s: Session, run: Run, _att: RunAttempt, ev: dict[str
     run.results = {**(run.results or {}), "checks": checks, "checksPassed": passed}
 
 
+def _prepared(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+    """A ``prepared`` event: the rows are tokenized; the scheduler may claim the devices."""
+    record_prepared(ctx, s, run, att, ev)
+    wake(ctx)
+
+
 SUPERVISED = register_kind(
     JobKind(
         name="sft",
         worker="akka_optimize.jobs.training:train",
         build_spec=build_spec,
-        events={"save": record_save, "completed": complete, "checks": record_checks},
+        events={
+            "save": record_save,
+            "completed": complete,
+            "checks": record_checks,
+            "prepared": _prepared,
+        },
     )
 )
 """The supervised kind, registered when this module is imported."""

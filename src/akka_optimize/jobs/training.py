@@ -7,6 +7,7 @@ settings → rows → examples → engine → saves → result.
 
 from __future__ import annotations
 
+import pickle
 import shutil
 import time
 from pathlib import Path
@@ -106,12 +107,18 @@ def tokenizing_progress(events: Any, total: int) -> Any:
 def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, Any]:
     """Rows, tokenized training set and validation set (or None), with their phase events.
 
-    A dataset of prepared token rows gives no rows (``[]``) and its examples as given."""
+    A dataset of prepared token rows gives no rows (``[]``) and its examples as given; rows
+    a preparation attempt stored (``spec.extra["prepared_rows"]``) are read as stored."""
     from transformers import AutoTokenizer
 
     from ..data.masks import naming_dataset, prepare_examples
     from ..data.policy import LossPolicy
 
+    stored = spec.extra.get("prepared_rows")
+    if stored and Path(stored).is_file():  # tokenized before the claim (jobs/preparation.py, F071)
+        events.send({"type": "phase", "phase": "PREPARING", "detail": "reading tokenized rows"})
+        with open(stored, "rb") as f:
+            return pickle.load(f)  # written for this run by prepare_rows  # noqa: S301
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
     tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
     if _is_prepared(spec.dataset):
