@@ -131,7 +131,14 @@ class LocalExecutor:
     def kill(self, pid: int) -> None:
         try:
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+        except ProcessLookupError:  # a forked worker of ours not yet in its own group
+            proc = self._procs.get(pid)
+            if proc is not None and proc.poll() is None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        except PermissionError:
             pass
 
 
