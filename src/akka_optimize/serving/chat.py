@@ -4,7 +4,8 @@
   ``developer`` message gets the model's training instructions as its system
   message; ``developer`` is rendered as ``system``.
 - Tools: a chat template that renders tools itself (it mentions ``tools``) gets
-  them through ``apply_chat_template(tools=…)``; otherwise a system text offers them
+  them through ``apply_chat_template(tools=…)``, each object's keys in sorted order as
+  training rows are stored (:func:`canonical`); otherwise a system text offers them
   (:func:`~.parsers.tools_prompt`) in the markup of the architecture's parser, an
   assistant's calls are written in that markup (``<tool_call>`` blocks for Hermes),
   and a tool answer as a user turn holding a tool-response block (the layout of Qwen
@@ -78,10 +79,23 @@ def _message_dict(m: Message, native_tools: bool, architecture: str) -> dict[str
 def _args(f: Any) -> Any:
     if isinstance(f.arguments, str):
         try:
-            return json.loads(f.arguments)
+            return canonical(json.loads(f.arguments))
         except ValueError:
             return f.arguments
-    return f.arguments
+    return canonical(f.arguments)
+
+
+def canonical(value: Any) -> Any:
+    """``value`` with every object's keys in sorted order, as a registered dataset stores
+    its rows (:func:`akka_optimize.registry.blobs.canonical_line`): a template renders a
+    row's ``tools`` and call arguments in key order (``tojson``), so a request's must be
+    in the same order for the prompt to be the one the adapter was trained on, whatever
+    order the client sent."""
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    return value
 
 
 def render_prompt(
@@ -109,7 +123,7 @@ def render_prompt(
             msgs[0] = {"role": "system", "content": msgs[0]["content"] + "\n\n" + offer}
         else:
             msgs.insert(0, {"role": "system", "content": offer})
-    kw: dict[str, Any] = {"tools": tools} if native else {}
+    kw: dict[str, Any] = {"tools": canonical(tools)} if native else {}
     try:
         enc = tokenizer.apply_chat_template(
             msgs, add_generation_prompt=True, tokenize=True, return_dict=True, **kw
