@@ -55,6 +55,9 @@ NOT_CALLED = {
     ("POST", "/v1/training/runs/{run_id}/attempts/{number}/judge/chat/completions"): "a worker's "
     "token only; answers the ChatCompletion that the endpoint's chat route is checked against",
     ("GET", "/openapi.json"): "the document itself",
+    ("POST", "/v1/registry/models/{namespace}/{name}/from-tinker"): "needs a checkpoint a live "
+    "Tinker client saved (a training worker); tests/tinker/test_tinker_checkpoints_out.py "
+    "registers one through this route and serves it",
     **{
         (m, p): "an admin token needs the OpenAI-Project header there, which this walk does not "
         "send, and the world's job is cancelled; the answer is validated by the openai SDK's own "

@@ -295,6 +295,7 @@ def adam_params(draw: st.DrawFn) -> dict[str, Any]:
 @BUDGET
 @example(kw={"learning_rate": 0.0, "weight_decay": 0.5})
 @example(kw={"learning_rate": 0.05, "eps": 1e-8})
+@example(kw={"beta2": 0.0, "eps": 4.4013380680208994e-276})  # 0 in float32: refused (was NaN)
 @given(kw=adam_params())
 def test_generated_adam_params_are_honoured_or_refused_naming_them(
     world: Any, kw: dict[str, Any]

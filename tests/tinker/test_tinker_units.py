@@ -237,8 +237,10 @@ def test_a_lora_config_keeps_its_options_with_defaults() -> None:
         ({"learning_rate": "x"}, "adam_params.learning_rate is 'x'; give a finite number ≥ 0."),
         ({"beta1": 1.0}, "adam_params.beta1 is 1.0; give a number from 0 up to"),
         ({"beta2": 1.5}, "adam_params.beta2 is 1.5; give a number from 0 up to"),
-        ({"eps": 0}, "adam_params.eps is 0; give a finite number > 0."),
-        ({"eps": -1e-8}, "adam_params.eps is -1e-08; give a finite number > 0."),
+        ({"eps": 0}, "adam_params.eps is 0; give a finite number ≥ 1.2e-38"),
+        ({"eps": -1e-8}, "adam_params.eps is -1e-08; give a finite number ≥ 1.2e-38"),
+        # rounds to 0 in the float32 update: 0/0 for a weight with no gradient (NaN)
+        ({"eps": 4.4e-276}, "adam_params.eps is 4.4e-276; give a finite number ≥ 1.2e-38"),
         ({"weight_decay": True}, "adam_params.weight_decay is True;"),
         ({"learning_rate": math.nan}, "adam_params.learning_rate is nan;"),
         ({"momentum": 0.9}, "adam_params.momentum is not an AdamParams field."),

@@ -93,6 +93,7 @@ RAW_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/v1/registry/bundles/{namespace}/{name}"): _UPLOAD,
     ("post", "/v1/registry/models/{namespace}/{name}"): _UPLOAD,
     ("post", "/v1/registry/images"): _UPLOAD,
+    ("post", "/v1/registry/adapter-imports/{namespace}/{name}"): _UPLOAD,
     # OpenAI's fine-tuning API (issue 51): OpenAI's own bodies
     ("post", "/v1/files"): {
         "content": {

@@ -155,12 +155,18 @@ ADAM_RANGES = {
     "learning_rate": "a finite number ≥ 0",
     "beta1": "a number from 0 up to (not including) 1",
     "beta2": "a number from 0 up to (not including) 1",
-    "eps": "a finite number > 0",
+    "eps": "a finite number ≥ 1.2e-38 (float32's smallest normal number: a smaller one "
+    "rounds to 0 in the float32 update, which then divides 0 by 0)",
     "weight_decay": "a finite number ≥ 0",
     "grad_clip_norm": "a finite number ≥ 0 (0: no clipping)",
 }
 """What each ``adam_params`` field must be (AdamW, Loshchilov & Hutter 2019: β < 1 keeps
-the moments' bias correction finite, ε > 0 keeps the update's division finite)."""
+the moments' bias correction finite, ε > 0 keeps the update's division finite; the update
+computes in float32, so ε must stay above 0 there: :data:`EPS_MIN`)."""
+
+EPS_MIN = 1.1754943508222875e-38
+"""float32's smallest normal number (``torch.finfo(torch.float32).tiny``): the least ``eps``
+the float32 AdamW update keeps above 0."""
 
 
 def adam_params(given: Any) -> dict[str, float]:
@@ -184,7 +190,7 @@ def adam_params(given: Any) -> dict[str, float]:
         if key.startswith("beta"):
             ok = ok and 0 <= v < 1
         elif key == "eps":
-            ok = ok and math.isfinite(v) and v > 0
+            ok = ok and math.isfinite(v) and v >= EPS_MIN
         else:
             ok = ok and math.isfinite(v) and v >= 0
         if not ok:
