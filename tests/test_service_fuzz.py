@@ -184,6 +184,10 @@ DOCUMENTED_RULES: dict[tuple[str, str], list[tuple[str, str, str]]] = {
     ("POST", "/v1/registry/models/{namespace}/{name}"): [(".*", "", "a tar")],
     ("POST", "/v1/registry/images"): [(".*", "", "image")],
     ("POST", "/v1/registry/adapter-imports/{namespace}/{name}"): [(".*", "", "a tar")],
+    ("POST", "/v1/registry/models/{namespace}/{name}/from-tinker"): [
+        (r"^path$", "", "saved by a training client of this project"),
+        (r"^alias$", "", "cannot read as a version"),
+    ],
     ("POST", "/v1/training/data/preview"): [
         BARE_REFERENCE,
         (".*", r"row|loss|line \d|JSON", "a refusal names the row and field"),

@@ -41,9 +41,10 @@ class PreferenceHyperparams(_Group):
     )
     lossTypes: list[DpoLossType] | None = _field(
         "The preference losses, summed with `lossWeights`: `sigmoid` (DPO) and `ipo` (IPO, on "
-        "log-ratios averaged over each answer's tokens).",
+        "log-ratios averaged over each answer's tokens), each named once.",
         min_length=1,
         max_length=2,
+        json_schema_extra={"uniqueItems": True},
     )
     lossWeights: list[float] | None = _field(
         "One weight (0 to 1000) per entry of `lossTypes`; null weighs each 1.",

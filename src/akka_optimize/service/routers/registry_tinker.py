@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from ...jobs.kinds import model_registered
-from ...refs import validate_name
+from ...plan.schema_base import documented
+from ...refs import NAME_PATTERN, validate_name
 from ...registry.core import check_alias
 from ...tinker.checkpoints_in import register_checkpoint
 from .. import access
@@ -24,16 +25,27 @@ from .registry_transfer import _safe_versions
 router = APIRouter(route_class=JsonRoute, prefix="/v1/registry", tags=["registry"])
 
 
+CHECKPOINT_PATTERN = "^tinker://[^/]+/(sampler_weights|external_weights)/[^/]+$"
+"""A checkpoint a version can be registered from (for the OpenAPI document)."""
+
+
 class FromTinker(BaseModel):
     """The checkpoint to register."""
 
     model_config = ConfigDict(extra="forbid")
     path: str = Field(
         description="tinker://MODEL_ID/sampler_weights/NAME or …/external_weights/NAME, "
-        "saved by a training client of this project.",
+        "saved by a training client of this project (a training state, …/weights/NAME, is "
+        "refused naming path).",
         max_length=400,
+        json_schema_extra=documented(CHECKPOINT_PATTERN),
     )
-    alias: str | None = Field(default=None, description="An alias to point at the version.")
+    alias: str | None = Field(
+        default=None,
+        description="An alias to point at the version: a name that cannot read as a version "
+        "(vN, latest).",
+        json_schema_extra=documented(NAME_PATTERN),
+    )
 
 
 @router.post(
@@ -49,6 +61,10 @@ async def register_from_tinker(
     namespace: str, name: str, body: FromTinker, ctx: CtxDep, principal: PrincipalDep
 ) -> JSONResponse:
     """Register a Tinker checkpoint of project ``namespace`` as ``namespace/name:vN``.
+
+    Rules the schema cannot state, each refused with a 400 or 404 naming the field: ``path``
+    is a checkpoint saved by a training client of this project, and ``alias`` a name that
+    cannot read as a version (``vN``, ``latest``).
 
     Raises:
         Forbidden: the caller may not register models in ``namespace``.
