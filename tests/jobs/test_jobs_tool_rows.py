@@ -23,23 +23,10 @@ import yaml
 from jobs_helpers import run_json
 
 from helpers import LiveService, byte_tokenizer, free_port
+from serving.serving_assets import TOOLS  # the serving tests' weather tool
 
 MODEL = "test/tiny-qwen-tools"
 TEMPLATE = Path(__file__).parent / "templates" / "qwen2_5.jinja"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The weather in a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
 QUESTION = {"role": "user", "content": "Weather in Paris?"}
 CALL = {
     "role": "assistant",
