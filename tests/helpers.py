@@ -252,9 +252,15 @@ CHATML = (
 )
 
 
-def byte_tokenizer(dest: Path) -> None:
+def byte_tokenizer(
+    dest: Path | None, specials: dict[str, int] | None = None, extra: dict[str, str] | None = None
+):
     """Save a fast tokenizer: 3 specials and ``<unk>`` (ids 0–3), then the byte-level
-    characters of newline and printable ASCII (ids 4–99), no merges."""
+    characters of newline and printable ASCII (ids 4–99), no merges. ``specials`` adds
+    special tokens at the given ids (unused tokens fill the ids between, so they sit
+    where a tiny config's image token ids are) and ``extra`` names them
+    (``extra_special_tokens``: ``image_token`` …). Returns the tokenizer; with ``dest``
+    None it is not saved."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -262,6 +268,10 @@ def byte_tokenizer(dest: Path) -> None:
     vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2, "<unk>": 3}
     for b in [10, *range(32, 127)]:
         vocab[chr(256 + b) if b <= 32 else chr(b)] = len(vocab)
+    specials = specials or {}
+    while specials and len(vocab) < min(specials.values()):
+        vocab[f"<unused{len(vocab)}>"] = len(vocab)
+    vocab |= specials
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
@@ -270,7 +280,10 @@ def byte_tokenizer(dest: Path) -> None:
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         unk_token="<unk>",
-        additional_special_tokens=["<|im_start|>"],
+        additional_special_tokens=["<|im_start|>", *specials],
+        **({"extra_special_tokens": extra} if extra else {}),
     )
     fast.chat_template = CHATML
-    fast.save_pretrained(dest)
+    if dest is not None:
+        fast.save_pretrained(dest)
+    return fast

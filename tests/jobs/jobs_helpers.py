@@ -21,6 +21,47 @@ def setup_project(svc: LiveService, tmp: Path, rows: int = 8) -> None:
     svc.cli("registry", "datasets", "register", "demo/train", "-f", str(data), check=True)
 
 
+def catalog_home(tmp: Path, entries: list[dict[str, Any]]) -> Path:
+    """A service home (``tmp/home``) whose deployment catalog is the shipped one plus
+    ``entries``."""
+    from importlib import resources
+
+    import yaml
+
+    home = tmp / "home"
+    home.mkdir()
+    shipped = resources.files("akka_optimize").joinpath("deployment.yaml").read_text()
+    assert "\ncatalog: null" in shipped
+    override = yaml.safe_dump({"catalog": [{"include": "shipped"}, *entries]}, sort_keys=False)
+    (home / "deployment.yaml").write_text(shipped.replace("\ncatalog: null\n", "\n" + override))
+    return home
+
+
+def tiny_catalog_home(tmp: Path, models: list[tuple[str, str, Path]]) -> Path:
+    """:func:`catalog_home` adding, for each ``(name, repository, folder)``, the entry
+    ``test/tiny-NAME``: the real ``repository`` entry's family, ``autoClass`` and
+    ``loraTargetModules`` with ``folder`` as a ``local`` source."""
+    from akka_optimize.catalog import load_catalog
+
+    catalog = load_catalog(None)
+    entries: list[dict] = []
+    for name, repository, folder in models:
+        real = catalog.get(repository).model_dump(by_alias=True, exclude_none=True)
+        entries.append(
+            {
+                **{k: real[k] for k in ("family", "modelType", "loraTargetModules")},
+                **({"autoClass": real["autoClass"]} if "autoClass" in real else {}),
+                "repository": f"test/tiny-{name}",
+                "parameters": 1_000_000,
+                "maxContextTokens": 256,
+                "chatTemplate": "chatml",
+                "source": {"kind": "local", "path": str(folder)},
+                "envelope": {"cpu": {"qualifiedTokens": 256, "memoryGiB": 1, "measured": False}},
+            }
+        )
+    return catalog_home(tmp, entries)
+
+
 def write_plan(path: Path, **training: object) -> Path:
     """A supervised plan on the tiny model; ``training`` overrides hyperparams.training."""
     path.write_text(json.dumps(sft_plan(**training)))

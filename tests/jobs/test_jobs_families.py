@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import json
 import sys
-from importlib import resources
 from pathlib import Path
 
 import pytest
-import yaml
-from jobs_helpers import run_json
+from jobs_helpers import run_json, tiny_catalog_home
 
 from helpers import LiveService, byte_tokenizer, free_port
 
@@ -42,33 +40,13 @@ ROWS = [
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     """One service whose catalog adds a tiny entry per chosen family (``test/tiny-NAME``)."""
-    from akka_optimize.catalog import load_catalog
-
     tmp = tmp_path_factory.mktemp("families")
-    catalog = load_catalog(None)
-    entries: list[dict] = [{"include": "shipped"}]
+    models = []
     for family in (f for f in FAMILIES if f.name in CHOSEN):
         folder = build(family, tmp / family.name)
         byte_tokenizer(folder)
-        real = catalog.get(family.repository).model_dump(by_alias=True, exclude_none=True)
-        entries.append(
-            {
-                **{k: real[k] for k in ("family", "modelType", "loraTargetModules")},
-                **({"autoClass": real["autoClass"]} if "autoClass" in real else {}),
-                "repository": f"test/tiny-{family.name}",
-                "parameters": 1_000_000,
-                "maxContextTokens": 256,
-                "chatTemplate": "chatml",
-                "source": {"kind": "local", "path": str(folder)},
-                "envelope": {"cpu": {"qualifiedTokens": 256, "memoryGiB": 1, "measured": False}},
-            }
-        )
-    home = tmp / "home"
-    home.mkdir()
-    shipped = resources.files("akka_optimize").joinpath("deployment.yaml").read_text()
-    assert "\ncatalog: null" in shipped
-    override = yaml.safe_dump({"catalog": entries}, sort_keys=False)
-    (home / "deployment.yaml").write_text(shipped.replace("\ncatalog: null\n", "\n" + override))
+        models.append((family.name, family.repository, folder))
+    home = tiny_catalog_home(tmp, models)
     svc = LiveService(home=home, config_dir=tmp / "config", port=free_port()).start()
     data = tmp / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))

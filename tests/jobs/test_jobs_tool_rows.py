@@ -14,13 +14,11 @@ is learnt in about 40 (a constant rate of 0.01, no adapter dropout: 60 updates h
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from jobs_helpers import run_json
+from jobs_helpers import catalog_home, run_json
 
 from helpers import LiveService, byte_tokenizer, free_port
 from serving.serving_assets import TOOLS  # the serving tests' weather tool
@@ -87,11 +85,7 @@ def service(tmp_path_factory) -> Any:
         "source": {"kind": "local", "path": str(folder)},
         "envelope": {"cpu": {"qualifiedTokens": 2048, "memoryGiB": 1, "measured": False}},
     }
-    home = tmp / "home"
-    home.mkdir()
-    shipped = resources.files("akka_optimize").joinpath("deployment.yaml").read_text()
-    override = yaml.safe_dump({"catalog": [{"include": "shipped"}, entry]}, sort_keys=False)
-    (home / "deployment.yaml").write_text(shipped.replace("\ncatalog: null\n", "\n" + override))
+    home = catalog_home(tmp, [entry])
     svc = LiveService(home=home, config_dir=tmp / "config", port=free_port()).start()
     rows = tmp / "tools.jsonl"
     rows.write_text((json.dumps(ROW) + "\n") * 4)

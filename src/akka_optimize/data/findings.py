@@ -308,8 +308,12 @@ def findings(
     policy: LossPolicy,
     max_seq_length: int,
     row_numbers: Sequence[int] | None = None,
+    images: Any = None,
 ) -> dict[str, Any]:
     """Findings for normalised ``rows`` against a base model's tokenizer and a loss policy.
+
+    ``images`` (:class:`akka_optimize.data.vision.ImageInputs`) trains image rows on a
+    multimodal model and refuses them, naming the model, on a text-only one.
 
     Args:
         tokenizer: the base model's fast tokenizer (its chat template renders the rows).
@@ -346,7 +350,7 @@ def findings(
         examined = Picked(rows, picked.indices)
         examined_numbers = [numbers[i] for i in picked.indices]
     errors: list[RenderError] = []
-    counts, warnings = _count_rows(tokenizer, examined, policy, examined_numbers, errors)
+    counts, warnings = _count_rows(tokenizer, examined, policy, examined_numbers, errors, images)
     fits = [c for c in counts if c[1] <= max_seq_length]
     truncated = [n for n, total, _ in counts if total > max_seq_length]
     empty = [n for n, _, sup in fits if sup == 0]
@@ -384,6 +388,7 @@ def _count_rows(
     policy: LossPolicy,
     numbers: Sequence[int],
     errors: list[RenderError],
+    images: Any = None,
 ) -> tuple[list[tuple[int, int, int]], list[str]]:
     """Tokenize ``rows`` ``FINDINGS_CHUNK_ROWS`` at a time and keep what :func:`findings`
     reports of each: ``(counts, warnings)``, with ``(row number, total tokens, supervised
@@ -399,7 +404,7 @@ def _count_rows(
             rows[b : b + FINDINGS_CHUNK_ROWS],
             list(numbers[b : b + FINDINGS_CHUNK_ROWS]),
         )
-        encoded = encode_rows(tokenizer, chunk, policy, chunk_numbers, errors=errors)
+        encoded = encode_rows(tokenizer, chunk, policy, chunk_numbers, errors, images=images)
         warnings += [w for e in encoded for w in e.rendered.warnings]
         counts += [
             (e.example.row, len(e.example.input_ids), e.example.supervised_tokens) for e in encoded

@@ -31,6 +31,7 @@ from akka_optimize import cancel
 from akka_optimize.data.policy import LossPolicy
 from akka_optimize.data.render import Rendered, RenderError, prompt_mismatches, render_rows
 from akka_optimize.data.types import Example
+from akka_optimize.data.vision import ImageInputs, expand_all, text_rows
 from akka_optimize.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -92,12 +93,17 @@ def encode_rows(
     row_numbers: list[int],
     errors: list[RenderError] | None = None,
     progress: Callable[[int], None] | None = None,
+    images: ImageInputs | None = None,
 ) -> list[Encoded]:
     """Render, tokenize (in batches of ``BATCH_ROWS``) and mask ``rows``.
 
     Args:
         errors: when given, rows the template cannot render are appended here and left
             out of the result instead of raising.
+        images: the base model's processor for image rows (:mod:`akka_optimize.data.
+            vision`; an image row's example then has the image tokens and ``vision``), or
+            its absence (a text-only model refuses them naming the model); None refuses
+            image rows without a model to name.
         progress: called after each batch with the number of rows done so far (the
             PREPARING counts of seeds/001); an exception it raises stops tokenizing.
 
@@ -117,8 +123,9 @@ def encode_rows(
         backend.no_padding()
     for b in range(0, len(rows), BATCH_ROWS):
         cancel.check()  # a dry run or preview whose client left stops here
-        numbers = row_numbers[b : b + BATCH_ROWS]
-        rendered = render_rows(tokenizer, rows[b : b + BATCH_ROWS], policy, numbers, errors)
+        given = rows[b : b + BATCH_ROWS]
+        batch_rows, numbers = text_rows(given, row_numbers[b : b + BATCH_ROWS], images, errors)
+        rendered = render_rows(tokenizer, batch_rows, policy, numbers, errors)
         kept = [(r, n) for r, n in zip(rendered, numbers, strict=True) if r is not None]
         # the Rust tokenizer directly: the same ids as tokenizer(text, add_special_tokens=False)
         texts = [r.text for r, _ in kept]
@@ -131,9 +138,9 @@ def encode_rows(
             )
             for enc, (r, n) in zip(encodings, kept, strict=True)
         ]
-        out += _without_mismatched_turns(
-            tokenizer, rows[b : b + BATCH_ROWS], numbers, batch, policy, errors
-        )
+        batch = _without_mismatched_turns(tokenizer, batch_rows, numbers, batch, policy, errors)
+        by_number = dict(zip(row_numbers[b : b + BATCH_ROWS], given, strict=True))
+        out += expand_all(images, by_number, batch, errors)
         if progress is not None:
             progress(min(b + BATCH_ROWS, len(rows)))
     return out
@@ -267,6 +274,7 @@ def prepare_examples(
     on_too_long: Literal["drop", "refuse"] = "drop",
     row_numbers: list[int] | None = None,
     progress: Callable[[int], None] | None = None,
+    images: ImageInputs | None = None,
 ) -> Prepared:
     """Tokenize and mask a dataset, dropping (or refusing) rows that do not fit.
 
@@ -278,6 +286,7 @@ def prepare_examples(
     Args:
         rows: normalised rows; ``row_numbers`` (default 1..N) are their line numbers.
         progress: rows tokenized so far, after each batch (see :func:`encode_rows`).
+        images: image rows' processor, as :func:`encode_rows`.
 
     Raises:
         InvalidRequest: a row too long under ``"refuse"``, or no supervised token left in
@@ -287,7 +296,7 @@ def prepare_examples(
     if on_too_long not in ("drop", "refuse"):
         raise ValueError(f"on_too_long must be 'drop' or 'refuse', not {on_too_long!r}")
     numbers = row_numbers or list(range(1, len(rows) + 1))
-    encoded = encode_rows(tokenizer, rows, policy, numbers, progress=progress)
+    encoded = encode_rows(tokenizer, rows, policy, numbers, progress=progress, images=images)
     kept, too_long, empty, warnings = [], [], [], []
     for enc in encoded:
         warnings += enc.rendered.warnings
@@ -357,6 +366,7 @@ def check_trainable(
     max_seq_length: int,
     on_too_long: Literal["drop", "refuse"] = "drop",
     numbers: Sequence[int] | None = None,
+    images: ImageInputs | None = None,
 ) -> int:
     """Raise what :func:`prepare_examples` would raise for ``rows``, keeping only counts:
     admission's check that the worker will find something to train (issue 47).
@@ -367,6 +377,7 @@ def check_trainable(
     Args:
         rows: normalised rows, a list or a sequence that slices to lists.
         numbers: the rows' row numbers (1..N by default; a sample's are the dataset's).
+        images: image rows' processor, as :func:`encode_rows`.
 
     Returns:
         The number of rows that would train (fit ``max_seq_length``, supervise a token).
@@ -385,7 +396,7 @@ def check_trainable(
             if numbers is not None
             else list(range(b + 1, b + len(chunk) + 1))
         )
-        for enc in encode_rows(tokenizer, chunk, policy, names):
+        for enc in encode_rows(tokenizer, chunk, policy, names, images=images):
             kept += _trains(enc.example, max_seq_length, too_long, empty)
     _refuse_untrainable(len(rows), too_long, empty, kept, max_seq_length, on_too_long)
     return kept

@@ -44,7 +44,8 @@ def pack(examples: list[Example], token_budget: int, dynamic: bool = True) -> li
             gives one conversation per pass, in the given order.
 
     Returns:
-        Passes; every example appears in exactly one, whole. With ``dynamic`` the passes
+        Passes; every example appears in exactly one, whole. An image row
+        (``Example.vision``) is a pass of its own, after the packed ones. With ``dynamic`` the passes
         are in the order they were opened, and conversations within a pass in the order
         they were placed (longest first); ties keep the input order.
 
@@ -65,6 +66,8 @@ def pack(examples: list[Example], token_budget: int, dynamic: bool = True) -> li
         )
     if not dynamic:
         return [pack_examples([ex]) for ex in examples]
+    alone = [pack_examples([ex]) for ex in examples if ex.vision]  # image rows: one each
+    examples = [ex for ex in examples if not ex.vision]
     order = sorted(range(len(examples)), key=lambda i: (-len(examples[i].input_ids), i))
     bins: list[list[Example]] = []
     free: list[tuple[int, int]] = []  # (tokens left, bin index), sorted
@@ -80,7 +83,7 @@ def pack(examples: list[Example], token_budget: int, dynamic: bool = True) -> li
         bins[b].append(ex)
         if left - n > 0:
             bisect.insort(free, (left - n, b))
-    return [pack_examples(b) for b in bins]
+    return [pack_examples(b) for b in bins] + alone
 
 
 def padded_batch(examples: list[Example], pad_id: int, length: int | None = None) -> dict[str, Any]:

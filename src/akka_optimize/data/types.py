@@ -11,6 +11,7 @@ of every sequence is 0 and the engine's causal shift (seeds/004 datum format:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,11 +23,16 @@ class Example:
         weights: length L; 1.0 where the token is supervised, 0.0 elsewhere
             (``weights[0]`` is always 0.0).
         row: 1-based line number of the row in its dataset file.
+        vision: None for text; for an image row on a multimodal model, the processor's
+            vision inputs (numpy arrays, batch dimension 1: ``pixel_values`` and the
+            family's others), whose image tokens are in ``input_ids``
+            (:mod:`akka_optimize.data.vision`).
     """
 
     input_ids: list[int]
     weights: list[float]
     row: int = 0
+    vision: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.input_ids) != len(self.weights):
@@ -50,6 +56,7 @@ class Pass:
         position_ids: length T, restarting at 0 for each sequence.
         cu_seqlens: sequence boundaries ``[0, L1, L1+L2, …, T]`` (length n+1).
         rows: the ``row`` of each packed example, in order.
+        vision: the vision inputs of a pass that is one image row (``Example.vision``).
     """
 
     input_ids: list[int]
@@ -57,6 +64,7 @@ class Pass:
     position_ids: list[int]
     cu_seqlens: list[int]
     rows: list[int] = field(default_factory=list)
+    vision: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def num_tokens(self) -> int:
@@ -86,11 +94,16 @@ class PreferencePair:
 def pack_examples(examples: list[Example]) -> Pass:
     """Concatenate ``examples`` into one :class:`Pass` (no budget, order kept).
 
+    An image row (``Example.vision``) is a pass of its own: the vision inputs belong to
+    one sequence.
+
     Raises:
-        ValueError: ``examples`` is empty.
+        ValueError: ``examples`` is empty, or an image row is packed with another row.
     """
     if not examples:
         raise ValueError("cannot pack an empty list of examples")
+    if len(examples) > 1 and any(ex.vision for ex in examples):
+        raise ValueError(f"rows {[ex.row for ex in examples]}: an image row is a pass of its own")
     ids: list[int] = []
     ws: list[float] = []
     pos: list[int] = []
@@ -102,4 +115,4 @@ def pack_examples(examples: list[Example]) -> Pass:
         ws.extend(w)
         pos.extend(range(len(ex.input_ids)))
         cu.append(len(ids))
-    return Pass(ids, ws, pos, cu, [ex.row for ex in examples])
+    return Pass(ids, ws, pos, cu, [ex.row for ex in examples], examples[0].vision)

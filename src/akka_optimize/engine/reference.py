@@ -48,10 +48,14 @@ class ReferenceCheck:
 
 def model_logprobs(session: TrainingSession, example: Example) -> torch.Tensor:
     """log p(input_ids[t] | input_ids[:t]) from the model's own forward, float32 [L]
-    (0.0 at position 0), for one conversation alone, adapter included, in eval mode."""
+    (0.0 at position 0), for one conversation alone, adapter included, in eval mode; an
+    image row with its vision inputs."""
+    from .session_passes import vision_tensors
+
     ids = torch.tensor(example.input_ids, dtype=torch.long)[None].to(session.device)
+    vision = vision_tensors(example.vision, session.device, session.weight_dtype)
     with session.compute_context():
-        logits = session.model(input_ids=ids, use_cache=False).logits[0].float()
+        logits = session.model(input_ids=ids, use_cache=False, **vision).logits[0].float()
     lp = torch.log_softmax(logits[:-1], dim=-1).gather(1, ids[0, 1:, None]).squeeze(1)
     return torch.cat([torch.zeros(1, device=lp.device), lp]).cpu()
 

@@ -146,6 +146,7 @@ class PassesMixin:
             attention_mask=None,
             use_cache=False,
             **segments,
+            **self._vision_inputs(p),
         ).last_hidden_state[0]
         idx_dev = idx_S.to(dev)
         per_sequence = SEQUENCE_LOSSES.get(getattr(fn, "__name__", ""))
@@ -164,6 +165,9 @@ class PassesMixin:
         )
         out_T[idx_S + 1] = lp_S.float().cpu()
         return loss, int(idx_S.numel()), out_T
+
+    def _vision_inputs(self, p: Pass) -> dict[str, Tensor]:
+        return vision_tensors(p.vision, self.device, self.weight_dtype)
 
     @torch.no_grad()
     def _sequence_input(
@@ -270,6 +274,21 @@ class PassesMixin:
     def _reset(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         self._pending = _Pending()
+
+
+def vision_tensors(
+    vision: dict[str, Any] | None, device: torch.device, dtype: torch.dtype
+) -> dict[str, Tensor]:
+    """An image row's vision inputs (``Pass.vision`` / ``Example.vision``: the processor's
+    ``pixel_values`` and the family's others, batch dimension 1) as keyword arguments of
+    the model's forward on ``device``: floats in ``dtype`` (the frozen weights'), integers
+    as int64. The vision tower is frozen: no LoRA target is in it and its weights have no
+    gradient (:mod:`akka_optimize.data.vision`, F031)."""
+    out: dict[str, Tensor] = {}
+    for key, value in (vision or {}).items():
+        t = torch.as_tensor(value)
+        out[key] = t.to(device, dtype=dtype if t.is_floating_point() else torch.long)
+    return out
 
 
 @contextlib.contextmanager

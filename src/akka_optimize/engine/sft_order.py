@@ -70,15 +70,24 @@ def passes_of(rows: list[Example], cfg: EngineConfig) -> list[Pass]:
     ``data.use_dynamic_bsz`` false: one conversation per pass. Dynamic batches with a
     ``token_budget``: whole conversations packed best-fit decreasing into passes of at
     most that many tokens (:func:`akka_optimize.data.packing.pack`). Without a budget:
-    ``micro_batch`` consecutive conversations per pass. The loss of an update is the same
+    ``micro_batch`` consecutive conversations per pass. An image row is always a pass of
+    its own (its vision inputs belong to one sequence). The loss of an update is the same
     in every case (a token-weighted sum over the update; behaviours.md 1, 2).
     """
     if not cfg.dynamic_batches:
         return [pack_examples([ex]) for ex in rows]
     if cfg.token_budget is not None:  # a conversation longer than the budget: its own pass
         return pack(rows, max([cfg.token_budget, *(len(ex.input_ids) for ex in rows)]))
-    mb = cfg.micro_batch
-    return [pack_examples(rows[j : j + mb]) for j in range(0, len(rows), mb)]
+    out, group = [], []
+    for ex in rows:  # ``micro_batch`` consecutive text rows; an image row alone
+        if ex.vision:
+            out.append(pack_examples([ex]))
+            continue
+        group.append(ex)
+        if len(group) == cfg.micro_batch:
+            out.append(pack_examples(group))
+            group = []
+    return out + ([pack_examples(group)] if group else [])
 
 
 def total_updates(cfg: EngineConfig, rows: int) -> int:

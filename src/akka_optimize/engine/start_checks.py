@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..data.types import Example, pack_examples
+from ..data.types import Example, Pass, pack_examples
 from .config import CHECK_SETTINGS
 from .errors import EngineError
 from .reference import reference_check
@@ -58,8 +58,15 @@ def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return max((float((x - y).abs().max()) for x, y in zip(a, b, strict=True)), default=0.0)
 
 
+def _together(rows: list[Example]) -> list[Pass]:
+    """``rows`` as one pass, but for image rows: each a pass of its own (never packed)."""
+    text = [ex for ex in rows if not ex.vision]
+    alone = [pack_examples([ex]) for ex in rows if ex.vision]
+    return ([pack_examples(text)] if text else []) + alone
+
+
 def _head(session: TrainingSession, rows: list[Example]) -> tuple[float, int]:
-    passes = [pack_examples(rows)]
+    passes = _together(rows)
     chunked = session.forward(passes)
     cfg = session.cfg
     session.cfg = replace(cfg, head_chunk_tokens=1 << 30)  # the whole head at once
@@ -73,7 +80,11 @@ def _head(session: TrainingSession, rows: list[Example]) -> tuple[float, int]:
 def _isolation(
     session: TrainingSession, rows: list[Example], perturb: bool
 ) -> tuple[float, int, float]:
-    """(largest log-prob difference packed vs alone, positions, mean-loss difference)."""
+    """(largest log-prob difference packed vs alone, positions, mean-loss difference) over
+    the text rows: image rows are never packed, so nothing of theirs can leak."""
+    rows = [ex for ex in rows if not ex.vision]
+    if not rows:
+        return 0.0, 0, 0.0
     packed = pack_examples(rows)
     if perturb:  # tests only: positions run on across conversations, so they mix
         packed = replace(packed, position_ids=list(range(packed.num_tokens)))
@@ -109,7 +120,7 @@ def start_checks(
     values = {"head": head, "isolation": isolation, "packing": packing}
     if fresh:
         values["reference"] = reference_check(
-            session, [pack_examples(rows)], rows, tolerance=bounds["reference"] or 0.0
+            session, _together(rows), rows, tolerance=bounds["reference"] or 0.0
         ).max_error
     out = []
     for name, value in values.items():

@@ -20,6 +20,7 @@ and ``onTooLong``, so a dry run and the start that follows tokenize the rows onc
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,29 @@ _CACHE_SIZE = 32
 _LOCK = threading.Lock()
 
 
-def check_rows(tokenizer: Any, rows: Any, policy: Any, length: int, on: str) -> None:
+@functools.lru_cache(maxsize=8)
+def _processor(path: str, _mtime: float) -> Any:
+    from ..data.vision import load_processor
+
+    return load_processor(Path(path))
+
+
+def image_inputs(store: Any, model_dir: Path, model: str) -> Any:
+    """The :class:`akka_optimize.data.vision.ImageInputs` of base model ``model`` (its
+    folder ``model_dir``): its processor (None for a text-only model, cached while the
+    folder is unchanged, loaded at the first image row) and the registry's stored images. The worker, the dry run's
+    findings and admission's check use the same one (F031)."""
+    from ..data.vision import ImageInputs
+    from ..registry.images import image_bytes
+
+    mtime = model_dir.stat().st_mtime
+    loader = functools.partial(_processor, str(model_dir), mtime)
+    return ImageInputs(model, loader, functools.partial(image_bytes, store))
+
+
+def check_rows(
+    tokenizer: Any, rows: Any, policy: Any, length: int, on: str, images: Any = None
+) -> None:
     """Raise what the worker's preparation raises for ``rows`` (a dataset's rows view), on
     every row up to the findings' stated bound and on their seeded sample above it
     (:func:`akka_optimize.data.findings.sample`), naming the dataset's own row numbers.
@@ -48,23 +71,27 @@ def check_rows(tokenizer: Any, rows: Any, policy: Any, length: int, on: str) -> 
     numbers = None
     if picked is not None:
         rows, numbers = Picked(rows, picked.indices), [i + 1 for i in picked.indices]
-    check_trainable(tokenizer, rows, policy, length, on, numbers)  # type: ignore[arg-type]
+    check_trainable(tokenizer, rows, policy, length, on, numbers, images)  # type: ignore[arg-type]
 
 
-def _refusal(ctx: Any, version: Any, tokenizer_path: Path, policy: Any, length: int, on: str):
+def _refusal(
+    ctx: Any, version: Any, tokenizer_path: Path, policy: Any, length: int, on: str, model: str
+):
     """The refusal :func:`check_trainable` gives ``version``'s rows, or None (cached while
     the tokenizer folder is unchanged; the oldest answer goes past ``_CACHE_SIZE``)."""
     from ..catalog.cache import load_tokenizer
     from ..registry.datasets import dataset_rows_view
 
-    key = (version.pinned, str(tokenizer_path), tokenizer_path.stat().st_mtime, policy, length, on)
+    mtime = tokenizer_path.stat().st_mtime
+    key = (version.pinned, str(tokenizer_path), mtime, policy, length, on, model)
     with _LOCK:
         if key in _CACHE:
             return _CACHE[key]
     rows = dataset_rows_view(ctx.store, version)
     refusal = None
     try:
-        check_rows(load_tokenizer(tokenizer_path), rows, policy, length, on)
+        images = image_inputs(ctx.store, tokenizer_path, model)
+        check_rows(load_tokenizer(tokenizer_path), rows, policy, length, on, images)
     except InvalidRequest as exc:
         refusal = exc
     with _LOCK:
@@ -108,7 +135,7 @@ def rows_refusal(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | N
             version = resolve(session, "dataset", ref, f["project"])
             if is_prepared(version):
                 continue
-            exc = _refusal(ctx, version, path, policy, length, on)
+            exc = _refusal(ctx, version, path, policy, length, on, f["base_model"])
         except AkkaError as err:  # a missing blob: the refusal the dry run's findings give
             return err
         if exc is not None:

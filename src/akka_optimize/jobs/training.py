@@ -113,6 +113,7 @@ def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, A
 
     from ..data.masks import naming_dataset, prepare_examples
     from ..data.policy import LossPolicy
+    from .trainable import image_inputs
 
     stored = spec.extra.get("prepared_rows")
     if stored and Path(stored).is_file():  # tokenized before the claim (jobs/preparation.py, F071)
@@ -121,6 +122,7 @@ def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, A
             return pickle.load(f)  # written for this run by prepare_rows  # noqa: S301
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
     tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
+    images = image_inputs(store, Path(spec.model_dir), Path(spec.model_dir).name)
     if _is_prepared(spec.dataset):
         rows: list[dict[str, Any]] = []
         train_set = _prepared_set(store, spec.dataset, tokenizer, spec.max_seq_length)
@@ -130,7 +132,7 @@ def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, A
         progress(0)
         policy = LossPolicy.from_config(spec.loss)
         train_set = prepare_examples(
-            tokenizer, rows, policy, spec.max_seq_length, spec.on_too_long, progress=progress
+            tokenizer, rows, policy, spec.max_seq_length, spec.on_too_long, None, progress, images
         )
     val_set = None
     if _is_prepared(spec.validation_dataset):
@@ -139,7 +141,9 @@ def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, A
         val_rows = _load_rows(store, spec.validation_dataset)
         policy = LossPolicy.from_config(spec.loss)
         try:
-            val_set = prepare_examples(tokenizer, val_rows, policy, spec.max_seq_length, "drop")
+            val_set = prepare_examples(
+                tokenizer, val_rows, policy, spec.max_seq_length, "drop", images=images
+            )
         except InvalidRequest as exc:  # its rows, not the training dataset's (issue 47)
             field = "config.data.validationDataset"
             raise naming_dataset(exc, field, spec.validation_dataset) from exc

@@ -12,6 +12,7 @@ refused path with the same sentence, whether or not a file of that name exists.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -20,12 +21,13 @@ from sqlalchemy.orm import Session
 
 from ..db.models.registry import RegistryImage
 from ..errors import InvalidRequest
-from ..store import BlobStore
+from ..store import BlobStore, content_key
 from .blobs import store_bytes, store_file
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                ".gif": "image/gif", ".webp": "image/webp", ".bmp": "image/bmp"}  # fmt: skip
 _REMOTE = ("http://", "https://", "data:", "sha256:")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def push_image(session: Session, store: BlobStore, path: Path, filename: str | None = None) -> str:
@@ -45,6 +47,19 @@ def push_image(session: Session, store: BlobStore, path: Path, filename: str | N
         session.merge(RegistryImage(digest=digest, size=size, media_type=media, filename=name))
         session.flush()
     return digest
+
+
+def image_bytes(store: BlobStore, digest: str) -> bytes:
+    """The bytes of a stored image named by its ``sha256:<hex>`` digest (what training
+    reads for an image row, :mod:`akka_optimize.data.vision`).
+
+    Raises:
+        KeyError: ``digest`` is not a digest, or no blob of it is stored.
+    """
+    hexd = digest.removeprefix("sha256:")
+    if not _HEX64.fullmatch(hexd) or not store.exists(content_key(hexd)):
+        raise KeyError(digest)
+    return store.get_bytes(content_key(hexd))
 
 
 def _image_slots(obj: Any) -> Iterator[tuple[dict[str, Any], str]]:

@@ -173,27 +173,29 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
     hold("findings")  # tests: a dry run held here while its client leaves
     numbers = range(1, len(rows) + 1)  # not a list: millions of ints at the upload limit
     reason: Any = True
-    tokenizer = None
+    tokenizer = images = None
     if resolved.method not in ("sft", "dpo"):
         reason = "token findings are computed for supervised and preference runs"
     else:
         try:
             from ..catalog.cache import load_tokenizer, tokenizer_dir
+            from ..jobs.trainable import image_inputs
 
-            tokenizer = load_tokenizer(
-                tokenizer_dir(session, ctx.settings, resolved.plan["baseModel"])
-            )
+            model = resolved.plan["baseModel"]
+            folder = tokenizer_dir(session, ctx.settings, model)
+            tokenizer = load_tokenizer(folder)
+            images = image_inputs(ctx.store, folder, model)
         except AkkaError as exc:
             reason = f"token findings need the base model's tokenizer: {exc.message}"
     if tokenizer is not None:
-        reason, out = _token_findings(tokenizer, resolved.method, cfg, rows, numbers)
+        reason, out = _token_findings(tokenizer, resolved.method, cfg, rows, numbers, images)
     else:
         out = {"rows": len(rows), **F.duplicates(rows, numbers, listed=F.MAX_LISTED)}
     return {"dataset": cfg["dataset"], "tokenFindings": reason, **out}
 
 
 def _token_findings(
-    tokenizer: Any, method: str, cfg: dict[str, Any], rows: Any, numbers: Any
+    tokenizer: Any, method: str, cfg: dict[str, Any], rows: Any, numbers: Any, images: Any = None
 ) -> tuple[Any, dict[str, Any]]:
     """``(tokenFindings, findings)`` of a supervised run's rows
     (:func:`akka_optimize.data.findings.findings`) or a preference run's pairs
@@ -216,7 +218,7 @@ def _token_findings(
             train_on_tool_calls=loss["trainOnToolCalls"],
             train_on_tool_results=loss["trainOnToolResults"],
         )
-        return True, F.findings(tokenizer, rows, policy, cfg["maxSeqLength"], numbers)
+        return True, F.findings(tokenizer, rows, policy, cfg["maxSeqLength"], numbers, images)
     except AkkaError as exc:
         if method != "dpo" and exc.code != "preference_rows":
             raise

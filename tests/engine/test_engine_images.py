@@ -1,0 +1,176 @@
+"""Image rows train on a multimodal family through its own processor (F031; seeds/001
+"Datasets live in the registry"; seeds/000 "Gemma 4 loads as the multimodal model it is").
+
+The tiny Gemma 3 of tests/engine/families.py with its processor (tests/engine/
+vision_families.py): the image's tokens are in the rendered sequence, only the answer
+trains, the vision tower is frozen (no gradient, not in the adapter) and the adapter is on
+the language model; a text-only model refuses the row naming row and model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from engine_testkit import fp32_config
+from families import FAMILIES, build
+from vision_families import GEMMA3_TOKENS, gemma3_processor, png
+
+from akka_optimize.catalog import load_catalog
+from akka_optimize.data.masks import check_trainable, prepare_examples
+from akka_optimize.data.packing import pack
+from akka_optimize.data.policy import LossPolicy
+from akka_optimize.data.render import RenderError
+from akka_optimize.data.vision import ImageInputs, load_processor
+
+GEMMA3 = next(f for f in FAMILIES if f.name == "gemma3")
+IMAGES = {"sha256:cat": png(1), "sha256:dog": png(2)}
+ROWS = [
+    {
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "image", "image": f"sha256:{name}"},
+                {"type": "text", "text": "What is it?"},
+            ]},
+            {"role": "assistant", "content": f"A {name}"},
+        ]
+    }
+    for name in ("cat", "dog")
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gemma3_dir(tmp_path_factory):
+    folder = build(GEMMA3, tmp_path_factory.mktemp("gemma3") / "model")
+    gemma3_processor(folder)
+    return folder
+
+
+def _inputs(folder) -> tuple[object, ImageInputs]:
+    processor = load_processor(folder)
+    return processor.tokenizer, ImageInputs(
+        "test/tiny-gemma3", lambda: processor, IMAGES.__getitem__
+    )
+
+
+def test_the_image_tokens_are_in_the_sequence_and_only_the_answer_trains(gemma3_dir) -> None:
+    tokenizer, inputs = _inputs(gemma3_dir)
+    prepared = prepare_examples(tokenizer, ROWS, LossPolicy(), 128, images=inputs)
+    assert [e.row for e in prepared.examples] == [1, 2]
+    ex = prepared.examples[0]
+    boi, soft, eoi = (
+        GEMMA3_TOKENS[t] for t in ("<start_of_image>", "<image_soft_token>", "<end_of_image>")
+    )
+    start = ex.input_ids.index(boi)
+    assert ex.input_ids[start : start + 6] == [boi, soft, soft, soft, soft, eoi]  # 4 per image
+    assert ex.vision["pixel_values"].shape == (1, 3, 28, 28)
+    assert list(ex.vision["token_type_ids"][0]).count(1) == 4  # the soft tokens
+    trained = [t for t, w in zip(ex.input_ids, ex.weights, strict=True) if w]
+    assert tokenizer.decode(trained) == "A cat<|im_end|>"
+    assert all(
+        w == 0 for t, w in zip(ex.input_ids, ex.weights, strict=True) if t in (boi, soft, eoi)
+    )
+    # the dry run's count: both rows train
+    assert check_trainable(tokenizer, ROWS, LossPolicy(), 128, images=inputs) == 2
+
+
+def test_a_text_only_model_refuses_an_image_row_naming_row_and_model(gemma3_dir) -> None:
+    tokenizer, _ = _inputs(gemma3_dir)
+    text_only = ImageInputs("demo/smollm2", lambda: None, IMAGES.__getitem__)
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello"},
+            ]
+        },
+        *ROWS,
+    ]
+    with pytest.raises(RenderError) as err:
+        check_trainable(tokenizer, rows, LossPolicy(), 128, images=text_only)
+    assert err.value.row == 2 and "demo/smollm2 is text-only" in err.value.message
+    assert err.value.message.startswith("row 2: the row has images (messages[0].content)")
+
+
+def test_an_image_in_an_answer_or_a_missing_image_is_refused(gemma3_dir) -> None:
+    tokenizer, inputs = _inputs(gemma3_dir)
+    answer = {"messages": [
+        {"role": "user", "content": "Draw"},
+        {"role": "assistant", "content": [{"type": "image", "image": "sha256:cat"}]},
+    ]}  # fmt: skip
+    with pytest.raises(RenderError, match="row 1: messages.1. is an assistant turn with an image"):
+        check_trainable(tokenizer, [answer], LossPolicy(), 128, images=inputs)
+    missing = {"messages": [{**ROWS[0]["messages"][0], "content": [{"type": "image", "image": "sha256:none"}]},
+                            ROWS[0]["messages"][1]]}  # fmt: skip
+    with pytest.raises(RenderError, match="row 1: the image 'sha256:none' cannot be read"):
+        check_trainable(tokenizer, [missing], LossPolicy(), 128, images=inputs)
+
+
+def test_a_processor_that_cannot_load_refuses_image_rows_only(gemma3_dir) -> None:
+    tokenizer, _ = _inputs(gemma3_dir)
+
+    def loader():
+        raise ImportError("Gemma4VideoProcessor requires the Torchvision library")
+
+    broken = ImageInputs("google/gemma-4-e2b-it", loader, IMAGES.__getitem__)
+    text = {
+        "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    }
+    assert check_trainable(tokenizer, [text], LossPolicy(), 128, images=broken) == 1
+    with pytest.raises(RenderError) as err:
+        check_trainable(tokenizer, [text, ROWS[0]], LossPolicy(), 128, images=broken)
+    assert err.value.message == (
+        "row 2: the processor of base model google/gemma-4-e2b-it cannot load: "
+        "Gemma4VideoProcessor requires the Torchvision library"
+    )
+
+
+def test_image_rows_train_the_language_model_with_the_vision_tower_frozen(
+    gemma3_dir, tmp_path
+) -> None:
+    from akka_optimize.engine.reference import reference_check
+    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.sft import run_sft
+
+    tokenizer, inputs = _inputs(gemma3_dir)
+    examples = prepare_examples(tokenizer, ROWS, LossPolicy(), 128, images=inputs).examples
+    entry = load_catalog(None).get(GEMMA3.repository)
+    cfg = fp32_config(target_modules=entry.target_modules(), auto_class=entry.auto_class,
+                      micro_batch=2, epochs=3, learning_rate=0.05)  # fmt: skip
+    session = TrainingSession(gemma3_dir, cfg)
+    passes = pack(examples, 256)
+    assert [p.rows for p in passes] == [[1], [2]]  # an image row is a pass of its own
+    result = session.forward_backward(passes)
+    assert result.supervised_tokens == 12  # "A cat<|im_end|>" and "A dog<|im_end|>", 6 tokens each
+    named = dict(session.model.named_parameters())
+    tower = {
+        n: p for n, p in named.items() if ".vision_tower." in n or ".multi_modal_projector." in n
+    }
+    assert tower and all(p.grad is None and not p.requires_grad for p in tower.values())
+    grads = {n for n, p in named.items() if p.grad is not None}
+    assert grads and all(".language_model." in n and "lora_" in n for n in grads)
+    # without the image the same answers score otherwise: the pixels reach the model
+    blank = [
+        type(p)(p.input_ids, p.weights, p.position_ids, p.cu_seqlens, p.rows, None) for p in passes
+    ]
+    session.optimizer.zero_grad()
+    assert session.forward(blank).loss_sum != pytest.approx(result.loss_sum, abs=1e-6)
+    # the engine scores what the model's own forward scores with the image (fp32)
+    check = reference_check(session, passes, examples)
+    assert check.positions == 12 and check.max_error < 1e-5
+
+    events: list[dict] = []
+    bounds = {"head": 1e-5, "isolation": 1e-5, "packing": None, "reference": 1e-4}
+    res = run_sft(
+        replace(cfg, start_checks=bounds), gemma3_dir, examples, None, tmp_path, events.append
+    )
+    losses = [e["loss"] for e in events if e["type"] == "metrics"]
+    assert res.step == 3 and losses[-1] < losses[0], losses
+    assert [c["name"] for c in res.checks if c["passed"]] == [
+        "head",
+        "isolation",
+        "packing",
+        "reference",
+    ]
+    assert len(res.adapted_modules) == 14
+    assert all(m.startswith("model.language_model.layers.") for m in res.adapted_modules)
