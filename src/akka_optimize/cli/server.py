@@ -23,15 +23,31 @@ def start(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 9001,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="API processes answering on the port (default: the machine's cores). "
+            "With more than 1, one more process, the controller, runs the scheduler, "
+            "executors, endpoints and Tinker sessions; 1 runs everything in one process."
+        ),
+    ] = None,
 ) -> None:
     """Start the trainer and registry service (FastAPI on uvicorn).
 
-    State lives in $AKKA_OPTIMIZE_HOME (default ~/.akka-optimize).
+    State lives in $AKKA_OPTIMIZE_HOME (default ~/.akka-optimize). With --workers N > 1
+    the service runs N API processes over the same store and one controller process,
+    started again if it dies (README "Several API processes").
 
-    Example: {prog} server start --port 9001
+    Example: {prog} server start --port 9001 --workers 4
     """
     import os
 
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    if n < 1:
+        raise CliError(f"--workers: {n} is not a process count; give 1 or more.", exit_code=2)
+    if n > 1:
+        _start_workers(host, port, n, log_level)
+        return
     import uvicorn
 
     from ..service import create_app
@@ -53,6 +69,27 @@ def start(
         http=protocol_class(),
         timeout_keep_alive=5,
     )
+
+
+def _start_workers(host: str, port: int, workers: int, log_level: str) -> None:
+    """``server start --workers N`` with N > 1 (:mod:`akka_optimize.service.supervisor`)."""
+    import os
+
+    from ..devtoken import ensure_dev_secret
+    from ..service.supervisor import serve
+    from ..settings import Settings
+
+    os.umask(0o077)
+    settings = Settings.from_env()
+    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    print(dashboard_lines(host, port, ensure_dev_secret(settings.home)), flush=True)
+    print(f"{workers} API processes and one controller process.", flush=True)
+    try:
+        code = serve(host, port, workers, log_level)
+    except OSError as exc:
+        raise CliError(f"--port: cannot listen on {host}:{port} ({exc.strerror}).") from exc
+    if code:
+        raise typer.Exit(code)
 
 
 def dashboard_lines(host: str, port: int, dev_secret: bytes) -> str:

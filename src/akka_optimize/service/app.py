@@ -40,7 +40,10 @@ from .deps import get_principal
 from .guards import install as install_guards
 from .metrics import RequestTimer
 from .openapi import install as install_openapi
-from .routers import ROUTERS, health
+from .routers import ROUTERS, health, registry
+
+_ONCE_PER_START = (registry,)
+"""Routers whose ``on_startup`` belongs to :func:`prepare_home` (registry: upload spools)."""
 
 log = logging.getLogger("akka_optimize.service")
 
@@ -65,17 +68,40 @@ def _loc_to_field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def _startup(ctx: ServiceContext) -> None:
+ROLES = ("all", "api", "controller")
+"""What one process of the service does (``server start --workers N``): ``all`` is the
+single process (N = 1); ``api`` answers requests only, starting nothing (it forwards the
+controller's routes, :mod:`.controller_proxy`); ``controller`` runs every start-up hook
+(the scheduler, executors, endpoint and base-model managers) but the once-per-start ones
+the supervisor ran before any process started (:func:`prepare_home`)."""
+
+
+def prepare_home(ctx: ServiceContext) -> None:
+    """What happens once when the service starts, before any request: folders, migrations,
+    a private state file, and the removal of what a previous service left half-written
+    (temporary blobs, upload spools). With several processes the supervisor runs it before
+    starting them: a restarted controller must not remove what a live API worker writes."""
+    ctx.settings.ensure_dirs()
+    upgrade(ctx.settings.database_url or "")
+    _make_private(ctx.settings.database_url or "")
+    ctx.store.sweep_tmp()
+    for mod in ROUTERS:
+        hook = getattr(mod, "on_startup", None)
+        if hook is not None and mod in _ONCE_PER_START:
+            hook(ctx)
+
+
+def _startup(ctx: ServiceContext, role: str = "all") -> None:
     try:
         if ctx.settings.startup_delay_s:
             time.sleep(ctx.settings.startup_delay_s)
-        ctx.settings.ensure_dirs()
-        upgrade(ctx.settings.database_url or "")
-        _make_private(ctx.settings.database_url or "")
-        ctx.store.sweep_tmp()
-        for mod in ROUTERS:
+        if role == "all":
+            prepare_home(ctx)
+        else:
+            ctx.settings.ensure_dirs()
+        for mod in ROUTERS if role != "api" else ():
             hook = getattr(mod, "on_startup", None)
-            if hook is not None:
+            if hook is not None and mod not in _ONCE_PER_START:
                 hook(ctx)
         # What start-up built (modules, the catalog, the app) lives as long as the service:
         # moved out of the collector's reach, a full collection scans only what requests
@@ -90,8 +116,8 @@ def _startup(ctx: ServiceContext) -> None:
         ctx.startup_error = f"The service did not start completely: {exc}"
 
 
-def _shutdown(ctx: ServiceContext) -> None:
-    for mod in ROUTERS:
+def _shutdown(ctx: ServiceContext, role: str = "all") -> None:
+    for mod in ROUTERS if role != "api" else ():
         hook = getattr(mod, "on_shutdown", None)
         if hook is not None:
             try:
@@ -110,8 +136,19 @@ def _make_private(url: str) -> None:
                 os.chmod(p, 0o600)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the service app for ``settings`` (from the environment when omitted)."""
+def create_app(
+    settings: Settings | None = None, role: str = "all", controller_url: str | None = None
+) -> FastAPI:
+    """Build the service app for ``settings`` (from the environment when omitted).
+
+    ``role`` is one of :data:`ROLES` (``all``, the single process, by default); an ``api``
+    process forwards the controller's routes to ``controller_url``
+    (``http://127.0.0.1:PORT``, required with ``api``). Raises ValueError naming the
+    argument otherwise."""
+    if role not in ROLES:
+        raise ValueError(f"role: {role!r} is not one of {', '.join(ROLES)}.")
+    if role == "api" and not controller_url:
+        raise ValueError("controller_url: an api process needs the controller's address.")
     settings = settings or Settings.from_env()
     settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     ctx = ServiceContext(
@@ -123,12 +160,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        t = threading.Thread(target=_startup, args=(ctx,), name="startup", daemon=True)
+        t = threading.Thread(target=_startup, args=(ctx, role), name="startup", daemon=True)
         t.start()
         yield
         # The hooks stop workers and record their state: in the thread pool, since a
         # state-store session may not block the event loop (db.base.LoopBlockingError).
-        await run_in_threadpool(_shutdown, ctx)
+        await run_in_threadpool(_shutdown, ctx, role)
         gc.unfreeze()
 
     # /openapi.json, /docs and /redoc are served by routers.docs, behind the token.
@@ -162,6 +199,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_guards(app)
     install_openapi(app)
     app.add_middleware(RequestTimer)  # outermost but Starlette's own: times every answer
+    if role == "api":
+        from .controller_proxy import ControllerProxy
+
+        app.add_middleware(ControllerProxy, url=controller_url or "")
     return app
 
 
