@@ -72,6 +72,8 @@ class LiveService:
     config_dir: Path
     port: int
     extra_env: dict[str, str] = field(default_factory=dict)
+    workers: int = 1
+    """``server start --workers``: 1, the single process, unless a test is about several."""
     proc: subprocess.Popen | ForkedProcess | None = None
     token: str | None = None
     log_path: Path | None = None
@@ -98,6 +100,7 @@ class LiveService:
         cmd = [
             str(BIN / "akka-optimize"),
             *("server", "start", "--port", str(self.port), "--log-level", "warning"),
+            *("--workers", str(self.workers)),
         ]
         self.proc = forked_cli.start(cmd, env, self.log_path)  # its imports done (issue 28)
         if self.proc is None:

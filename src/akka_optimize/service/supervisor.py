@@ -45,6 +45,14 @@ STOP_GRACE_S = 20.0
 """How long a child has to stop after SIGTERM before SIGKILL."""
 
 
+def _child_env() -> dict[str, str]:
+    """This environment, with the folder this package was imported from first on
+    ``PYTHONPATH``: a child runs the same code as its supervisor."""
+    root = str(Path(__file__).resolve().parents[2])
+    paths = [root, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (``port`` 0: a free one), inheritable by
     the children. Raises OSError when the address is taken."""
@@ -71,7 +79,7 @@ class Child:
 
     def start(self) -> None:
         """Start (or start again) the child, passing it its listening socket."""
-        self.proc = subprocess.Popen(self.cmd, pass_fds=(self.fd,))
+        self.proc = subprocess.Popen(self.cmd, pass_fds=(self.fd,), env=_child_env())
         self.started_at = time.monotonic()
         self.starts += 1
 

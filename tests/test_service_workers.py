@@ -1,0 +1,158 @@
+"""``server start --workers N`` (issue 49 item 6): API processes over one store, one
+controller process, SQLite writers of several processes taking turns."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from helpers import LiveService, free_port
+
+REGISTER = """
+import sys, time
+from pathlib import Path
+from akka_optimize.db import Database
+from akka_optimize.refs import Ref
+from akka_optimize.registry.core import register_version
+
+url, go, who, count = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+db = Database(url)
+for _ in range(2000):  # every process starts writing together (bounded: 2000 x 5 ms)
+    if go.exists():
+        break
+    time.sleep(0.005)
+for i in range(count):
+    with db.session() as s:
+        register_version(s, "model", Ref("team", "shared"), f"sha256:{who}-{i:04d}")
+db.dispose()
+"""
+
+
+def _versions(url: str) -> list[tuple[int, str]]:
+    from sqlalchemy import select
+
+    from akka_optimize.db import Database
+    from akka_optimize.db.models.registry import RegistryName, RegistryVersion
+
+    db = Database(url)
+    try:
+        with db.session() as s:
+            q = select(RegistryVersion.version, RegistryVersion.digest).join(
+                RegistryName, RegistryName.id == RegistryVersion.name_id
+            )
+            return sorted(s.execute(q.where(RegistryName.name == "shared")).tuples().all())
+    finally:
+        db.dispose()
+
+
+def test_versions_registered_by_several_processes_are_consecutive(tmp_path: Path) -> None:
+    from akka_optimize.db.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    upgrade(url)
+    go, procs, count = tmp_path / "go", 3, 12
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", REGISTER, url, str(go), f"p{k}", str(count)], env=env
+        )  # fmt: skip
+        for k in range(procs)
+    ]
+    go.touch()
+    assert [w.wait(timeout=300) for w in writers] == [0] * procs
+    rows = _versions(url)
+    # every registration made exactly one version, numbered 1..n without a gap or a repeat
+    assert [v for v, _ in rows] == list(range(1, procs * count + 1))
+    assert sorted(d for _, d in rows) == sorted(
+        f"sha256:p{k}-{i:04d}" for k in range(procs) for i in range(count)
+    )
+
+
+def _pids(home: Path) -> dict:
+    try:
+        return json.loads((home / "server.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory) -> LiveService:
+    d = tmp_path_factory.mktemp("workers")
+    svc = LiveService(home=d / "home", config_dir=d / "config", port=free_port(), workers=2)
+    with svc.running():
+        yield svc
+
+
+def test_two_workers_share_the_store_and_forward_the_controller_routes(two_workers) -> None:
+    svc = two_workers
+    pids = _pids(svc.home)
+    assert len(pids["workers"]) == 2 and pids["controllerStarts"] == 1
+    assert all(_alive(p) for p in [pids["controller"], *pids["workers"]])
+    # endpoints live in the controller: the worker forwards, the caller sees one service
+    assert svc.api("GET", "/v1/training/endpoints").json() == {"endpoints": []}
+    missing = svc.api("GET", "/v1/training/endpoints/ep-none")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    assert svc.api("GET", "/v1/training/endpoints").status_code == 200
+
+    def register(i: int) -> dict:
+        row = json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                       {"role": "assistant", "content": f"a{i}"}]})  # fmt: skip
+        r = svc.api("POST", "/v1/registry/datasets/team/rows", content=row + "\n")
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    with ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(register, range(24)))
+    listed = svc.api("GET", "/v1/registry/datasets/team/rows/versions", params={"limit": 100})
+    items = listed.json()["items"]
+    assert sorted(int(v["version"].removeprefix("v")) for v in items) == list(range(1, 25))
+    assert sorted(v["digest"] for v in items) == sorted(m["digest"] for m in made)
+
+
+def test_controller_comes_back_and_its_scheduler_picks_up_a_queued_run(two_workers) -> None:
+    from akka_optimize.db import Database
+    from akka_optimize.db.models.jobs import Run
+
+    svc = two_workers
+    before = _pids(svc.home)
+    os.kill(before["controller"], signal.SIGKILL)
+    for _ in range(600):  # bounded: the supervisor notices within its 0.2 s poll
+        now = _pids(svc.home)
+        if now.get("controllerStarts") == 2 and _alive(now["controller"]):
+            break
+        time.sleep(0.05)
+    assert now["controllerStarts"] == 2 and now["controller"] != before["controller"]
+    assert now["workers"] == before["workers"]  # the API workers kept running
+    # A queued run asking for devices no pool has: only the scheduler (in the controller)
+    # acts on it, failing it with the pool refusal.
+    db = Database(f"sqlite:///{svc.home / 'state.db'}")
+    try:
+        with db.session() as s:
+            s.add(Run(id="r-after-restart", project="p", method="sft", state="QUEUED", plan={},
+                      resolved={}, config_hash="x", base_model="b", dataset="d",
+                      model_name="m", device_kind="tpu", gpus=1))  # fmt: skip
+    finally:
+        db.dispose()
+    for _ in range(1200):  # bounded loop on the run's state, not a wall-clock wait
+        run = svc.api("GET", "/v1/training/runs/r-after-restart").json()
+        if run.get("state") != "QUEUED":
+            break
+        time.sleep(0.05)
+    assert run["state"] == "FAILED"
+    assert "No device pool serves tpu devices" in run["failure"]
