@@ -16,6 +16,16 @@ Reported:
 - ``service_load.p99.<route>``: the 99th percentile latency of each route in ms, with
   ``/healthz`` p99 of the same run as the baseline (ratio = route p99 / healthz p99).
   The goal is p99 < 200 ms for every route on the development machine.
+
+That is the single process (``server start --workers 1``) on SQLite. The same load then
+runs on ``--workers 2`` over SQLite, and, when PostgreSQL's server binaries are installed
+(Debian's ``postgresql``, as ``make test-stores`` uses them: tests/pg.py), on
+``--workers 1`` and ``--workers 2`` over a fresh PostgreSQL database each (issue 49 item
+6); without them the PostgreSQL rows are left out with a printed reason. Each of these
+configurations ``<store>_w<N>`` reports ``service_load.<store>_w<N>.requests_per_s``,
+``.errors``, ``.lost_versions``, ``.duplicated_versions`` and ``.p50.<route>`` /
+``.p99.<route>``; ``service_load.<store>.scaling`` is requests/s with 2 workers over
+requests/s with 1 (goal >= 1.6 on PostgreSQL, where writers do not take turns).
 """
 
 from __future__ import annotations
@@ -42,18 +52,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(home: Path, port: int) -> tuple[subprocess.Popen, str]:
+def _start(
+    home: Path, port: int, workers: int = 1, db_url: str | None = None
+) -> tuple[subprocess.Popen, str]:
     import httpx
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AKKA_")}
     env["AKKA_OPTIMIZE_HOME"] = str(home)
+    if db_url:
+        env["AKKA_OPTIMIZE_DATABASE_URL"] = db_url
     exe = Path(sys.executable).parent / "akka-optimize"
     # The token first: it creates the state (running migrations) before the service starts.
     token = subprocess.run(
         [str(exe), "server", "token", "create"], env=env, capture_output=True, text=True
     ).stdout.split()[-1]
     proc = subprocess.Popen(
-        [str(exe), "server", "start", "--port", str(port), "--log-level", "warning"],
+        [
+            str(exe),
+            "server",
+            "start",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--workers",
+            str(workers),
+        ],  # fmt: skip
         env=env,
         stdout=open(home / "server.log", "ab"),
         stderr=subprocess.STDOUT,
@@ -135,8 +159,7 @@ async def _client(i: int, http, stop: float, lat: dict, created: dict, errors: l
 
 
 def _p99(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else float("nan")
+    return _pct(xs, 0.99)
 
 
 def _check_versions(url: str, token: str, created: dict) -> tuple[int, int]:
@@ -202,13 +225,13 @@ async def _load(url: str, token: str, seconds: float):
     return lat, created, errors
 
 
-def run(quick: bool) -> list[dict]:
-    """Run the load; see the module docstring."""
-    seconds = 8.0 if quick else 30.0
+def _measure(seconds: float, workers: int = 1, db_url: str | None = None) -> dict:
+    """One configuration under the load: latencies per route, registrations, errors and
+    the version check, on a fresh home (and ``db_url``'s store when given)."""
     with tempfile.TemporaryDirectory(prefix="akka-bench-service-") as tmp:
         home = Path(tmp)
         port = _free_port()
-        proc, token = _start(home, port)
+        proc, token = _start(home, port, workers, db_url)
         url = f"http://127.0.0.1:{port}"
         try:
             lat, created, errors = asyncio.run(_load(url, token, seconds))
@@ -216,11 +239,86 @@ def run(quick: bool) -> list[dict]:
         finally:
             proc.terminate()
             try:
-                proc.wait(timeout=20)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    base = _p99(lat["healthz"])
     total = sum(len(v) for v in lat.values())
+    return {"lat": lat, "created": created, "errors": errors, "lost": lost, "dup": dup,
+            "total": total, "rps": total / seconds, "seconds": seconds}  # fmt: skip
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def _config_rows(label: str, m: dict) -> list[dict]:
+    """The rows of one configuration ``label`` (``sqlite_w2``, ``pg_w1``…)."""
+    pre = f"service_load.{label}"
+    detail = f"{CLIENTS} clients, {m['seconds']:g} s, {m['total']} requests"
+    out = [
+        {"name": f"{pre}.requests_per_s", "value": m["rps"], "unit": "req/s", "baseline": None,
+         "ratio": None, "detail": detail},
+        {"name": f"{pre}.errors", "value": len(m["errors"]), "unit": "count", "baseline": 0,
+         "ratio": None, "detail": "; ".join(m["errors"][:5]) or detail},
+        {"name": f"{pre}.lost_versions", "value": m["lost"], "unit": "count", "baseline": 0,
+         "ratio": None},
+        {"name": f"{pre}.duplicated_versions", "value": m["dup"], "unit": "count",
+         "baseline": 0, "ratio": None},
+    ]  # fmt: skip
+    for route in sorted(m["lat"]):
+        for q, tag in ((0.5, "p50"), (0.99, "p99")):
+            out.append(
+                {
+                    "name": f"{pre}.{tag}.{route.replace(' ', '_')}",
+                    "value": _pct(m["lat"][route], q),
+                    "unit": "ms",
+                    "baseline": None,
+                    "ratio": None,
+                    "detail": f"{len(m['lat'][route])} requests; goal p99 < 200 ms",
+                }
+            )
+    return out
+
+
+def _scaling(store: str, one: dict, two: dict, goal: str) -> dict:
+    return {"name": f"service_load.{store}.scaling", "value": two["rps"] / one["rps"],
+            "unit": "x", "baseline": one["rps"], "ratio": two["rps"] / one["rps"],
+            "detail": f"requests/s with --workers 2 over --workers 1; {goal}"}  # fmt: skip
+
+
+def _postgres_rows(seconds: float) -> list[dict]:
+    """``pg_w1`` and ``pg_w2`` on a throwaway PostgreSQL server (tests/pg.py), a fresh
+    database each; no rows, with a printed reason, where its binaries are missing."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from pg import _bin_dir, postgres_server
+
+    if _bin_dir() is None:
+        print("  PostgreSQL rows skipped: no initdb under /usr/lib/postgresql (install "
+              "Debian's postgresql, as make test-stores does)", flush=True)  # fmt: skip
+        return []
+    import psycopg
+
+    with postgres_server() as url:
+        plain = url.replace("postgresql+psycopg://", "postgresql://")
+        with psycopg.connect(plain, autocommit=True) as conn:
+            for db in ("w1", "w2"):
+                conn.execute(f"CREATE DATABASE {db}")
+        base = url.rsplit("/", 1)[0]
+        m1 = _measure(seconds, 1, f"{base}/w1")
+        m2 = _measure(seconds, 2, f"{base}/w2")
+    out = _config_rows("pg_w1", m1) + _config_rows("pg_w2", m2)
+    return out + [_scaling("pg", m1, m2, "goal >= 1.6")]
+
+
+def run(quick: bool) -> list[dict]:
+    """Run the load; see the module docstring."""
+    seconds = 8.0 if quick else 30.0
+    m = _measure(seconds)
+    w2 = _measure(seconds, workers=2)
+    lat, created, errors, lost, dup = m["lat"], m["created"], m["errors"], m["lost"], m["dup"]
+    base = _p99(lat["healthz"])
+    total = m["total"]
     detail = f"{CLIENTS} clients, {seconds:g} s, {total} requests ({total / seconds:.0f}/s)"
     out = [
         {"name": "service_load.errors", "value": len(errors), "unit": "count", "baseline": 0,
@@ -242,4 +340,6 @@ def run(quick: bool) -> list[dict]:
                 "detail": f"{len(lat[route])} requests; baseline /healthz p99; goal < 200 ms",
             }
         )
-    return out
+    out += _config_rows("sqlite_w1", m) + _config_rows("sqlite_w2", w2)
+    out.append(_scaling("sqlite", m, w2, "SQLite writers take turns"))
+    return out + _postgres_rows(seconds)

@@ -153,7 +153,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
     exe = str(Path(sys.executable).parent / "akka-optimize")
     log = open(root / "server.log", "wb")
     server = subprocess.Popen(
-        [exe, "server", "start", "--port", str(port), "--log-level", "warning"],
+        [exe, "server", "start", "--port", str(port), "--log-level", "warning", "--workers", "1"],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

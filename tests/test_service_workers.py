@@ -156,3 +156,39 @@ def test_controller_comes_back_and_its_scheduler_picks_up_a_queued_run(two_worke
         time.sleep(0.05)
     assert run["state"] == "FAILED"
     assert "No device pool serves tpu devices" in run["failure"]
+
+
+@pytest.mark.parametrize(
+    ("path", "forwarded"),
+    [
+        ("/api/v1/create_model", True),  # Tinker: the broker is one process's
+        ("/v1/training/runs/r1/attempts/2/tinker/next", True),
+        ("/v1/training/runs/r1/attempts/2/judge/chat/completions", True),
+        ("/v1/training/endpoints", True),  # endpoint workers' handles
+        ("/v1/training/endpoints/e1/openai/v1/chat/completions", True),
+        ("/v1/chat/completions", True),
+        ("/v1/fine_tuning/alpha/graders/run", True),
+        ("/v1/training/base-models", True),  # fetch subprocesses
+        ("/v1/training/info", True),  # the controller's start-up
+        ("/v1/training/runs", False),  # rows of the store: any worker
+        ("/v1/training/runs/r1/pause", False),
+        ("/v1/registry/datasets/team/rows", False),
+        ("/v1/training/endpointsx", False),
+        ("/healthz", False),
+    ],
+)
+def test_which_routes_go_to_the_controller(path: str, forwarded: bool) -> None:
+    from akka_optimize.service.controller_proxy import needs_controller
+
+    assert needs_controller(path) is forwarded
+
+
+def test_an_api_process_needs_the_controller_address(tmp_path: Path) -> None:
+    from akka_optimize.service import create_app
+    from akka_optimize.settings import Settings
+
+    settings = Settings(home=tmp_path)
+    with pytest.raises(ValueError, match="controller_url"):
+        create_app(settings, role="api")
+    with pytest.raises(ValueError, match="role: 'worker'"):
+        create_app(settings, role="worker")

@@ -11,7 +11,9 @@ controller's (:mod:`akka_optimize.service.supervisor`):
   (``/v1/chat/completions``), graders (``/v1/fine_tuning/alpha/graders…``) and an
   evaluation worker's judge (``…/attempts/{n}/judge…``): the endpoint manager holds the
   endpoint workers' handles, their queue lines and in-flight counts;
-- base models (``/v1/training/base-models…``): their fetch subprocesses.
+- base models (``/v1/training/base-models…``): their fetch subprocesses;
+- ``/v1/training/info``: ``startedCompletely`` and a start-up failure are the
+  controller's (its hooks start the scheduler and the managers; a worker starts nothing).
 
 An API worker forwards these requests unchanged (method, path, query, headers, body,
 streamed both ways) to the controller on its loopback address and streams the answer
@@ -35,6 +37,7 @@ CONTROLLER_PATHS = re.compile(
     r"|/v1/chat/completions$"
     r"|/v1/fine_tuning/alpha/graders(/|$)"
     r"|/v1/training/base-models(/|$)"
+    r"|/v1/training/info$"
     r"|/v1/training/runs/[^/]+/attempts/[^/]+/(tinker|judge)(/|$))"
 )
 """The paths whose state lives in the controller's process (module docstring)."""
