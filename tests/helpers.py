@@ -72,8 +72,11 @@ class LiveService:
     config_dir: Path
     port: int
     extra_env: dict[str, str] = field(default_factory=dict)
-    workers: int = 1
-    """``server start --workers``: 1, the single process, unless a test is about several."""
+    workers: int = field(
+        default_factory=lambda: int(os.environ.get("AKKA_OPTIMIZE_TEST_WORKERS", "1"))
+    )
+    """``server start --workers``: 1, the single process, unless a test is about several
+    (``AKKA_OPTIMIZE_TEST_WORKERS=2`` runs every live service of a test run with two)."""
     proc: subprocess.Popen | ForkedProcess | None = None
     token: str | None = None
     log_path: Path | None = None

@@ -192,3 +192,26 @@ def test_an_api_process_needs_the_controller_address(tmp_path: Path) -> None:
         create_app(settings, role="api")
     with pytest.raises(ValueError, match="role: 'worker'"):
         create_app(settings, role="worker")
+
+
+def test_a_writer_of_another_process_holding_the_gate_times_out_named(tmp_path: Path) -> None:
+    import fcntl
+
+    from sqlalchemy.exc import OperationalError
+
+    from akka_optimize.db.base import WriteGate, writers_lock_path
+
+    path = writers_lock_path(f"sqlite:///{tmp_path / 'state.db'}")
+    assert path == str(tmp_path / "state.db-writers")
+    assert writers_lock_path("sqlite:///:memory:") is None
+    assert writers_lock_path("postgresql+psycopg://h/db") is None
+    other = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # another open file: another writer
+    fcntl.flock(other, fcntl.LOCK_EX)
+    gate = WriteGate(timeout=0.05, lock_path=path)
+    with pytest.raises(OperationalError, match="a writer of another process held it"):
+        gate.enter(1)
+    fcntl.flock(other, fcntl.LOCK_UN)
+    gate.enter(1)  # free now: taken at once, and given back on leave
+    gate.leave(1)
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(other)

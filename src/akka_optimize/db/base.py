@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
+import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -16,6 +18,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
 from ..testhooks import hold
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: writers of several processes wait in SQLite's busy handler
+    fcntl = None  # type: ignore[assignment]
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -128,40 +135,82 @@ def _dbapi_id(conn: Any) -> int:
 
 
 class WriteGate:
-    """One writing transaction at a time per engine, queued in this process.
+    """One writing transaction at a time per engine, queued in this process and, with
+    ``lock_path``, across the processes that write the same SQLite file.
 
     SQLite lets one transaction write; a second ``BEGIN IMMEDIATE`` waits in SQLite's busy
     handler, which sleeps and polls (up to 100 ms between tries), so under concurrent
     registrations a writer waited up to a second after the lock was free (issue 14, load:
     register p99 1.4 s). Writers of this process wait here instead, on a lock that wakes
-    the next one when the holder's COMMIT or ROLLBACK has run; the busy timeout still
-    covers writers of other processes (the CLI's ``server token create``).
+    the next one when the holder's COMMIT or ROLLBACK has run. Writers of several
+    processes (``server start --workers N``, the CLI's ``server token create``) then hold
+    an exclusive ``flock`` on ``lock_path`` (the state file's name plus ``-writers``) for
+    the same span: one waiter per process tries it every 0.5-4 ms, not SQLite's 100. The
+    busy timeout still covers any writer that does not use the gate.
     """
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, lock_path: str | None = None) -> None:
         self.timeout = timeout
+        self.lock_path = lock_path if fcntl is not None else None
         self._lock = threading.Lock()
         self._holder: int | None = None
+        self._fd: int | None = None
+        self._fd_pid = 0
 
     def enter(self, dbapi_id: int) -> None:
         """Wait for the gate (at most ``timeout`` s), held by DB-API connection
         ``dbapi_id``. Raises sqlalchemy's OperationalError ("database is locked", what
         SQLite's busy timeout raises) on timeout: the service answers it with 503."""
+        deadline = time.monotonic() + self.timeout
         if not self._lock.acquire(timeout=self.timeout):
-            import sqlite3
-
-            from sqlalchemy.exc import OperationalError
-
-            held = f"another writer of this service held it for {self.timeout:g} s"
-            reason = sqlite3.OperationalError(f"database is locked: {held}")
-            raise OperationalError("BEGIN IMMEDIATE", None, reason)
+            _locked(f"another writer of this service held it for {self.timeout:g} s")
+        if self.lock_path is not None and not self._across(deadline):
+            self._lock.release()
+            _locked(f"a writer of another process held it for {self.timeout:g} s")
         self._holder = dbapi_id
+
+    def _across(self, deadline: float) -> bool:
+        """Take the ``flock`` on :attr:`lock_path` before ``deadline``; False when not."""
+        if self._fd is None or self._fd_pid != os.getpid():  # a forked child opens its own
+            self._fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._fd_pid = os.getpid()
+        wait = 0.0005
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                pass
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(wait)
+            wait = min(wait * 2, 0.004)
 
     def leave(self, dbapi_id: int) -> None:
         """Open the gate if ``dbapi_id`` holds it (its transaction has ended)."""
         if self._holder == dbapi_id:
             self._holder = None
+            if self.lock_path is not None and self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
             self._lock.release()
+
+
+def _locked(held: str) -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    reason = sqlite3.OperationalError(f"database is locked: {held}")
+    raise OperationalError("BEGIN IMMEDIATE", None, reason)
+
+
+def writers_lock_path(url: str) -> str | None:
+    """The file whose ``flock`` queues the writers of the SQLite file of ``url`` across
+    processes (:class:`WriteGate`); None for an in-memory or non-SQLite database."""
+    if not url.startswith("sqlite:///") or ":memory:" in url:
+        return None
+    path = url.removeprefix("sqlite:///").split("?", 1)[0]
+    return path + "-writers" if path else None
 
 
 def _sqlite_begin(gate: WriteGate, conn: Any) -> None:
@@ -242,7 +291,7 @@ def make_engine(url: str, gate: WriteGate | None = None) -> Engine:
             connect_args={"check_same_thread": False, "timeout": 30},
             **({} if ":memory:" in url else {"pool_size": 16, "max_overflow": 48}),
         )
-        gate = gate or WriteGate(timeout=30.0)
+        gate = gate or WriteGate(timeout=30.0, lock_path=writers_lock_path(url))
         event.listen(eng, "connect", _sqlite_pragmas)
         event.listen(eng, "begin", functools.partial(_sqlite_begin, gate))
         event.listen(eng, "commit", _sqlite_end)
@@ -266,7 +315,11 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = url
         #: The SQLite engine's :class:`WriteGate` (None on other backends).
-        self.write_gate = WriteGate(timeout=30.0) if url.startswith("sqlite") else None
+        self.write_gate = (
+            WriteGate(timeout=30.0, lock_path=writers_lock_path(url))
+            if url.startswith("sqlite")
+            else None
+        )
         self.engine = make_engine(url, self.write_gate)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
