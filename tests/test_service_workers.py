@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import LiveService, free_port
+import forked_cli
+from helpers import BIN, LiveService, base_env, free_port
 
 REGISTER = """
 import sys, time
@@ -149,7 +150,7 @@ def test_controller_comes_back_and_its_scheduler_picks_up_a_queued_run(two_worke
                       model_name="m", device_kind="tpu", gpus=1))  # fmt: skip
     finally:
         db.dispose()
-    for _ in range(1200):  # bounded loop on the run's state, not a wall-clock wait
+    for _ in range(3000):  # bounded loop on the run's state, not a wall-clock wait
         run = svc.api("GET", "/v1/training/runs/r-after-restart").json()
         if run.get("state") != "QUEUED":
             break
@@ -215,3 +216,12 @@ def test_a_writer_of_another_process_holding_the_gate_times_out_named(tmp_path: 
     gate.leave(1)
     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.close(other)
+
+
+def test_zero_workers_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "home", tmp_path / "config")
+    cmd = [str(BIN / "akka-optimize"), "server", "start", "--workers", "0"]
+    out = forked_cli.run(cmd, env, timeout=120)
+    assert out.returncode == 2
+    assert "--workers: 0 is not a process count" in out.stderr
+    assert "Traceback" not in out.stderr
