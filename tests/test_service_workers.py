@@ -225,3 +225,39 @@ def test_zero_workers_is_refused_naming_the_flag(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "--workers: 0 is not a process count" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_forwarded_write_keeps_its_body_query_and_the_controllers_answer(two_workers) -> None:
+    r = two_workers.api("POST", "/v1/training/endpoints", params={"dryRun": "true"},
+                        json={"model": "team/none:v1", "project": "nowhere"})  # fmt: skip
+    err = r.json()["error"]
+    # the controller's own refusal, in the API's shape, passed back unchanged
+    assert r.status_code == 404, r.text
+    assert err == {
+        "code": "not_found",
+        "message": "No training project 'nowhere'; create it with `training projects create NAME`.",
+        "field": "project",
+    }
+
+
+def test_an_unreachable_controller_is_answered_503_with_retry_after() -> None:
+    import asyncio
+
+    import httpx
+
+    from akka_optimize.service.controller_proxy import ControllerProxy
+
+    async def never(scope, receive, send) -> None:  # the worker's own app: not reached
+        raise AssertionError(scope["path"])
+
+    async def ask() -> httpx.Response:
+        proxy = ControllerProxy(never, url=f"http://127.0.0.1:{free_port()}")
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=proxy), base_url="http://svc"
+        ) as http:
+            return await http.get("/v1/training/endpoints")
+
+    r = asyncio.run(ask())
+    assert r.status_code == 503 and r.headers["retry-after"] == "2"
+    assert r.json()["error"]["code"] == "unavailable"
+    assert "controller process did not answer" in r.json()["error"]["message"]
