@@ -63,6 +63,7 @@ def test_a_reinforcement_run_trains_on_a_bundle_reward_and_registers_its_model(
         "max_num_batched_tokens": 8192,
         "prefix_caching": False,
         "kv_cache_bytes": int(0.4 * host.hostMemoryGiB * 1024**3),
+        "memory_share": 0.4,  # vLLM's gpu_memory_utilization on CUDA
     }
     assert run["method"] == "rl" and run["reward"].startswith("bundle:demo/scoring:v1#reward")
     m = run_json(service, "training", "runs", "metrics", run["id"])["metrics"]

@@ -66,6 +66,7 @@ from .rl_step import group_advantages as group_advantages
 from .rl_step import rl_update as rl_update
 from .rollout import rollout_passes as rollout_passes
 from .rollout import sample_group as sample_group
+from .rollout_vllm import vllm_rollout
 from .sanity import start_warnings
 
 
@@ -119,6 +120,8 @@ def run_rl(
     resume_step: int | None = None,
     init_adapter: Path | None = None,
     should_stop: Callable[[], bool] | None = None,
+    max_seq_length: int | None = None,
+    rollout_backend: Callable[..., Any] | None = None,
 ) -> RLResult:
     """A reinforcement run: ``steps`` updates of :func:`rl_update`, with the saves, events
     and resume of a supervised run (:func:`akka_optimize.engine.sft.run_sft`).
@@ -129,6 +132,9 @@ def run_rl(
     ``advantage``, ``error``, the sampler's ``logprobs`` and the ``weightVersion`` that
     drew it), ``save`` (every ``cfg.save_every_steps`` updates, when stopping,
     and at the end; ``epoch`` None) and ``phase`` events.
+
+    ``rollout_backend`` picks the sampler (default :func:`.rollout_vllm.vllm_rollout`;
+    :class:`_Rollouts`); ``max_seq_length`` bounds vLLM's prompt plus completion.
 
     Raises:
         EngineError: no prompts, a resume whose saved settings differ, or the session's
@@ -142,23 +148,20 @@ def run_rl(
     result = RLResult(0, steps, adapted_modules=session.adapted_modules)
     reward = None
     settings, reduce = _on_ranks(session, settings, prompts_per_step)
-    side = None
-    if settings.max_staleness > 0 and session.step < steps:  # samples drawn ahead
-        ahead = (lambda u: update_prompts(prompts, u, prompts_per_step), stop_ids, steps)
-        side = RolloutSide(session, settings, *ahead)
+    choose = rollout_backend or vllm_rollout
+    backend = choose(session, settings, model_dir, state_dir / "rollout", emit, max_seq_length)
+    ahead = (lambda u: update_prompts(prompts, u, prompts_per_step), stop_ids, steps)
+    rollouts = _Rollouts(session, settings, backend, ahead)
     try:
         for update in range(session.step + 1, steps + 1):
             batch = update_prompts(prompts, update, prompts_per_step)
             mine = rank_groups(len(batch), session.rank, session.world)
             batch = [batch[g] for g in mine]
-            drawn = side.take(update) if side is not None else None
-            if session.world > 1:
-                drawn = draw(session, batch, settings, stop_ids, update, session.step, mine)
+            drawn = rollouts.take(session, batch, settings, update, mine)
             metrics, samples = rl_update(
                 session, batch, score, settings, stop_ids, drawn=drawn, reduce=reduce
             )
-            if side is not None:  # the new adapter, from the main thread after the step
-                side.publish(session)  # (rule 20)
+            rollouts.publish(session, last=update == steps)
             emit({"type": "metrics", **metrics})
             emit(samples_event(samples, update, prompts_per_step, len(prompts), mine))
             reward = metrics["rewardMean"]
@@ -180,9 +183,48 @@ def run_rl(
                 result.stopped = True
                 break
     finally:
-        if side is not None:
-            side.close()
+        rollouts.close()
     return _finish(result, session.step, log, reward, emit)
+
+
+class _Rollouts:
+    """Who draws each update's samples: on several ranks each rank now, with its groups'
+    generators; with ``maxStaleness`` > 0 the rollout side's thread, ahead
+    (:class:`~.rl_async.RolloutSide`, on vLLM when ``backend`` is one); else on-policy
+    now, through ``backend`` (vLLM, :mod:`.rollout_vllm`) or, without one, the session's
+    own lean sampler (``take`` gives None: :func:`rl_update` draws)."""
+
+    def __init__(self, session: Any, settings: RLSettings, backend: Any, ahead: tuple) -> None:
+        self.backend, self.side, self.stop_ids = backend, None, ahead[1]
+        if settings.max_staleness > 0 and session.step < ahead[2]:  # samples drawn ahead
+            self.side = RolloutSide(session, settings, *ahead, backend=backend)
+        elif backend is not None:
+            backend.publish(session)
+
+    def take(
+        self, session: Any, batch: list[RLPrompt], settings: RLSettings, update: int, mine: list
+    ) -> tuple[list[Sample], float] | None:
+        """The samples of ``update`` (this rank's groups ``mine`` of it) and their seconds."""
+        if session.world > 1:
+            return draw(session, batch, settings, self.stop_ids, update, session.step, mine)
+        if self.side is not None:
+            return self.side.take(update)
+        if self.backend is not None:
+            return self.backend.draw(batch, settings, self.stop_ids, update, session.step)
+        return None
+
+    def publish(self, session: Any, last: bool) -> None:
+        """Hand the new adapter to the sampler, from the main thread after the optimizer
+        step (rule 20); nothing after the ``last`` update on-policy (nothing samples)."""
+        if self.side is not None:
+            self.side.publish(session)
+        elif self.backend is not None and not last:
+            self.backend.publish(session)
+
+    def close(self) -> None:
+        """Stop the rollout side's thread, if any."""
+        if self.side is not None:
+            self.side.close()
 
 
 def _finish(

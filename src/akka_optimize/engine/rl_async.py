@@ -15,6 +15,11 @@ versions; the sampler thread loads the version an update needs into its own copy
 drawing it. Every sample records the version that drew it (``Sample.weight_version``), and
 each update's metrics its ``weightVersion`` and ``staleness``.
 
+With vLLM (:mod:`akka_optimize.engine.rollout_vllm`) the rollout side holds no copy of
+the model: :meth:`RolloutSide.publish` writes the new adapter version to its folder from
+the main thread, and the sampler thread draws each update through vLLM with the LoRA of
+the version it needs.
+
 k = 0 never creates a rollout side: every update samples with the session's own weights
 (the on-policy loop, unchanged). On a resume the first updates sample from the resumed
 adapter (their staleness is below k): the versions before it were not saved.
@@ -26,6 +31,7 @@ import contextlib
 import copy
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -52,6 +58,8 @@ class RolloutSide:
         prompts_for: 1-based update → its prompts.
         stop_ids: tokens that end a completion.
         last_update: the run's last update (the thread draws up to it).
+        backend: a :class:`~akka_optimize.engine.rollout_vllm.VLLMRollout` that draws in
+            place of a copy of the model (None: the copy, with the lean sampler).
 
     Raises:
         EngineError: ``max_staleness`` < 1 (a run on several ranks is refused before,
@@ -65,6 +73,7 @@ class RolloutSide:
         prompts_for: Callable[[int], list[RLPrompt]],
         stop_ids: set[int],
         last_update: int,
+        backend: Any = None,
     ) -> None:
         if settings.max_staleness < 1:
             raise EngineError("a rollout side samples ahead only with maxStaleness ≥ 1.")
@@ -72,10 +81,12 @@ class RolloutSide:
         self.device, self.dtype = session.device, session.dtype
         self.weight_dtype, self.adapter_dtype = session.weight_dtype, session.adapter_dtype
         self.start, self.last = session.step, last_update
-        self.model = _copy_model(session.model)
+        self.backend = backend
+        if backend is None:
+            self.model = _copy_model(session.model)
+            self._own = {n: p for n, p in self.model.named_parameters() if n in session.params}
         self.version: int | None = None
-        self._own = {n: p for n, p in self.model.named_parameters() if n in session.params}
-        self._history: dict[int, dict[str, torch.Tensor]] = {}
+        self._history: dict[int, dict[str, torch.Tensor] | None] = {}
         self._results: dict[int, Any] = {}
         self._cond = threading.Condition()
         self._stop = False
@@ -89,8 +100,13 @@ class RolloutSide:
 
     def publish(self, session: Any) -> None:
         """Keep the session's adapter as version ``session.step`` for the sampler (call
-        from the main thread after each update's optimizer step)."""
-        snap = {n: p.detach().clone() for n, p in session.params.items()}
+        from the main thread after each update's optimizer step); with vLLM, write it to
+        the version's folder."""
+        snap = None
+        if self.backend is not None:
+            self.backend.publish(session)
+        else:
+            snap = {n: p.detach().clone() for n, p in session.params.items()}
         with self._cond:
             self._history[session.step] = snap
             self._cond.notify_all()
@@ -125,9 +141,10 @@ class RolloutSide:
             snap = self._history[version]
             for old in [v for v in self._history if v < version]:
                 del self._history[old]
-        with torch.no_grad():
-            for name, p in self._own.items():
-                p.copy_(snap[name])
+        if snap is not None:
+            with torch.no_grad():
+                for name, p in self._own.items():
+                    p.copy_(snap[name])
         self.version = version
 
     def _run(self) -> None:
@@ -138,8 +155,9 @@ class RolloutSide:
                     self._load(version)
                 if self._stop:
                     return
-                got: Any = draw(
-                    self, self.prompts_for(update), self.settings, self.stop_ids, update, version
+                how: Any = self.backend.draw if self.backend is not None else partial(draw, self)
+                got: Any = how(
+                    self.prompts_for(update), self.settings, self.stop_ids, update, version
                 )
             except BaseException as exc:  # handed to the main thread by take()
                 got = exc

@@ -54,6 +54,9 @@ class RLSettings:
             (``execution.rollout.memoryShare`` of the device's memory, the deployment
             profile's ``deviceMemoryGiB``, or ``hostMemoryGiB`` on cpu); a group is sampled
             in batches of as many rows as fit (:func:`rows_that_fit`). None: no bound.
+        memory_share: ``execution.rollout.memoryShare`` itself (a share in (0, 1]): on
+            CUDA with vLLM it is vLLM's ``gpu_memory_utilization``
+            (:mod:`akka_optimize.engine.rollout_vllm`). None: unset (0.5 there).
     """
 
     samples_per_prompt: int
@@ -72,6 +75,7 @@ class RLSettings:
     max_num_batched_tokens: int = 8192
     prefix_caching: bool = True
     kv_cache_bytes: int | None = None
+    memory_share: float | None = None
 
     def batch_rows(self) -> int:
         """Rows the sampler decodes at once: ``min(max_num_seqs, max_num_batched_tokens)``."""

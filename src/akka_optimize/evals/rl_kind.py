@@ -146,9 +146,17 @@ def kv_cache_bytes(dep: Deployment, plan: ResolvedRunPlan) -> int | None:
     return int(float(ex.rollout.memoryShare) * float(gib or 0) * 1024**3) if gib else None
 
 
+def memory_share(plan: ResolvedRunPlan) -> float | None:
+    """``execution.rollout.memoryShare`` (vLLM's ``gpu_memory_utilization`` when the
+    rollouts run on vLLM, :mod:`akka_optimize.engine.rollout_vllm`); None when unset."""
+    ex = plan.execution
+    return float(ex.rollout.memoryShare) if ex.rollout is not None else None
+
+
 def loop_settings(plan: ResolvedRunPlan, dep: Deployment) -> dict[str, Any]:
     """``spec.extra``'s ``rl`` (the loop's fields, :data:`RL_LOOP_FIELDS`) and ``rollout``
-    (the sampler's settings by :data:`ROLLOUT_SETTINGS` name, ``kv_cache_bytes``) of a
+    (the sampler's settings by :data:`ROLLOUT_SETTINGS` name, ``kv_cache_bytes``,
+    ``memory_share``) of a
     reinforcement run's resolved plan; every rollout setting is resolved for the loop."""
     rl = plan.config.rlHyperparams
     if rl is None:
@@ -163,6 +171,7 @@ def loop_settings(plan: ResolvedRunPlan, dep: Deployment) -> dict[str, Any]:
         "rollout": {
             **{name: es[key] for key, name in ROLLOUT_SETTINGS.items()},
             "kv_cache_bytes": kv_cache_bytes(dep, plan),
+            "memory_share": memory_share(plan),
         },
     }
 

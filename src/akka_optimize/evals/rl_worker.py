@@ -142,6 +142,7 @@ def _train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[
             resume_step=resume_step,
             init_adapter=warm_dir,
             should_stop=lambda: events.control in ("pause", "cancel"),
+            max_seq_length=spec.max_seq_length,
         )
     stopped = stop_event(events, result)
     if stopped is not None:
