@@ -2,7 +2,8 @@
 (:func:`akka_optimize.engine.rl.sample_group`: a prompt's group decoded together with a KV
 cache) against plain ``model.generate`` one completion at a time on the same prompts, in
 the same run (goal ≥ 2× on CPU through batching); and one whole update's time split into
-sampling, scoring (``builtin:math``) and training.
+sampling, scoring (``builtin:math``) and training; rollout tokens/s with ``maxStaleness``
+1 against 0; and one update's rate against TRL 1.16's ``GRPOTrainer`` (:mod:`.rl_trl`).
 
 Both sample at temperature 1 and produce exactly ``tokens`` tokens per completion (stops
 cleared), on the tiny test model (quick) or SmolLM2-135M, over GSM8K test questions.
@@ -29,6 +30,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
     from akka_optimize.engine.session import TrainingSession
     from akka_optimize.evals.rewards import math_reward
 
+    from . import rl_trl
     from .serving import _model_dir
 
     prompts_n, group, tokens = (2, 8, 16) if quick else (4, 8, 48)
@@ -109,7 +111,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
         sampling = sampled / m["samplingTokensPerSecond"]
         training = whole - sampling - timing["scoring"]
         stale = {k: _loop_tokens_per_s(base, cfg, prompts, settings, score, k) for k in (0, 1)}
+        versus_trl = rl_trl.row(base, cfg, items, prompts, group, tokens, quick)
     return [
+        versus_trl,
         {
             "name": "rl_rollout_tokens_per_s_max_staleness_1",
             "value": round(stale[1], 1),
