@@ -57,6 +57,7 @@ set +e
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   $PY -c "import torch, transformers, peft; print(torch.__version__, transformers.__version__, peft.__version__)"
   $PY -c "import trl, datasets, pyarrow; print('trl', trl.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__)"
+  $PY -c "import vllm; print('vllm', vllm.__version__)" || echo "no vllm: the reinforcement rollouts' vLLM test skips"
 } 2>&1 | tee "$OUT/versions.txt"
 $PY -c "import transformers" 2>/dev/null || exit 1
 if [[ "${1:-}" == "--ours" ]]; then
@@ -66,10 +67,15 @@ if [[ "${1:-}" == "--ours" ]]; then
   timeout 150 $PY -m benchmarks.engine --ours-on-cuda 2>&1 | grep -v "it/s" | tee "$OUT/ours.txt"
   exit 0
 fi
-# At most about 8 minutes in all (timeout_s 480 leaves time for a second call).
+# At most about 8 minutes in all (timeout_s 480 leaves time for a second call) where the
+# image has no vLLM; with vLLM give the call up to 600.
 timeout 100 $PY -m pytest -q -p no:cacheprovider -o addopts= \
   tests/engine/test_engine_cuda.py tests/engine/test_engine_ranks_cuda.py \
   tests/engine/test_attention.py tests/engine/test_flex.py 2>&1 | tee "$OUT/tests.txt"
+# The reinforcement rollouts on vLLM (skips at once where the image has no vLLM; vLLM's
+# own start takes most of its time where it has).
+timeout 120 $PY -m pytest -q -p no:cacheprovider -o addopts= \
+  tests/engine/test_engine_rl_vllm_cuda.py 2>&1 | tee -a "$OUT/tests.txt"
 timeout 60 $PY -m benchmarks.engine --profile smollm2 >"$OUT/profile_smollm2.txt" 2>&1
 timeout 240 $PY -m benchmarks.run --quick --only engine 2>&1 | tee "$OUT/bench.txt"
 cp bench-results/latest.json "$OUT/bench.json" 2>/dev/null
