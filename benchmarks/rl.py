@@ -111,9 +111,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
         sampling = sampled / m["samplingTokensPerSecond"]
         training = whole - sampling - timing["scoring"]
         stale = {k: _loop_tokens_per_s(base, cfg, prompts, settings, score, k) for k in (0, 1)}
-        versus_trl = rl_trl.row(base, cfg, items, prompts, group, tokens, quick)
+        versus_trl = rl_trl.rows(base, cfg, items, prompts, group, tokens, quick)
     return [
-        versus_trl,
+        *versus_trl,
         {
             "name": "rl_rollout_tokens_per_s_max_staleness_1",
             "value": round(stale[1], 1),

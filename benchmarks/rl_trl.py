@@ -119,14 +119,36 @@ def trl(
     return updates / (marks[-1] - marks[0])  # the first step (a warm-up) left out
 
 
-def row(
+def rows(
     base: Path, cfg: Any, items: list[dict], prompts: list[Any], group: int, tokens: int,
     quick: bool,
+) -> list[dict]:  # fmt: skip
+    """The benchmark's rows: the loop's updates/s against GRPOTrainer's with torch's own
+    thread count, then both on one thread (on a CPU shared with other work, threads that
+    spin while waiting for each other slow small operations most)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    out = [_row(base, cfg, items, prompts, group, tokens, quick, "")]
+    if threads > 1 and not torch.cuda.is_available():
+        torch.set_num_threads(1)
+        try:
+            out.append(_row(base, cfg, items, prompts, group, tokens, quick, "_one_thread"))
+        finally:
+            torch.set_num_threads(threads)
+    return out
+
+
+def _row(
+    base: Path, cfg: Any, items: list[dict], prompts: list[Any], group: int, tokens: int,
+    quick: bool, suffix: str,
 ) -> dict:  # fmt: skip
-    """The benchmark's row: the loop's updates/s against GRPOTrainer's (TRL's failure, or
-    its absence, is the row's ``detail`` and the baseline stays empty)."""
+    """One row: the loop's updates/s against GRPOTrainer's at torch's current thread count
+    (TRL's failure, or its absence, is the row's ``detail`` and the baseline stays empty)."""
     import importlib.util
     import sys
+
+    import torch
 
     updates = 1 if quick else 4
     mine = ours(base, cfg, prompts, group, tokens, updates)
@@ -141,7 +163,7 @@ def row(
             error = f"GRPOTrainer failed: {str(exc).strip().splitlines()[-1][:300]}"
             print(f"  rl vs trl: {error}", file=sys.stderr, flush=True)
     return {
-        "name": "rl_update_vs_trl_grpo",
+        "name": "rl_update_vs_trl_grpo" + suffix,
         "value": round(mine, 3),
         "unit": "updates/s",
         "baseline": round(theirs, 3) if theirs else None,
@@ -150,5 +172,6 @@ def row(
         "detail": f"{updates} timed update(s) each (after one warm-up) of {len(prompts)} prompts x "
         f"{group} samples x {tokens} tokens: sample, score (builtin:math), train; fp32, "
         f"LoRA rank {cfg.lora_rank} on {', '.join(cfg.target_modules)}, no gradient "
-        "checkpointing, no reference model" + (f"; {error}" if error else ""),
+        f"checkpointing, no reference model, {torch.get_num_threads()} torch thread(s)"
+        + (f"; {error}" if error else ""),
     }

@@ -216,6 +216,8 @@ def test_the_backend_is_vllm_on_one_cuda_device_with_vllm_and_the_lean_sampler_e
     got = vllm_rollout(_cuda_session(), settings, tmp_path, tmp_path / "w", events.append)
     assert isinstance(got, VLLMRollout) and len(events) == 1
     assert got.llm.kw["gpu_memory_utilization"] == 0.6 and got.llm.kw["dtype"] == "bfloat16"
+    assert vllm_rollout(_cuda_session(600), settings, tmp_path, tmp_path, events.append) is None
+    assert "LoRA rank 600 is above the 512 vLLM serves" in events[-1]["message"]
     with pytest.raises(EngineError, match="rank 600"):
         VLLMRollout(api, _cuda_session(600), tmp_path, settings, tmp_path / "w")
 

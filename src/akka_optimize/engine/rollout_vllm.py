@@ -234,6 +234,12 @@ NO_VLLM = (
 )
 """The ``warning`` event's message of a run on CUDA without vLLM."""
 
+HIGH_RANK = (
+    "the rollouts of this run are sampled by the training session itself (the lean "
+    "sampler): its LoRA rank {rank} is above the {top} vLLM serves"
+)
+"""The ``warning`` event's message of a run on CUDA whose rank vLLM cannot serve."""
+
 
 def vllm_rollout(
     session: Any,
@@ -245,12 +251,15 @@ def vllm_rollout(
 ) -> VLLMRollout | None:
     """The run's rollout backend: a :class:`VLLMRollout` on one CUDA device with vLLM
     installed; None (the lean sampler of :mod:`akka_optimize.engine.rollout`) on CPU, on
-    several ranks, or on CUDA without vLLM — the last emits a ``warning`` event
-    (``code: rollout_without_vllm``) and the run goes on."""
+    several ranks, or on CUDA without vLLM or with a LoRA rank above vLLM's largest — the
+    last two emit a ``warning`` event (``code: rollout_without_vllm``, the message says
+    which) and the run goes on."""
     if session.device.type != "cuda" or session.world > 1:
         return None
     api = load_vllm()
-    if api is None:
-        emit({"type": "warning", "code": "rollout_without_vllm", "step": 0, "message": NO_VLLM})
+    rank = int(session.cfg.lora_rank)
+    if api is None or rank > VLLM_LORA_RANKS[-1]:
+        why = NO_VLLM if api is None else HIGH_RANK.format(rank=rank, top=VLLM_LORA_RANKS[-1])
+        emit({"type": "warning", "code": "rollout_without_vllm", "step": 0, "message": why})
         return None
     return VLLMRollout(api, session, model_dir, settings, work, max_model_len)
