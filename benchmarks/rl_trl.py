@@ -9,7 +9,8 @@ default turns it on; the loop does not use it), sample at temperature 1 without 
 produce exactly ``tokens`` tokens per completion (the loop with no stop tokens, TRL with
 ``min_new_tokens``). TRL trains without a reference model (``beta`` 0, its default) and one
 step per generation (``steps_per_generation`` 1, ``num_iterations`` 1), as the loop does.
-The first update of each side is a warm-up, left out.
+The first update of each side is a warm-up, left out. On a CPU both sides are measured
+twice: with torch's own thread count and with one thread.
 """
 
 from __future__ import annotations
