@@ -42,9 +42,9 @@ def _ours(spec: dict) -> dict:
     from akka_optimize.data.preference import prepare_pairs
     from akka_optimize.data.rows import parse_row
     from akka_optimize.engine.config import EngineConfig
-    from akka_optimize.engine.dpo import train_update
-    from akka_optimize.engine.dpo_loss import DpoSettings
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.dpo.loss import DpoSettings
+    from akka_optimize.engine.dpo.update import train_update
+    from akka_optimize.engine.session.training import TrainingSession
 
     model_dir = Path(spec["model_dir"])
     tok = AutoTokenizer.from_pretrained(model_dir)

@@ -9,7 +9,7 @@ precision for both, measured one after the other in this process:
 - TRL: ``SFTTrainer`` with ``packing=True`` (best-fit decreasing, padding-free), what a
   careful user picks instead (:mod:`benchmarks.engine_sides`; skipped, with a note, where
   TRL is not installed — ``make bench`` installs it);
-- ours: :class:`akka_optimize.engine.session.TrainingSession` — the micro batch packed
+- ours: :class:`akka_optimize.engine.session.training.TrainingSession` — the micro batch packed
   into one pass (no padding), the output head only at supervised positions in chunks.
 
 The engine's tokens/s × 4·N is also reported as a share of a square matmul's FLOP/s
@@ -157,7 +157,7 @@ def _ours(model_dir, cfg, batches, device):
     import torch
 
     from akka_optimize.data.types import pack_examples
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.session.training import TrainingSession
 
     s = TrainingSession(model_dir, cfg)
     mb = cfg.micro_batch
@@ -522,7 +522,7 @@ def profile(shape: str = "smollm2", micro_batch: int = 64, updates: int = 4) -> 
 
     from akka_optimize.data.types import pack_examples
     from akka_optimize.engine.config import EngineConfig
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.session.training import TrainingSession
 
     cfg = EngineConfig(
         device="cuda", precision="bf16", micro_batch=micro_batch, lora_rank=16, lora_alpha=32

@@ -5,7 +5,7 @@ on 2 CPU cores through batching).
 The evaluation side is what the ``eval`` worker runs (:mod:`akka_optimize.evals.worker`):
 every prompt through the serving engine's batching (``answer_all``, 16 in flight), then
 the GSM8K bundle's ``compute_score`` in the sandboxed grader pool
-(:mod:`akka_optimize.evals.sandbox`). The baseline is what a user writes by hand:
+(:mod:`akka_optimize.evals.sandbox.pool`). The baseline is what a user writes by hand:
 ``model.generate`` one prompt at a time, then the same function called in-process. Both
 are greedy and generate exactly ``tokens`` tokens per answer (stops cleared), on the tiny
 test model (quick) or SmolLM2-135M, over GSM8K test questions.
@@ -41,7 +41,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
     import torch
 
     from akka_optimize.evals.rows import eval_rows
-    from akka_optimize.evals.sandbox import GraderPool, Limits
+    from akka_optimize.evals.sandbox.pool import GraderPool, Limits
     from akka_optimize.evals.worker import _prompt_ids, answer_all
     from akka_optimize.serving.engine import SamplingParams
     from akka_optimize.serving.transformers_engine import TransformersEngine

@@ -57,8 +57,8 @@ class _Env:
 
     def __init__(self) -> None:
         from akka_optimize.catalog import load_catalog
+        from akka_optimize.core.plans import catalog_view
         from akka_optimize.deployment import load_deployment
-        from akka_optimize.service.plans import catalog_view
 
         self.deployment = load_deployment()
         self.cuda_available = False

@@ -1,5 +1,5 @@
 """Reinforcement-loop benchmark (issue 18 "Checks"): rollout tokens/s of the loop's sampler
-(:func:`akka_optimize.engine.rl.sample_group`: a prompt's group decoded together with a KV
+(:func:`akka_optimize.engine.rl.loop.sample_group`: a prompt's group decoded together with a KV
 cache) against plain ``model.generate`` one completion at a time on the same prompts, in
 the same run (goal ≥ 2× on CPU through batching); and one whole update's time split into
 sampling, scoring (``builtin:math``) and training; rollout tokens/s with ``maxStaleness``
@@ -26,9 +26,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
     from transformers import AutoTokenizer
 
     from akka_optimize.engine.config import EngineConfig
-    from akka_optimize.engine.rl import RLPrompt, RLSettings, rl_update, sample_group
-    from akka_optimize.engine.session import TrainingSession
-    from akka_optimize.evals.rewards import math_reward
+    from akka_optimize.engine.rl.loop import RLPrompt, RLSettings, rl_update, sample_group
+    from akka_optimize.engine.session.training import TrainingSession
+    from akka_optimize.reinforcement.rewards import math_reward
 
     from . import rl_trl
     from .serving import _model_dir
@@ -174,12 +174,12 @@ def _loop_tokens_per_s(
 ) -> float:
     """Sampled tokens per second of wall time over :data:`STALE_UPDATES` updates of a fresh
     session with ``maxStaleness`` = ``staleness`` (the loop of
-    :func:`akka_optimize.engine.rl.run_rl`, without its saves)."""
+    :func:`akka_optimize.engine.rl.loop.run_rl`, without its saves)."""
     from dataclasses import replace
 
-    from akka_optimize.engine.rl import rl_update
-    from akka_optimize.engine.rl_async import RolloutSide
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.rl.loop import rl_update
+    from akka_optimize.engine.rl.offpolicy import RolloutSide
+    from akka_optimize.engine.session.training import TrainingSession
 
     session = TrainingSession(base, cfg, total_updates=STALE_UPDATES)
     settings = replace(settings, max_staleness=staleness)

@@ -1,5 +1,5 @@
 """One reinforcement update against TRL 1.16's ``GRPOTrainer`` (issue 52 "Checks"): updates
-per second of the loop's :func:`akka_optimize.engine.rl.rl_update` (sample, score, train)
+per second of the loop's :func:`akka_optimize.engine.rl.loop.rl_update` (sample, score, train)
 and of a ``GRPOTrainer`` step (generate, reward, train) on the same prompts, base model,
 group size, completion length, LoRA (rank, alpha, targets), learning rate and reward, in
 the same run (goal ≥ 2×).
@@ -24,7 +24,7 @@ from typing import Any
 def reward_of() -> Any:
     """The benchmark's reward on text: ``builtin:math`` against the gold answer; when every
     completion of a batch scores 0, alternating 0 and 1 so that the update trains."""
-    from akka_optimize.evals.rewards import math_reward
+    from akka_optimize.reinforcement.rewards import math_reward
 
     def score(texts: list[str], golds: list[str]) -> list[float]:
         got = [math_reward(t, g) for t, g in zip(texts, golds, strict=True)]
@@ -37,8 +37,8 @@ def ours(base: Path, cfg: Any, prompts: list[Any], group: int, tokens: int, upda
     """Updates per second of :func:`rl_update` over ``prompts`` (a fresh session)."""
     from transformers import AutoTokenizer
 
-    from akka_optimize.engine.rl import RLSettings, rl_update
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.rl.loop import RLSettings, rl_update
+    from akka_optimize.engine.session.training import TrainingSession
 
     tok = AutoTokenizer.from_pretrained(base)
     rate = reward_of()

@@ -8,7 +8,7 @@ project key (``tml-``) and one training client made by the official ``tinker`` S
 ``forward_backward(batch, "cross_entropy")`` and ``optim_step(AdamParams)`` and waits for
 both results (the pipelined way ``sl_loop.py`` writes it), timed in this process.
 
-The engine side: :class:`akka_optimize.engine.session.TrainingSession` in a fresh process
+The engine side: :class:`akka_optimize.engine.session.training.TrainingSession` in a fresh process
 with the engine settings the service gave the client's worker (rank, alpha, targets and
 seed read back from the run's settings; fp32 on a CPU), the same datums turned into
 passes once (:func:`akka_optimize.tinker.datums.to_passes`) before the clock starts, then
@@ -118,7 +118,7 @@ def _wire_batch(model_dir: Path) -> list[dict]:
 def _engine_side(spec: dict) -> dict:
     """The engine side, in this (fresh) process: per-step seconds of the timed steps."""
     from akka_optimize.engine.config import EngineConfig
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.session.training import TrainingSession
     from akka_optimize.tinker.datums import to_passes
 
     session = TrainingSession(Path(spec["model_dir"]), EngineConfig(**spec["cfg"]))

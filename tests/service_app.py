@@ -14,9 +14,9 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from akka_optimize.core.auth import issue_token
 from akka_optimize.service import create_app
 from akka_optimize.service.app import _startup
-from akka_optimize.service.auth import issue_token
 from akka_optimize.service.routers import ROUTERS
 from akka_optimize.settings import Settings
 from cluster_stores import store_env

@@ -865,7 +865,7 @@ def test_the_readme_action_table_lists_the_refusals_a_token_meets() -> None:
     """The README's table names exactly the actions some case above sees refused with 403;
     the other actions (cancel and control of objects the token cannot see) are named in
     the paragraph after it, so no action is undocumented."""
-    from akka_optimize.service.access import ACTIONS
+    from akka_optimize.core.access.rules import ACTIONS
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     table = set(re.findall(r"^\| `optimize\.training\.projects\.([\w.]+)` \|", readme, re.M))

@@ -273,9 +273,9 @@ def test_a_worker_token_reaches_only_its_own_runs_events(shared_service: LiveSer
     # of existing projects), so this one is stored the way the scheduler stores them.
     import uuid
 
+    from akka_optimize.core.auth import hash_token
     from akka_optimize.db import Database
     from akka_optimize.db.models.auth import ApiToken
-    from akka_optimize.service.auth import hash_token
 
     worker = "ak_worker-token-of-abc123"
     db = Database(f"sqlite:///{shared_service.home / 'state.db'}")

@@ -22,10 +22,10 @@ import sqlalchemy.event
 import sqlalchemy.orm
 from sqlalchemy.exc import OperationalError
 
+from akka_optimize.core.inputs import check_worker_event
 from akka_optimize.db.models.jobs import Run
 from akka_optimize.errors import InvalidRequest
 from akka_optimize.jobs.records import get_run
-from akka_optimize.service.inputs import check_worker_event
 from pg import postgres_server
 from service_app import in_process
 

@@ -11,7 +11,7 @@ Sections are owned by the package that reads them: ``deviceProfiles``,
 :mod:`akka_optimize.serving`; ``limits`` by :mod:`akka_optimize.registry`; ``service`` by
 :mod:`akka_optimize.service` (and the worker's retry window, by :mod:`akka_optimize.jobs`);
 ``catalog`` by :mod:`akka_optimize.catalog`; ``grafana`` by the service's metrics routes; ``pools`` and ``quotas`` (with
-``serving.claimDevices``) by the scheduler's capacity (:mod:`akka_optimize.jobs.capacity`).
+``serving.claimDevices``) by the scheduler's capacity (:mod:`akka_optimize.jobs.capacity.usage`).
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class ServiceLimits(_Strict):
 
 class GraderLimits(_Strict):
     """Limits of each call of a user's grader function (issue 17 item 1; the sandbox is
-    :mod:`akka_optimize.evals.sandbox`). A call that passes one scores its example as an
+    :mod:`akka_optimize.evals.sandbox.pool`). A call that passes one scores its example as an
     error, with the limit named."""
 
     cpuSeconds: float = Field(10, gt=0, description="CPU time of one grader call.")

@@ -1,7 +1,7 @@
 """The development token: ``dev_`` + an HMAC of a fixed label under the secret in
 ``$AKKA_OPTIMIZE_HOME/dev-secret`` (issue 2, seeds/000 "Smaller changes").
 
-The service accepts it (:mod:`akka_optimize.service.auth`) and the CLI mints it for a
+The service accepts it (:mod:`akka_optimize.core.auth`) and the CLI mints it for a
 local trainer (:mod:`akka_optimize.cli.client`); it lives a floor below both so the CLI
 reads it without importing the service.
 """

@@ -17,8 +17,8 @@ from engine_testkit import fp32_config
 from test_engine_dpo import toy_pairs
 
 from akka_optimize.engine.distributed import exit_rank, finish_ranks, world
-from akka_optimize.engine.dpo_loop import run_dpo
-from akka_optimize.engine.dpo_loss import DpoSettings
+from akka_optimize.engine.dpo.loop import run_dpo
+from akka_optimize.engine.dpo.loss import DpoSettings
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from engine_testkit import fp32_config
 from safetensors.torch import load_file
 
 from akka_optimize.engine.distributed import exit_rank, finish_ranks, world
-from akka_optimize.engine.rl import RLPrompt, RLSettings, run_rl
+from akka_optimize.engine.rl.loop import RLPrompt, RLSettings, run_rl
 from akka_optimize.engine.snapshots import state_path
 
 PROMPTS = [

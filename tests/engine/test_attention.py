@@ -8,7 +8,7 @@ from engine_testkit import adapter_grads, fp32_config, random_rows
 
 from akka_optimize.data.types import pack_examples
 from akka_optimize.engine import attention
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 
 ROWS = random_rows(5, seed=3)
 

@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 
 from akka_optimize.engine.checks import verify_adapter
 from akka_optimize.engine.errors import AdapterCheckError
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 from akka_optimize.engine.sft import recoverable_steps, run_sft
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

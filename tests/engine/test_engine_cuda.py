@@ -13,7 +13,7 @@ from engine_testkit import fp32_config, liger_patched, random_rows
 
 from akka_optimize.data.types import pack_examples
 from akka_optimize.engine import attention
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

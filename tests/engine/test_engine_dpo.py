@@ -11,10 +11,10 @@ import torch
 from engine_testkit import adapter_grads, fp32_config, row
 
 from akka_optimize.data.types import PreferencePair
-from akka_optimize.engine.dpo import REWARD_KEYS, run_pairs, train_update
-from akka_optimize.engine.dpo_loop import run_dpo
-from akka_optimize.engine.dpo_loss import DpoSettings, pair_losses
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.dpo.loop import run_dpo
+from akka_optimize.engine.dpo.loss import DpoSettings, pair_losses
+from akka_optimize.engine.dpo.update import REWARD_KEYS, run_pairs, train_update
+from akka_optimize.engine.session.training import TrainingSession
 
 TARGETS = ("q_proj", "v_proj", "o_proj", "down_proj")
 

@@ -21,9 +21,9 @@ import torch
 from engine_testkit import fp32_config
 
 from akka_optimize.data.types import Example, PreferencePair
-from akka_optimize.engine.dpo import run_pairs
-from akka_optimize.engine.dpo_loss import DpoSettings
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.dpo.loss import DpoSettings
+from akka_optimize.engine.dpo.update import run_pairs
+from akka_optimize.engine.session.training import TrainingSession
 
 trl = pytest.importorskip(
     "trl", reason="TRL is not installed: it is in the bench extra (pip install trl==1.16.0)"

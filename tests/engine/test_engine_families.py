@@ -17,7 +17,7 @@ from akka_optimize.catalog import load_catalog
 from akka_optimize.data.packing import pack
 from akka_optimize.engine.errors import EngineError
 from akka_optimize.engine.reference import reference_check
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 from akka_optimize.engine.sft import run_sft
 from akka_optimize.engine.targets import check_targets, meta_model
 

@@ -13,7 +13,7 @@ from engine_testkit import adapter_grads, fp32_config, row
 from akka_optimize.data.types import pack_examples
 from akka_optimize.engine.errors import EngineError
 from akka_optimize.engine.losses import gspo, sequence_log_ratio
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 
 
 def _inputs(lp: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -129,7 +129,7 @@ def test_image_rows_train_the_language_model_with_the_vision_tower_frozen(
     gemma3_dir, tmp_path
 ) -> None:
     from akka_optimize.engine.reference import reference_check
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.session.training import TrainingSession
     from akka_optimize.engine.sft import run_sft
 
     tokenizer, inputs = _inputs(gemma3_dir)

@@ -16,7 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from akka_optimize.engine.lean_decode import LeanDecoder
 from akka_optimize.engine.rollout import sample_group
 from akka_optimize.engine.sampling import kv_cache
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 
 PROMPT = [5, 17, 42, 99, 7, 3, 250, 11]
 SHAPE = dict(vocab_size=300, tie_word_embeddings=True, **TINY_LLAMA)

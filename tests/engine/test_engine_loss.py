@@ -10,7 +10,7 @@ from engine_testkit import adapter_grads, fp32_config, random_rows, row
 
 from akka_optimize.data.types import Example, pack_examples
 from akka_optimize.engine.errors import EngineError
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 from akka_optimize.engine.sft import run_sft, update_passes
 
 ONE = row([11, 12, 13, 14], [15], 1)  # 1 supervised token

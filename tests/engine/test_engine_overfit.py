@@ -6,7 +6,7 @@ from engine_testkit import fp32_config
 
 from akka_optimize.data.types import Example
 from akka_optimize.engine.sampling import generate
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 from akka_optimize.engine.sft import run_sft
 
 END = 2  # <|im_end|>: SmolLM2's EOS, end of turn and pad token

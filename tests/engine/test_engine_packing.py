@@ -8,7 +8,7 @@ from engine_testkit import fp32_config, random_rows
 from families import FAMILIES, VOCAB, build
 
 from akka_optimize.engine.errors import EngineError
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 from akka_optimize.engine.sft import update_passes
 
 ROWS = random_rows(8, seed=11, vocab=VOCAB - 10)  # 6–21 tokens each

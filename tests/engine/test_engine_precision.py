@@ -8,7 +8,7 @@ import torch
 from engine_testkit import fp32_config, random_rows
 
 from akka_optimize.data.types import pack_examples
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 
 
 def _frozen_bytes(session) -> tuple[set[torch.dtype], int]:
@@ -112,7 +112,7 @@ def test_mixed_precision_passes_skip_peft_input_casts_with_the_same_numbers(
     """An fp32 adapter over a bf16 base: PEFT's cast of each LoRA input to fp32 is off
     inside a pass (autocast casts it straight back), on again after it, and the pass's
     log-probs and adapter gradients are bit for bit those of the casting path."""
-    from akka_optimize.engine import session_passes
+    from akka_optimize.engine.session import passes as session_passes
 
     cfg = fp32_config(precision="bf16", weight_precision="fp32", seed=5)
     rows = random_rows(4, seed=2)

@@ -232,7 +232,7 @@ def test_a_warm_start_loads_a_saved_adapter_exactly_and_refuses_another_shape(
     """``warmStartModelId``: a run starts from a trained adapter's weights (fresh
     optimizer); an adapter of another rank is refused with the counts."""
     from akka_optimize.data.types import pack_examples
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.session.training import TrainingSession
 
     trained = TrainingSession(tiny_model_dir, fp32_config(seed=1))
     trained.forward_backward([pack_examples(ROWS[:4])])

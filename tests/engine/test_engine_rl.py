@@ -11,7 +11,7 @@ import pytest
 import torch
 from engine_testkit import TINY_LLAMA, fp32_config
 
-from akka_optimize.engine.rl import (
+from akka_optimize.engine.rl.loop import (
     RLPrompt,
     RLSettings,
     Sample,
@@ -20,7 +20,7 @@ from akka_optimize.engine.rl import (
     rollout_passes,
     sample_group,
 )
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 
 PROMPT = [1, 2045, 314, 1930, 28, 17, 1789, 5]
 TOY_PROMPT = [1, 45, 14, 190, 28, 17, 178, 5]
@@ -342,7 +342,7 @@ def test_the_memory_share_bounds_the_rows_the_sampler_decodes_at_once(
     bytes per token are the model's own cache's, a group is decoded in batches of the rows
     that fit, and a budget below one row is refused naming memoryShare."""
     from akka_optimize.engine.errors import EngineError
-    from akka_optimize.engine.rl import kv_bytes_per_token, rows_that_fit
+    from akka_optimize.engine.rl.loop import kv_bytes_per_token, rows_that_fit
     from akka_optimize.engine.sampling import kv_cache
 
     session = TrainingSession(tiny_model_dir, fp32_config())
@@ -375,7 +375,7 @@ def test_a_run_whose_last_update_trains_nothing_reports_that_update_as_its_final
     has equal rewards in every group, so it trains nothing and logs loss 0; finalLoss is
     that row's loss, meanLoss the mean over every row, and the row says why it trained
     nothing and how many groups it left out."""
-    from akka_optimize.engine.rl import run_rl
+    from akka_optimize.engine.rl.loop import run_rl
 
     settings = RLSettings(samples_per_prompt=4, max_new_tokens=3, temperature=1.0, seed=3)
     prompts = [RLPrompt(PROMPT), RLPrompt(PROMPT[:5])]

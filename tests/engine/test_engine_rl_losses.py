@@ -12,9 +12,9 @@ import torch
 from engine_testkit import fp32_config
 
 from akka_optimize.engine import losses as L
-from akka_optimize.engine.rl import RLPrompt, RLSettings, Sample, rl_update, rollout_passes
-from akka_optimize.engine.rl_gap import correct, gap_metrics
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.rl.gap import correct, gap_metrics
+from akka_optimize.engine.rl.loop import RLPrompt, RLSettings, Sample, rl_update, rollout_passes
+from akka_optimize.engine.session.training import TrainingSession
 
 PROMPT = [1, 2045, 314, 1930, 28, 17, 1789, 5]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rl_ranks_script import run
 
-from akka_optimize.engine.rl_ranks import rank_groups
+from akka_optimize.engine.rl.ranks import rank_groups
 
 HERE = Path(__file__).parent
 

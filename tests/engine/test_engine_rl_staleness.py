@@ -10,7 +10,7 @@ import torch
 from engine_testkit import fp32_config
 
 from akka_optimize.engine.losses import LOSSES
-from akka_optimize.engine.rl import (
+from akka_optimize.engine.rl.loop import (
     RLPrompt,
     RLSettings,
     group_advantages,
@@ -19,9 +19,9 @@ from akka_optimize.engine.rl import (
     run_rl,
     update_prompts,
 )
-from akka_optimize.engine.rl_async import RolloutSide, rollout_version
+from akka_optimize.engine.rl.offpolicy import RolloutSide, rollout_version
 from akka_optimize.engine.rollout import _sample_rollouts, per_sample
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 
 PROMPTS = [RLPrompt([1, 2045, 314, 1930, 28, 17, 1789, 5]), RLPrompt([1, 45, 14, 190, 28])]
 

@@ -20,7 +20,7 @@ from peft import get_peft_model_state_dict
 from safetensors.torch import load_file
 
 from akka_optimize.engine.errors import EngineError
-from akka_optimize.engine.rl import RLPrompt, RLSettings, run_rl
+from akka_optimize.engine.rl.loop import RLPrompt, RLSettings, run_rl
 from akka_optimize.engine.rollout_vllm import NO_VLLM, VLLMRollout, group_seed, vllm_rollout
 
 PROMPTS = [RLPrompt([1, 2045, 314, 1930, 28, 17]), RLPrompt([1, 45, 14, 190, 28])]

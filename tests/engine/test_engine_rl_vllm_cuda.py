@@ -12,10 +12,10 @@ import pytest
 import torch
 from engine_testkit import fp32_config
 
-from akka_optimize.engine.rl import RLPrompt, RLSettings, rl_update, rollout_passes
+from akka_optimize.engine.rl.loop import RLPrompt, RLSettings, rl_update, rollout_passes
 from akka_optimize.engine.rollout import per_sample
 from akka_optimize.engine.rollout_vllm import VLLMRollout, load_vllm
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or importlib.util.find_spec("vllm") is None,

@@ -66,7 +66,7 @@ def test_out_of_memory_names_the_setting_to_lower(tiny_model_dir, monkeypatch, m
 
     from akka_optimize.data.types import pack_examples
     from akka_optimize.engine.errors import EngineOutOfMemory
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.session.training import TrainingSession
 
     session = TrainingSession(tiny_model_dir, fp32_config(micro_batch=micro_batch))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from engine_testkit import fp32_config, row
 
 from akka_optimize.engine.sampling import generate
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 from akka_optimize.engine.sft import run_sft, state_path
 from akka_optimize.engine.smoke import (
     REPRODUCED,

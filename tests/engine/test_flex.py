@@ -96,7 +96,7 @@ def test_a_session_asked_for_flex_attention_attends_through_it(tmp_path):
 
     from akka_optimize.catalog import load_catalog
     from akka_optimize.data.packing import pack
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.session.training import TrainingSession
 
     gemma4 = next(f for f in FAMILIES if f.name == "gemma4")
     model = build(gemma4, tmp_path / "gemma4")
@@ -164,7 +164,7 @@ def test_flash_attention_2_is_refused_above_its_head_dimension(tmp_path):
     from engine_testkit import fp32_config
 
     from akka_optimize.catalog import load_catalog
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.session.training import TrainingSession
 
     gemma4 = next(f for f in FAMILIES if f.name == "gemma4")
     model = build(gemma4, tmp_path / "gemma4")

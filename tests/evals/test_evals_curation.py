@@ -8,15 +8,15 @@ from collections.abc import Iterator
 import pytest
 
 import akka_optimize.service  # noqa: F401 (the service's modules first, as the service imports them)
+from akka_optimize.core.pipelines.records import _references, _shape
 from akka_optimize.errors import InvalidRequest
-from akka_optimize.evals.curation import (
+from akka_optimize.evals.curation.kind import (
     Keep,
     curation_messages,
     kept_rows,
     output_names,
     parse_keep,
 )
-from akka_optimize.service.pipelines import _references, _shape
 
 SCORES = [0.9, None, 0.3, 0.7, 0.7, 1.0]
 
@@ -154,10 +154,10 @@ def test_a_failed_stage_ends_the_pipeline_with_its_sentence(tmp_path) -> None:
     """The pipeline's pass over its stages (``advance``): a finished stage keeps its
     output, a running one leaves the pipeline running, a failed one ends it with that
     stage's sentence, and the next stage never starts."""
+    from akka_optimize.core.pipelines.records import advance
     from akka_optimize.db import Database
     from akka_optimize.db.migrate import upgrade
     from akka_optimize.db.models.jobs import Pipeline, Run
-    from akka_optimize.service.pipelines import advance
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     upgrade(url)

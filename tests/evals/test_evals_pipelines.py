@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from akka_optimize.evals.curation import Keep, kept_rows
+from akka_optimize.evals.curation.kind import Keep, kept_rows
 from helpers import LiveService, free_port, gsm8k_rows, hold_at, release, wait_held
 
 TINY = "akka-optimize/tiny-smollm2"

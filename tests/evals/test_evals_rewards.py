@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from akka_optimize.evals.rewards import final_answer, math_reward
+from akka_optimize.reinforcement.rewards import final_answer, math_reward
 
 GOLD = "Natalia sold 48/2 = 24 clips in May.\n#### 72"
 

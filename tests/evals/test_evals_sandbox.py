@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from akka_optimize.evals.sandbox import GradeResult, GraderPool, Limits, isolation_report
+from akka_optimize.evals.sandbox.pool import GradeResult, GraderPool, Limits, isolation_report
 
 MiB = 2**20
 SECRET = "TOPSECRET-admin-token-7d1f"

@@ -112,7 +112,7 @@ def test_a_branch_of_a_run_in_another_project_is_refused_alike(demo: LiveService
     branch["project"] = "other"
     branch["config"]["hyperparams"]["training"]["epochs"] = 2  # a branch trains on
     branch["branchFrom"] = {"run": src["id"], "snapshot": "step-2"}
-    # access.check_branch decides for the dry run and the start alike (service/plans.py)
+    # access.check_branch decides for the dry run and the start alike (core/plans.py)
     dry = demo.api("POST", "/v1/training/runs", params={"dryRun": "true"}, json=branch)
     start = demo.api("POST", "/v1/training/runs", json=branch)
     assert start.status_code == dry.status_code == 403, (start.text, dry.text)

@@ -1,5 +1,5 @@
 """Capacity (issue 22): pools, quotas, claims, queue positions and reasons, decided by
-:mod:`akka_optimize.jobs.capacity` over real run and endpoint records (SQLite, migrated).
+:mod:`akka_optimize.jobs.capacity.usage` over real run and endpoint records (SQLite, migrated).
 The live flow through the scheduler is in test_jobs_capacity_live.py."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from akka_optimize.db.models.projects import Project
 from akka_optimize.db.models.serving import Endpoint, EndpointModel
 from akka_optimize.deployment import DEFAULT_FILE, Deployment, load_deployment
 from akka_optimize.errors import InvalidRequest
-from akka_optimize.jobs import capacity
+from akka_optimize.jobs.capacity import usage as capacity
 from akka_optimize.service.schemas import CapacityReport
 from answers_check import assert_matches
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from jobs_helpers import TINY, gsm8k_rows, wait_state
 from plan_strategies import model_values
 
-from akka_optimize.plan.schema_config import DataGroup, LossGroup, ModelGroup
-from akka_optimize.plan.schema_execution import ExecutionGroup
-from akka_optimize.plan.schema_hyperparams import SupervisedHyperparams
+from akka_optimize.plan.schema.config import DataGroup, LossGroup, ModelGroup
+from akka_optimize.plan.schema.execution import ExecutionGroup
+from akka_optimize.plan.schema.hyperparams import SupervisedHyperparams
 from helpers import LiveService, free_port
 
 EXAMPLES = 16

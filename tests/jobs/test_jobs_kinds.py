@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from akka_optimize.core.context import ServiceContext
 from akka_optimize.db import Database
 from akka_optimize.db.migrate import upgrade
 from akka_optimize.db.models.jobs import Run, RunAttempt
@@ -26,7 +27,6 @@ from akka_optimize.jobs.scheduler import Scheduler
 from akka_optimize.jobs.spec import JobSpec
 from akka_optimize.jobs.views import metrics, run_view
 from akka_optimize.jobs.worker import entry_point
-from akka_optimize.service.context import ServiceContext
 from akka_optimize.settings import Settings
 from akka_optimize.store import BlobStore
 

@@ -185,7 +185,7 @@ def test_what_a_run_on_several_devices_cannot_honour_is_refused_naming_it(
 
 def test_flex_attention_is_admitted_and_one_device_is_left_alone() -> None:
     """flex_attention takes effect on several devices (engine/flex.py); which models may
-    ask is the plan's rule (plan/rules_engine.py)."""
+    ask is the plan's rule (plan/rules/engine.py)."""
     plan = _plan(2, {"engine.pad_to_length": True, "engine.pad_to_length_bucket": 1024})
     plan["config"]["model"]["attentionImplementation"] = "flex_attention"
     assert _refusal(plan) is None

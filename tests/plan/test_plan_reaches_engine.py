@@ -15,11 +15,11 @@ from akka_optimize import engine_settings as ES
 from akka_optimize.deployment import load_deployment
 from akka_optimize.engine.config import EngineConfig
 from akka_optimize.errors import InvalidRequest
-from akka_optimize.evals.rl_kind import loop_settings
 from akka_optimize.jobs import mapping
 from akka_optimize.plan import defaults as D
 from akka_optimize.plan import resolve as R
 from akka_optimize.plan.resolved_schema import typed_plan
+from akka_optimize.reinforcement.kind import loop_settings
 
 TARGETS = ("q_proj", "v_proj")
 AUTO = "AutoModelForCausalLM"
@@ -161,7 +161,7 @@ NOT_THE_WORKERS = {
     "EXECUTION.hostMemoryGiB": "picks the device profile and its capacity claim",
     "EXECUTION.gpus": "picks the device profile (several devices: tests/jobs multi-device)",
     "DATA.validationDataset": "a registry reference the service resolves for the spec",
-    "DATA.packing": "refused on a supervised run (plan/rules_training.py)",
+    "DATA.packing": "refused on a supervised run (plan/rules/training.py)",
     "RL_LOOP.reward": "pinned by the kind's accept into the spec's grader",
     "rollout.cuda_graphs": "refused when stated: the loop samples without CUDA graphs",
 }

@@ -84,7 +84,7 @@ def test_optim_step_applies_each_adam_setting_as_torch_adamw(
     setting: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     from akka_optimize.engine.config import EngineConfig
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.session.training import TrainingSession
     from akka_optimize.tinker.kind import ATTN, MLP
 
     cfg = EngineConfig(

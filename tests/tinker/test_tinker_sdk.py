@@ -79,7 +79,7 @@ def test_forward_backward_matches_the_engine_in_process(
     world: Any, tokenizer: Any, tiny_model_dir: Path
 ) -> None:
     from akka_optimize.engine.config import EngineConfig
-    from akka_optimize.engine.session import TrainingSession
+    from akka_optimize.engine.session.training import TrainingSession
     from akka_optimize.tinker.datums import to_passes
     from akka_optimize.tinker.kind import ATTN, MLP, UNEMBED
 

@@ -12,7 +12,7 @@ import torch
 
 from akka_optimize.data.types import Pass
 from akka_optimize.engine.config import EngineConfig
-from akka_optimize.engine.session import TrainingSession
+from akka_optimize.engine.session.training import TrainingSession
 from akka_optimize.tinker.datums import adam_params
 from akka_optimize.tinker.kind import ATTN, MLP
 from akka_optimize.tinker.snapshots import Snapshots

@@ -148,7 +148,7 @@ def token_create(
 
     Example: {prog} server token create --project triage --tinker
     """
-    from ..service.auth import issue_token_row
+    from ..core.auth import issue_token_row
 
     with _home_db() as db:
         token, row = issue_token_row(db, project, tinker=tinker)
@@ -163,7 +163,7 @@ def token_list(output: OutputOpt = "text") -> None:
 
     Example: {prog} server token list
     """
-    from ..service.auth import list_tokens
+    from ..core.auth import list_tokens
 
     with _home_db() as db:
         rows = list_tokens(db)
@@ -184,7 +184,7 @@ def token_revoke(
 
     Example: {prog} server token revoke 3f2a9c1e
     """
-    from ..service.auth import revoke_token
+    from ..core.auth import revoke_token
 
     with _home_db() as db:
         row = revoke_token(db, token_id)

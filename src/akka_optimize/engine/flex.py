@@ -2,7 +2,7 @@
 for Gemma 4", "Packed passes keep conversations apart").
 
 A run with ``config.model.attentionImplementation: flex_attention`` (Gemma 4 E2B, E4B or
-12B on several devices; plan/rules_engine.py decides who may ask) trains with the
+12B on several devices; plan/rules/engine.py decides who may ask) trains with the
 attention implementation this module registers, ``akka_flex``. Each pass carries its
 sequence boundaries (``akka_segments``, the ``cu_seqlens`` of
 :class:`akka_optimize.data.types.Pass`, padding included: ``engine.pad_to_length`` adds one

@@ -1,7 +1,7 @@
 """Liger's fused RMSNorm and GeGLU kernels for Gemma 4 (seeds/001 "Set the training
 engine's settings directly": ``kernels.liger.rms_norm`` and ``kernels.liger.geglu``).
 
-The plan allows them for Gemma 4 E2B and E4B only (plan/rules_engine.py), and a run on
+The plan allows them for Gemma 4 E2B and E4B only (plan/rules/engine.py), and a run on
 several devices only on CUDA (jobs/multi_device.py): Liger's kernels are Triton kernels.
 :func:`apply_liger` patches the loaded model in place with ``liger-kernel``'s own Gemma 4
 functions (``apply_liger_kernel_to_gemma4`` for the multimodal class the catalog loads,

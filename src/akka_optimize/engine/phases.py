@@ -1,6 +1,6 @@
 """The ``phase`` events a training loop emits when its session is ready and when it ends
 (shared by the supervised loop, :mod:`akka_optimize.engine.sft`, and the reinforcement
-loop, :mod:`akka_optimize.engine.rl`).
+loop, :mod:`akka_optimize.engine.rl.loop`).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .session import TrainingSession
+    from .session.training import TrainingSession
 
 
 def training_phase(session: TrainingSession, total: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The rollout of a reinforcement update (step 1 of :mod:`akka_optimize.engine.rl`):
+"""The rollout of a reinforcement update (step 1 of :mod:`akka_optimize.engine.rl.loop`):
 sampling each prompt's group of completions with a KV cache (:func:`sample_group`,
 batched to the rollout's memory budget) and turning the samples into training passes
 with their reinforcement inputs (:func:`rollout_passes`).
@@ -12,7 +12,7 @@ import torch
 
 from ..data.types import Pass
 from .lean_decode import LeanDecoder
-from .rl_settings import RLPrompt, RLSettings, Sample, kv_bytes_per_token, rows_that_fit
+from .rl.settings import RLPrompt, RLSettings, Sample, kv_bytes_per_token, rows_that_fit
 from .sampling import kv_cache
 
 

@@ -45,7 +45,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .errors import EngineError
-from .rl_settings import RLPrompt, RLSettings, Sample
+from .rl.settings import RLPrompt, RLSettings, Sample
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The ``max_lora_rank`` values vLLM accepts; the run's rank is rounded up to one."""
@@ -68,7 +68,7 @@ def load_vllm() -> Any | None:
 
 def group_seed(seed: int, update: int, group: int) -> int:
     """The vLLM seed of one group of 1-based ``update`` (the lean sampler's per-group
-    generator seed, :func:`akka_optimize.engine.rl_step.draw`, kept below 2^31)."""
+    generator seed, :func:`akka_optimize.engine.rl.step.draw`, kept below 2^31)."""
     return ((seed * 1_000_003 + update) * 65_537 + group) % (2**31 - 1)
 
 

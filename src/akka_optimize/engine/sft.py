@@ -28,7 +28,7 @@ from .errors import EngineError
 from .phases import end_phase as end_phase
 from .phases import training_phase as training_phase
 from .sanity import first_loss_warning, start_warnings
-from .session import TrainingSession
+from .session.training import TrainingSession
 from .sft_order import epoch_order as epoch_order
 from .sft_order import passes_of as passes_of
 from .sft_order import total_updates as total_updates

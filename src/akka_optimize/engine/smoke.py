@@ -80,7 +80,7 @@ def reproduction(session: Any, rows: list[Example]) -> tuple[float, int]:
     """Greedy token accuracy of the session's model over ``rows`` (the module docstring).
 
     Args:
-        session: a :class:`akka_optimize.engine.session.TrainingSession`.
+        session: a :class:`akka_optimize.engine.session.training.TrainingSession`.
         rows: the slice; ``weights[t]`` non-zero marks token ``t`` as supervised.
 
     Returns:

@@ -14,7 +14,7 @@ from typing import Any
 from .checks import verify_adapter
 from .config import EngineConfig
 from .errors import AdapterCheckError
-from .session import TrainingSession
+from .session.training import TrainingSession
 
 Emit = Callable[[dict[str, Any]], None]
 # Settings that decide which rows an update holds; a resume must not change them.

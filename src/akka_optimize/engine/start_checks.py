@@ -32,7 +32,7 @@ from ..data.types import Example, Pass, pack_examples
 from .config import CHECK_SETTINGS
 from .errors import EngineError
 from .reference import reference_check
-from .session import TrainingSession
+from .session.training import TrainingSession
 
 
 class StartCheckFailed(EngineError):

@@ -15,7 +15,7 @@ reference holds ``/`` and ``:`` itself, so the module now follows a ``#``.
 
 :func:`check_bundle_entry` reads the bundle's sources with :mod:`ast` only: it runs inside
 the service, so the user's code is never imported or executed there (that happens in the
-sandbox, :mod:`akka_optimize.evals.sandbox`).
+sandbox, :mod:`akka_optimize.evals.sandbox.pool`).
 """
 
 from __future__ import annotations

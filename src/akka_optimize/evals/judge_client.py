@@ -118,7 +118,7 @@ def judge_all(
         JudgeUnavailable: the judge's endpoint failed to start or was refused.
     """
     from .judges import judge_messages, judge_request, parse_score
-    from .sandbox import GradeResult
+    from .sandbox.pool import GradeResult
 
     if announce:
         _open_judge(events, grader, len(answers))
@@ -157,7 +157,7 @@ def judge_pairs(
         JudgeUnavailable: the judge's endpoint failed to start or was refused.
     """
     from .judges import PAIR_CHOICES, judge_request, pair_messages, parse_preference
-    from .sandbox import GradeResult
+    from .sandbox.pool import GradeResult
 
     _open_judge(events, grader, 2 * len(candidate))
 

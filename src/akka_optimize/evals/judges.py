@@ -92,7 +92,7 @@ def judge_instructions(
         judge: the judge's resolved model version (:class:`akka_optimize.registry.ResolvedVersion`).
         rows: the scored dataset's rows (for the built-in instructions' context).
         built_in: the last resort's text (:data:`BUILT_IN` for an evaluation; a curation
-            has its own, :data:`akka_optimize.evals.curation.BUILT_IN`).
+            has its own, :data:`akka_optimize.evals.curation.kind.BUILT_IN`).
     """
     if given is not None and given.strip():
         return given, "given"

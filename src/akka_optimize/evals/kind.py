@@ -4,7 +4,7 @@ An evaluation is a run record whose ``method`` is ``eval`` (:mod:`akka_optimize.
 the same scheduler, executor, states (``QUEUED`` → ``PREPARING`` → ``RUNNING`` →
 ``SUCCEEDED``/``FAILED``/``CANCELLED``), cancel and recovery as a training run. Its worker
 (:func:`akka_optimize.evals.worker.evaluate`) answers the dataset's prompts with the serving
-engine and grades the answers in the sandbox (:mod:`akka_optimize.evals.sandbox`).
+engine and grades the answers in the sandbox (:mod:`akka_optimize.evals.sandbox.pool`).
 
 :func:`start_evaluation` pins the model, dataset and bundle to exact versions at acceptance
 and refuses, naming the field, whatever would fail later: a grader whose module or function
@@ -109,13 +109,13 @@ def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str,
 def _claims(ctx: Any, project: str, device_kind: str, judged: bool) -> list[dict[str, Any]]:
     """The evaluation's claims (one device, and its judge endpoint when judged), as its
     record shows them; refused when no quota or pool could ever admit them (issue 22;
-    :mod:`akka_optimize.jobs.capacity`).
+    :mod:`akka_optimize.jobs.capacity.usage`).
 
     Raises:
         InvalidRequest: ``quota_exceeded``, naming the quota or the pool.
     """
     from ..deployment import load_deployment
-    from ..jobs import capacity
+    from ..jobs.capacity import usage as capacity
 
     dep = load_deployment(ctx.settings.resolved_deployment_file())
     devices = capacity.run_devices(dep, None, device_kind, 0, judged)

@@ -3,7 +3,7 @@
 The ``eval`` kind's worker function (:mod:`akka_optimize.evals.kind`), run by
 ``python -m akka_optimize.jobs.worker SPEC.json`` outside the service. Order: rows →
 bundle → engine → answers (the serving engine's batching) → grades (the sandboxed grader
-pool, :mod:`akka_optimize.evals.sandbox`) → the examples file in the blob store → the
+pool, :mod:`akka_optimize.evals.sandbox.pool`) → the examples file in the blob store → the
 ``completed`` event with the summary. A cancel requested while it answers or grades ends it
 ``cancelled`` at the next example boundary.
 
@@ -93,7 +93,7 @@ def answer_all(
 
 
 def _limits(ev: dict[str, Any]) -> Any:
-    from .sandbox import Limits
+    from .sandbox.pool import Limits
 
     lim = ev.get("limits") or {}
     keys = ("cpu_seconds", "wall_seconds", "memory_bytes", "workers")
@@ -246,7 +246,7 @@ def _grade(
 ) -> list[Any]:
     """Grade every answer, side after side: a bundle in the sandbox, or a ``model:`` judge
     (a comparison's judge sees both answers of a pair)."""
-    from .sandbox import GraderPool
+    from .sandbox.pool import GraderPool
 
     grader = ev["grader"]
     judged = grader.get("kind") == "model"

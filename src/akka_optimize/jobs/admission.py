@@ -1,6 +1,6 @@
 """Admission: whether a resolved plan may start, decided once for the dry run and the start.
 
-A plan that resolves (:func:`akka_optimize.service.plans.resolve_run_plan`) can still be
+A plan that resolves (:func:`akka_optimize.core.plans.resolve_run_plan`) can still be
 one this release cannot start: a method not available yet, a setting a run on several
 devices cannot honour (:mod:`akka_optimize.jobs.multi_device`),
 a base model nobody selected, a ``modelName`` the registry would refuse at the end of
@@ -9,7 +9,7 @@ read (:mod:`akka_optimize.jobs.readable`), prepared token rows the base model or
 cannot train, rows the worker could not train (:mod:`akka_optimize.jobs.trainable`), a
 device profile resolved to devices this machine lacks, an attention implementation the
 run's device cannot run, or a claim no quota or pool could
-ever admit (:mod:`akka_optimize.jobs.capacity`). :func:`admission_refusals`
+ever admit (:mod:`akka_optimize.jobs.capacity.usage`). :func:`admission_refusals`
 lists every such refusal; the dry run reports them (``accepted: false``) and
 :func:`admit`, which :func:`akka_optimize.jobs.service.start_run` calls before it creates
 anything, raises the first. Both read the same list, so a dry run and a start give the
@@ -83,7 +83,7 @@ def _schedulable(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
     stated profile is the plan's choice, and a Ray cluster's devices are not observed here.
     """
     from ..deployment import load_deployment
-    from .capacity import observed_devices
+    from .capacity.usage import observed_devices
 
     r = f["resolved"]
     if "execution.deviceProfile" in (r.get("stated") or []):
@@ -168,9 +168,9 @@ def _claim_args(ctx: Any, f: dict[str, Any]) -> tuple[Any, str | None, str, int,
 
 def claims(ctx: Any, f: dict[str, Any]) -> list[dict[str, Any]]:
     """The claims the run of fields ``f`` will make, as its record shows them
-    (:func:`akka_optimize.jobs.capacity.claim_list`): its training devices, and its judge
+    (:func:`akka_optimize.jobs.capacity.usage.claim_list`): its training devices, and its judge
     endpoint when its reward is a ``model:`` judge."""
-    from . import capacity
+    from .capacity import usage as capacity
 
     return capacity.claim_list(*_claim_args(ctx, f))
 
@@ -179,7 +179,7 @@ def _capacity(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
     """A claim no quota or pool could ever admit (issue 22; seeds/000 "a judged
     reinforcement run needs quota for two claims"): a judged run (``reward: model:…``)
     claims its training devices and its judge endpoint."""
-    from . import capacity
+    from .capacity import usage as capacity
 
     dep, profile, kind, gpus, judged = _claim_args(ctx, f)
     try:

@@ -142,9 +142,9 @@ class JobKind:
             it pinned, merged into the run's ``resolved`` at start. The dry run and the
             start both call it (:mod:`akka_optimize.jobs.admission`).
         external: the kind's runs are claimed by workers the service did not launch
-            (``minifield-worker supervise``: :mod:`akka_optimize.service.recipe_runs`).
+            (``minifield-worker supervise``: :mod:`akka_optimize.core.recipes.runs`).
             The scheduler never launches them and they claim no pool devices or quota
-            (:mod:`akka_optimize.jobs.capacity_ledger`): the claiming worker's machine is
+            (:mod:`akka_optimize.jobs.capacity.ledger`): the claiming worker's machine is
             its own. Their events arrive through the same route, with the attempt's token.
     """
 

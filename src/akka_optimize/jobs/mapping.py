@@ -77,7 +77,7 @@ RL_SESSION: dict[str, Any] = {
     "validate_each_epoch": False,
 }
 """The supervised loop's fields on a reinforcement run's engine session: the loop
-(:mod:`akka_optimize.engine.rl`) makes one update per prompt batch from its own fields
+(:mod:`akka_optimize.engine.rl.loop`) makes one update per prompt batch from its own fields
 (``rlHyperparams.steps``, ``promptsPerStep``, groups dealt whole to ``execution.gpus``
 ranks) and validates nothing, so these are fixed, not read from the plan."""
 
@@ -132,7 +132,7 @@ def engine_settings(
 
     A reinforcement plan's ``lora``, ``optimizer``, ``scheduler`` and ``seed`` come from
     ``config.rlHyperparams``, its updates from ``rlHyperparams.steps`` (its loop's own
-    fields: :mod:`akka_optimize.engine.rl`; the rest is :data:`RL_SESSION`). Nothing here
+    fields: :mod:`akka_optimize.engine.rl.loop`; the rest is :data:`RL_SESSION`). Nothing here
     has a default of its own: every value is the resolved plan's, a declared engine
     setting's (:func:`_setting`), or one of the named constants above.
 

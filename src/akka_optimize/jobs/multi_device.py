@@ -79,7 +79,7 @@ def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
 
 
 def _rl_refusal(r: dict[str, Any], ranks: int) -> AkkaError | None:
-    """What a reinforcement run on ``ranks`` devices cannot do (engine/rl_ranks.py): a
+    """What a reinforcement run on ``ranks`` devices cannot do (engine/rl/ranks.py): a
     sharded body (each rank samples its own groups with a whole replica), samples drawn
     ahead (``maxStaleness`` > 0), or fewer prompts per update than ranks."""
     rl = (r.get("config") or {}).get("rlHyperparams") or {}
@@ -135,7 +135,7 @@ def _engine_setting_refusal(
 ) -> str | None:
     """Why the resolved engine setting ``key`` would not take effect, or None. ``cuda``:
     the run trains on CUDA; ``flex``: with flex_attention, whose kernel is compiled there.
-    Which models may ask for Liger's kernels is the plan's rule (plan/rules_engine.py)."""
+    Which models may ask for Liger's kernels is the plan's rule (plan/rules/engine.py)."""
     compiles = cuda and flex
     replicas = sharding == "none"
     stated = (key in COMPILE_LIMITS and value != BY_KEY[key].default) or (

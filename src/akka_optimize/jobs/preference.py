@@ -5,7 +5,7 @@ The kind reuses the supervised machinery: its spec is the supervised spec
 ``config.dpoHyperparams``) with the preference loss in ``extra["dpo"]`` and whole replicas
 on each rank (sharding ``none``: the reference pass disables the adapter on every rank's
 own copy); its worker (:func:`akka_optimize.jobs.preference_training.train_dpo`) prepares
-pairs and trains with :func:`akka_optimize.engine.dpo_loop.run_dpo`; ``save`` and
+pairs and trains with :func:`akka_optimize.engine.dpo.loop.run_dpo`; ``save`` and
 ``completed`` are the supervised events, so the adapter registers as a model version with
 ``method: dpo`` (:func:`akka_optimize.jobs.results.complete`), and endpoints, evaluations,
 comparisons and pipelines take it like any other. Warm starts (``warmStartModelId``, an SFT
@@ -72,7 +72,7 @@ def accept(ctx: Any, s: Session, f: dict[str, Any]) -> dict[str, Any]:
 
 def build_spec(launch: Launch) -> JobSpec:
     """The supervised spec with the preference loss (``extra["dpo"]``) and whole replicas."""
-    from ..engine.dpo_loss import DpoSettings
+    from ..engine.dpo.loss import DpoSettings
 
     spec = supervised_spec(launch)
     hp = ((launch.run.resolved or {}).get("config") or {}).get("dpoHyperparams") or {}

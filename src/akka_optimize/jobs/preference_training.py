@@ -61,8 +61,8 @@ def train_dpo(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[
     ``paused`` or ``cancelled``)."""
     from ..engine import distributed
     from ..engine.config import EngineConfig
-    from ..engine.dpo_loop import run_dpo
-    from ..engine.dpo_loss import DpoSettings
+    from ..engine.dpo.loop import run_dpo
+    from ..engine.dpo.loss import DpoSettings
 
     distributed.init_ranks(int(spec.engine.get("ranks", 1)), spec.device)
     try:

@@ -3,7 +3,7 @@ on more than one device tokenizes its rows before claiming GPUs").
 
 A queued supervised run on several devices (``execution.gpus`` > 1) first gets a
 preparation attempt: one worker process on the host's CPU, holding no device claim
-(:func:`akka_optimize.jobs.capacity_claims.holds_devices`), that reads, tokenizes, masks
+(:func:`akka_optimize.jobs.capacity.claims.holds_devices`), that reads, tokenizes, masks
 and packs the rows exactly as a rank would (:func:`akka_optimize.jobs.training._prepare`,
 sending ``PREPARING`` with ``rowsDone``/``rowsTotal``) and stores them in the run's
 prepared-rows file (:func:`rows_path`). Its ``prepared`` event puts the run back in the
@@ -29,7 +29,7 @@ from ..db.base import utcnow
 from ..db.models.jobs import Run, RunAttempt
 from ..store import BlobStore
 from . import states as S
-from .capacity_claims import UNCLAIMED, _as_aware
+from .capacity.claims import UNCLAIMED, _as_aware
 from .records import end_attempt, finish
 from .spec import JobSpec
 

@@ -3,7 +3,7 @@
 One thread looks at the queue each second, or at once after :func:`wake`. A queued run starts
 when every run it waits for (its record's ``resolved.after``: a sweep's comparison waits for
 the sweep's branches) has ended, its claim fits its pool and its project's quota in order of
-submission (:mod:`akka_optimize.jobs.capacity`; its ``queue_reason`` says its position and
+submission (:mod:`akka_optimize.jobs.capacity.usage`; its ``queue_reason`` says its position and
 why it waits otherwise), and its base model is in the cache; its kind
 (:mod:`akka_optimize.jobs.kinds`) writes the attempt's spec, and an executor
 (:mod:`akka_optimize.jobs.executor`) starts the worker. The scheduler knows no kind: a new
@@ -27,8 +27,8 @@ from ..db.models.auth import hash_token
 from ..db.models.jobs import Run, RunAttempt, Snapshot
 from ..deployment import load_deployment
 from ..errors import AkkaError, Conflict
-from . import capacity
 from . import states as S
+from .capacity import usage as capacity
 from .executor import Executor, LocalExecutor
 from .kinds import Launch, job_kind
 from .preparation import WORKER as PREPARE_WORKER
@@ -51,7 +51,7 @@ _TICK_HOOKS: dict[str, Callable[[Any], None]] = {}
 
 def on_tick(name: str, hook: Callable[[Any], None]) -> None:
     """Call ``hook(ctx)`` on every pass of the scheduler, before it starts queued runs
-    (pipelines move on to their next stage there: :mod:`akka_optimize.service.pipelines`).
+    (pipelines move on to their next stage there: :mod:`akka_optimize.core.pipelines.records`).
     Registering ``name`` again replaces it; a hook that raises is logged and the pass goes
     on."""
     _TICK_HOOKS[name] = hook

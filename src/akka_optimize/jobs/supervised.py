@@ -74,7 +74,7 @@ def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) 
     f = job_fields(resolved)
     admit(ctx, session, resolved)  # the refusals a dry run reports, checked the same way
     f["resolved"].update(accepted(ctx, session, f))  # what the run's kind pinned
-    f["resolved"]["claims"] = claims(ctx, f)  # the devices it will hold (jobs/capacity.py)
+    f["resolved"]["claims"] = claims(ctx, f)  # the devices it will hold (jobs/capacity/usage.py)
     if f["submission_id"]:
         existing = session.scalar(
             select(Run).where(Run.project == f["project"], Run.submission_id == f["submission_id"])

@@ -67,7 +67,7 @@ def run_view(session: Session, run: Run, *, settings: bool = False) -> dict[str,
     }
     if settings:
         view["settings"] = run.resolved
-    if run.method == "recipe":  # service/recipe_runs.py: its computation and outputs
+    if run.method == "recipe":  # core/recipes/runs.py: its computation and outputs
         view["recipe"] = {**(run.resolved or {}).get("computation", {}), **res.get("recipe", {})}
     return view
 

@@ -5,7 +5,7 @@ The supervisor long-polls ``POST /v1/training/recipes/claim`` with the computati
 installed (``schema_version``, ``model.implementation``, computation version; all of
 :data:`registry.STRATEGIES`, or those ``--accept`` names). The service answers the oldest
 queued recipe run it can do, now ``RUNNING`` with an attempt and that attempt's token
-(:mod:`akka_optimize.service.recipe_runs`). The supervisor writes the recipe into
+(:mod:`akka_optimize.core.recipes.runs`). The supervisor writes the recipe into
 ``OUTPUT/RUN/recipe.json`` and trains it with the direct worker
 (:class:`akka_optimize.minifield.train.Worker`, outputs in ``OUTPUT/RUN/out``), posting
 each event through the route every run's worker uses (:class:`akka_optimize.
@@ -171,7 +171,7 @@ class Forward:
 class Heartbeat:
     """A daemon thread posting ``{"type": "heartbeat"}`` every ``interval_s`` seconds
     through ``events`` until :meth:`stop` (the service fails a claimed run that sends no
-    event for ``service.recipeHeartbeatSeconds``: :func:`akka_optimize.service.recipe_runs.
+    event for ``service.recipeHeartbeatSeconds``: :func:`akka_optimize.core.recipes.runs.
     reap_silent`). A failed post is left to the next beat; the answer's control request
     (``cancel``/``pause``) reaches :class:`Forward` through ``events.control``."""
 

@@ -8,7 +8,7 @@ Entry point: :func:`resolve_plan` (raw JSON + :class:`PlanEnvironment` →
 from .environment import CatalogEntryView, PlanEnvironment
 from .refusals import PlanRefused, Refusal
 from .resolve import ResolvedPlan, resolve_plan
-from .schema import RunPlan
+from .schema.run import RunPlan
 
 __all__ = [
     "CatalogEntryView",

@@ -3,7 +3,7 @@
 :func:`akka_optimize.plan.resolve.resolve_plan` reads the deployment file, asks whether
 the project exists, pins registry references and reads the base model's catalog entry
 through this interface, so ``plan/`` imports neither HTTP nor database code (DESIGN.md
-"Layout"). :mod:`akka_optimize.service.plans` implements it over the registry and the
+"Layout"). :mod:`akka_optimize.core.plans` implements it over the registry and the
 catalog.
 """
 

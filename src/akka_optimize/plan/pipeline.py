@@ -4,9 +4,9 @@
 execution.engine, the pipeline descriptor's fields, the curate stage and the options of
 training evaluations start"; FEATURES F022, F023, F168; issue 19).
 
-A pipeline runs its ``stages`` in order (:mod:`akka_optimize.service.pipelines`): a
+A pipeline runs its ``stages`` in order (:mod:`akka_optimize.core.pipelines.records`): a
 ``curate`` stage is a curation request (:class:`CurationRequest`) without ``project``, a
-``train`` stage a run descriptor (:class:`akka_optimize.plan.schema.RunPlan`) without
+``train`` stage a run descriptor (:class:`akka_optimize.plan.schema.run.RunPlan`) without
 ``kind``, ``project`` and ``submissionId``, an ``evaluate`` stage an evaluation request
 (:class:`EvaluationRequest`) without ``project``. ``stage:NAME`` in a dataset or model
 field names an earlier stage's output. The stage models here declare the fields each
@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 
 from ..refs import GRADER_PATTERN, NAME_PATTERN, REF_PATTERN
-from .schema import BranchFrom, ExecutionGroup, RunConfig
-from .schema_base import REFERENCE, RequestModel, documented
+from .schema.base import REFERENCE, RequestModel, documented
+from .schema.run import BranchFrom, ExecutionGroup, RunConfig
 
 __all__ = [
     "CurateStage",
@@ -94,7 +94,7 @@ class EvaluationRequest(_EvaluationFields):
 
 def _keep_schema(schema: dict[str, Any]) -> None:
     """The keep rule's bounds and its rule that one of the two is given (documented here;
-    :func:`akka_optimize.evals.curation_request` refuses with its own sentences)."""
+    :func:`akka_optimize.evals.curation.request` refuses with its own sentences)."""
     given = [
         {"required": [k], "properties": {k: {"type": "number", "description": f"{k}, given."}}}
         for k in _KEEP_BOUNDS

@@ -1,7 +1,7 @@
 """The plan reference: the JSON schema of a run descriptor with descriptions, per-loop
 defaults and bounds (``akka-optimize config-schema``).
 
-The schema is generated from :mod:`akka_optimize.plan.schema` (so it cannot drift from
+The schema is generated from :mod:`akka_optimize.plan.schema.run` (so it cannot drift from
 what the service accepts), with references inlined so each field sits at its own path,
 ``default`` set to the supervised default (``x-defaults`` holds ``{"sft", "rl"}`` where
 the loops differ) and ``config.engineSettings`` listing every declared key.
@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import engine_settings
 from . import defaults as D
-from .schema import RunPlan
+from .schema.run import RunPlan
 
 _LOOP_DEFAULTS: dict[str, dict[str, Any]] = {
     "config.hyperparams": D.hyperparams("sft"),

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import EXCERPT_CHARS, InvalidRequest, excerpt
-from .schema import RunPlan
+from .schema.run import RunPlan
 
 OLD_SHAPES: dict[str, str] = {
     "config.hyperparams.loraRank": "config.hyperparams.lora.rank",

@@ -23,8 +23,8 @@ from .environment import CatalogEntryView, PlanEnvironment
 from .frozen import keep_frozen
 from .hashing import config_hash
 from .refusals import PlanRefused, Refusals, from_validation_error
-from .rules import Facts, check_all
-from .schema import RunPlan
+from .rules.check import Facts, check_all
+from .schema.run import RunPlan
 
 
 @dataclass
@@ -125,7 +125,7 @@ def choose_profile(plan: RunPlan, env: PlanEnvironment, out: Refusals) -> Device
     on one node and ``execution.hostMemoryGiB``, trying in order: the deployment's
     ``defaultDeviceProfile``, profiles of the preferred kind (CUDA when this machine has
     it, else the CPU), then the rest. When none qualifies, the preferred one (and
-    :func:`akka_optimize.plan.rules.check_device` refuses, naming the devices).
+    :func:`akka_optimize.plan.rules.check.check_device` refuses, naming the devices).
     """
     dep = env.deployment
     ex = plan.execution
@@ -326,7 +326,7 @@ def resolve_plan(
 
     Raises:
         PlanRefused: (400) with every refusal: schema errors first (unknown fields, types,
-            bounds); otherwise every rule of :mod:`akka_optimize.plan.rules` and every
+            bounds); otherwise every rule of :mod:`akka_optimize.plan.rules.check` and every
             reference that does not resolve.
     """
     out = Refusals()

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from ..errors import InvalidRequest
-from .schema_base import AttentionImplementation, Precision, SchedulerKind
+from .schema.base import AttentionImplementation, Precision, SchedulerKind
 
 
 class _Resolved(BaseModel):

@@ -90,7 +90,7 @@ def register_dataset(
         limits: the deployment's registry limits (defaults when None).
         source: the file name used in refusals (default ``path.name``).
         lineage: where the rows came from, kept as ``metadata.curation`` (a curation's
-            ID, pinned source and judge: :mod:`akka_optimize.evals.curation`).
+            ID, pinned source and judge: :mod:`akka_optimize.evals.curation.kind`).
         origin: the version's ``source`` column (``upload``, ``curation``).
 
     Returns:

@@ -24,15 +24,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import testhooks
+from ..core.access.scope import scope
+from ..core.auth import Principal
+from ..core.context import ServiceContext
 from ..db.base import utcnow
 from ..db.models.registry import AdapterImport
 from ..errors import AkkaError, InvalidRequest, NotFound
 from ..forkserver import _exists as pid_exists
 from ..jobs.kinds import model_registered
 from ..registry import register_adapter
-from .access_scope import scope
-from .auth import Principal
-from .context import ServiceContext
 
 STAGES = (
     "unpacking the adapter archive",

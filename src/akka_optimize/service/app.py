@@ -26,6 +26,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..cancel import ClientGone
+from ..core.auth import authenticate
+from ..core.context import ServiceContext
 from ..db import Database
 from ..db.migrate import upgrade
 from ..devtoken import ensure_dev_secret
@@ -33,9 +35,7 @@ from ..errors import AkkaError, Unavailable
 from ..settings import Settings
 from ..store import BlobStore
 from ..ui import Dashboard
-from .auth import authenticate
 from .bodylimit import JsonBodyLimit
-from .context import ServiceContext
 from .deps import get_principal
 from .guards import install as install_guards
 from .metrics import RequestTimer

@@ -10,9 +10,9 @@ import anyio.to_thread
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
+from ..core.auth import Principal, authenticate
+from ..core.context import ServiceContext
 from ..errors import Forbidden, Unavailable
-from .auth import Principal, authenticate
-from .context import ServiceContext
 
 
 def get_ctx(request: Request) -> ServiceContext:

@@ -5,7 +5,7 @@ Runs by state and project; per pool its devices, those claimed, the items queued
 and how long the oldest has waited (the capacity ledger's view, :mod:`akka_optimize.jobs
 .capacity`); endpoints by state; and per run, while it is active or paused and for
 :data:`RECENT_RUN_SECONDS` after it ends, its reported updates, the tokens it trained and
-its latest tokens/s (the ``metrics`` rows its worker reported, engine/session.py
+its latest tokens/s (the ``metrics`` rows its worker reported, engine/session/training.py
 ``optim_step``).
 """
 
@@ -27,8 +27,8 @@ from ..db.models.projects import Project
 from ..db.models.serving import Endpoint
 from ..deployment import Deployment
 from ..jobs import states as S
-from ..jobs.capacity import report
-from ..jobs.capacity_ledger import waiting
+from ..jobs.capacity.ledger import waiting
+from ..jobs.capacity.usage import report
 
 RECENT_RUN_SECONDS = 3600
 """How long after it ends a run keeps its own series (so its last values are scraped)."""

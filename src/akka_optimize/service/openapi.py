@@ -12,7 +12,7 @@ parameter, and no bodies for routes that read the raw request (uploads, plans).
   fine-tuning routes (:data:`OPENAI_PATHS`);
 - declares bearer authentication as a security scheme;
 - gives uploads (datasets, bundles, models, images) an ``application/octet-stream``
-  body, run plans the :class:`akka_optimize.plan.schema.RunPlan` schema, pipeline
+  body, run plans the :class:`akka_optimize.plan.schema.run.RunPlan` schema, pipeline
   descriptors :class:`akka_optimize.plan.pipeline.PipelinePlan`, and the routes that read
   their JSON by hand the schemas of :mod:`.openapi_bodies` (free JSON values bounded as the
   store holds them);
@@ -175,7 +175,7 @@ def _model_bodies(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
     """Request bodies of the raw JSON routes that take a descriptor, by (method, path); the
     descriptors' schemas go into ``schemas``."""
     from ..plan.pipeline import PipelinePlan
-    from ..plan.schema import RunPlan
+    from ..plan.schema.run import RunPlan
 
     bodies = {}
     for key, model in {

@@ -116,7 +116,7 @@ def _sweep() -> dict[str, Any]:
 
 
 def _event() -> dict[str, Any]:
-    from .inputs import EVENT_COUNTS, known_event_types
+    from ..core.inputs import EVENT_COUNTS, known_event_types
 
     counts = {k: {**_COUNT, "description": "A whole number."} for k in EVENT_COUNTS}
     return {
@@ -165,7 +165,7 @@ def _preview() -> dict[str, Any]:
 
 
 def _claim() -> dict[str, Any]:
-    from .recipe_runs import ADVERT_KEYS, MAX_WAIT_S
+    from ..core.recipes.runs import ADVERT_KEYS, MAX_WAIT_S
 
     advert = {
         "type": "object",

@@ -161,11 +161,11 @@ def serve(host: str, port: int, workers: int, log_level: str) -> int:
     """Run the service as ``workers`` API processes and one controller (module docstring);
     blocks until stopped and returns the exit code. Raises OSError when ``host:port`` is
     taken."""
+    from ..core.context import ServiceContext
     from ..db import Database
     from ..settings import Settings
     from ..store import BlobStore
     from .app import prepare_home
-    from .context import ServiceContext
 
     settings = Settings.from_env()
     settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)

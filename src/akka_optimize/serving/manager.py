@@ -58,7 +58,7 @@ class EndpointManager:
         self.admit: Callable[[str], str | None] | None = None
         """``admit(endpoint_id)``: None when the queued endpoint may start (it is then
         recorded ``STARTING``, holding its devices), else where it waits. Set by the service
-        (:func:`akka_optimize.jobs.capacity.endpoint_may_start`); None admits every start."""
+        (:func:`akka_optimize.jobs.capacity.usage.endpoint_may_start`); None admits every start."""
         threading.Thread(target=self._idle_loop, daemon=True, name="endpoints-idle").start()
 
     # state ---------------------------------------------------------------------

@@ -149,7 +149,7 @@ def create_training_run(
     from ..catalog.cache import ready_model_dir
     from ..deployment import load_deployment
     from ..errors import AkkaError
-    from ..jobs import capacity
+    from ..jobs.capacity import usage as capacity
 
     base = str(request.get("base_model") or "")
     try:

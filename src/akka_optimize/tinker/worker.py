@@ -1,7 +1,7 @@
 """The worker of a Tinker training client: one engine training session, driven by the
 service's queue (``spec.worker`` of the ``tinker`` kind, :mod:`akka_optimize.tinker.kind`).
 
-The worker builds a :class:`~akka_optimize.engine.session.TrainingSession` from the spec's
+The worker builds a :class:`~akka_optimize.engine.session.training.TrainingSession` from the spec's
 engine settings, then long-polls ``POST …/attempts/N/tinker/next`` with its attempt token;
 each answer is one protocol call (``forward_backward``, ``forward``, ``optim_step``,
 ``save_weights``, ``save_weights_for_sampler``, ``save_weights_external``, a sampler snapshot,
@@ -135,7 +135,7 @@ class Calls:
 
 
 def _build(spec: JobSpec) -> Any:
-    from ..engine.session import TrainingSession
+    from ..engine.session.training import TrainingSession
 
     cfg = EngineConfig(**spec.engine)
     return TrainingSession(Path(spec.model_dir), cfg)

@@ -7,7 +7,7 @@ vendored under ``static/vendor/uplot`` with its licence (no CDN, no build step).
 
 Access: ``/ui/login`` checks a token with the check the service gives
 (:class:`~akka_optimize.ui.pages.Dashboard`: the service's own
-:func:`~akka_optimize.service.auth.authenticate`) and stores it in the cookie
+:func:`~akka_optimize.core.auth.authenticate`) and stores it in the cookie
 :data:`~akka_optimize.ui.pages.COOKIE` (``Path=/ui; SameSite=Strict``; not
 ``HttpOnly``, because the page's JavaScript reads it to send
 ``Authorization: Bearer …`` to the JSON routes). Each page checks that cookie

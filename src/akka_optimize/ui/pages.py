@@ -31,7 +31,7 @@ COOKIE = "akka_optimize_token"
 TokenCheck = Callable[[Any, str], Any]
 """``check(ctx, "Bearer TOKEN")``: the principal the token names, or an
 :class:`~akka_optimize.errors.AkkaError` with the sentence to show. The service gives its
-own check (:func:`akka_optimize.service.auth.authenticate`) to :class:`Dashboard`: the
+own check (:func:`akka_optimize.core.auth.authenticate`) to :class:`Dashboard`: the
 dashboard imports nothing of the service (README "Layout": ``service → ui``)."""
 
 _env = Environment(

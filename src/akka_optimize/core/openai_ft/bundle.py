@@ -1,4 +1,4 @@
-"""An OpenAI grader as files the grader sandbox runs (:mod:`akka_optimize.evals.sandbox`).
+"""An OpenAI grader as files the grader sandbox runs (:mod:`akka_optimize.evals.sandbox.pool`).
 
 Two uses:
 
@@ -8,7 +8,7 @@ Two uses:
   ``compute_score(data_source, solution_str, ground_truth, extra_info)`` (veRL's signature,
   :mod:`akka_optimize.evals.rows`) grades the sampled completion against the row's
   reference fields (its ``ground_truth`` object, :mod:`.files`). A grader that fails for a
-  sample raises, so the run counts it in ``rewardErrors`` (:mod:`akka_optimize.evals.rewards`).
+  sample raises, so the run counts it in ``rewardErrors`` (:mod:`akka_optimize.reinforcement.rewards`).
 - :func:`python_bundle`: one python grader's source, called as ``grade(sample, item)`` by
   ``graders/run`` (``compute_score`` takes the sample in ``extra_info["sample"]`` and the item
   as ``ground_truth``).

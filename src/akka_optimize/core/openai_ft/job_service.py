@@ -1,6 +1,6 @@
 """Starting, finding, listing and controlling fine-tuning jobs (runs with a job record,
 :mod:`.views`). The plan's resolution is passed in (``resolve``: the service's
-:func:`akka_optimize.service.plans.resolve_run_plan` for the caller), so this core module
+:func:`akka_optimize.core.plans.resolve_run_plan` for the caller), so this core module
 imports no service code.
 """
 

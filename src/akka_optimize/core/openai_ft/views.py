@@ -58,7 +58,7 @@ PAIR_METRICS = {
     "rewards/margin": "rewards_margin",
     "rewards/accuracy": "rewards_accuracy",
 }
-"""A preference run's reward metric (:data:`akka_optimize.engine.dpo.REWARD_KEYS`) → its
+"""A preference run's reward metric (:data:`akka_optimize.engine.dpo.update.REWARD_KEYS`) → its
 name after ``train_``/``valid_`` (module docstring)."""
 
 

@@ -120,7 +120,7 @@ class Snapshot(Base):
 
 class Pipeline(Base):
     """One pipeline: its checked descriptor, its stages' progress and its state
-    (:mod:`akka_optimize.service.pipelines`)."""
+    (:mod:`akka_optimize.core.pipelines.records`)."""
 
     __tablename__ = "pipelines"
     __table_args__ = (UniqueConstraint("project", "submission_id"),)

@@ -12,10 +12,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from ...core.access import rules as access
+from ...core.context import ServiceContext
 from ...db.models.registry import AdapterImport
 from ...refs import validate_name
 from ...registry.core import check_alias
-from .. import access
 from ..adapter_imports import (
     STAGES,
     check_before,
@@ -25,7 +26,6 @@ from ..adapter_imports import (
     run_import,
     view,
 )
-from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import AdapterImportView, answers

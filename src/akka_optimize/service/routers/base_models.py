@@ -30,9 +30,9 @@ from ...catalog.selection import (
     select_base_model,
     settings_catalog,
 )
+from ...core.context import ServiceContext
 from ...deployment import load_deployment
-from ...plan.schema_base import RequestModel
-from ..context import ServiceContext
+from ...plan.schema.base import RequestModel
 from ..deps import CtxDep
 from ..routing import JsonRoute
 from ..schemas import BaseModelList, BaseModelView, CandidateList, answers

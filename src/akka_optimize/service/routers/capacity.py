@@ -7,9 +7,9 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from ...core.access import rules as access
 from ...deployment import load_deployment
-from ...jobs import capacity
-from .. import access
+from ...jobs.capacity import usage as capacity
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
 from ..schemas import CapacityReport, answers

@@ -17,13 +17,14 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from ...core.access import rules as access
+from ...core.requests import prepare
 from ...evals import kind as evals
 from ...jobs import control
-from .. import access
+from ...plan.pipeline import EvaluationRequest as EvaluationCreate
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
 from ..schemas import ComparisonList, ComparisonView, answers
-from .evaluations import EvaluationCreate, prepare
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training/comparisons")
 

@@ -3,7 +3,7 @@ FEATURES F023; issue 19 item 1).
 
 A curation asks a ``model:`` judge to score every row of a source dataset and registers
 the rows its keep rule keeps as ``dataset``, and every row with its score as
-``dataset-judge`` (:mod:`akka_optimize.evals.curation`). It runs as a job (method
+``dataset-judge`` (:mod:`akka_optimize.evals.curation.kind`). It runs as a job (method
 ``curate``); the source and the judge are pinned when it is accepted.
 """
 
@@ -14,11 +14,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from ...evals import curation
+from ...core.access import rules as access
+from ...core.requests import check_request
 from ...evals import kind as evals
+from ...evals.curation import kind as curation
 from ...jobs import control
 from ...plan.pipeline import CurationRequest
-from .. import access
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
 from ..schemas import CurationList, CurationView, answers
@@ -28,31 +29,6 @@ router = APIRouter(route_class=JsonRoute, prefix="/v1/training/curations")
 
 CurationCreate = CurationRequest
 """Body of ``POST /v1/training/curations`` (:class:`akka_optimize.plan.pipeline.CurationRequest`)."""
-
-
-def check_request(
-    body: dict[str, Any], s: Any, ctx: Any, principal: Any, action: str
-) -> dict[str, Any]:
-    """A curation request checked for ``principal``: its project, the output's namespace
-    (a project token writes only its own) and :func:`akka_optimize.evals.curation.check_curation`.
-    A pipeline's curate stage is checked by this same function.
-
-    Raises:
-        InvalidRequest / NotFound / Forbidden: refused, the field named; nothing is created.
-    """
-    from ...refs import parse_ref
-
-    access.check_project_key_write(principal, s, body["project"], action)
-    project = access.find_project(s, body["project"], principal)
-    access.check_project_write(principal, project.name, action)
-    if isinstance(body.get("dataset"), str) and body["dataset"].strip():
-        out = parse_ref(body["dataset"], project.name, field="dataset")
-        access.check_namespace_write(principal, out.namespace, action, field="dataset")
-
-    def resolve(kind: str, ref: str, *, field: str) -> Any:
-        return access.resolve(principal, s, kind, ref, project.name, field=field)
-
-    return curation.check_curation(ctx, s, body, project.name, resolve)
 
 
 @router.post("", status_code=201, **answers(CurationView, 201))

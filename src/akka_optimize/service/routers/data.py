@@ -23,13 +23,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from ...core.access import rules as access
+from ...core.auth import Principal
+from ...core.context import ServiceContext
 from ...errors import InvalidRequest
 from ...jsonvalues import loads
-from ...plan.schema_base import whole_decimal
-from .. import access
-from ..auth import Principal
+from ...plan.schema.base import whole_decimal
 from ..connected import while_connected
-from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import Preview, answers

@@ -10,10 +10,10 @@ import anyio
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from ...core.auth import Principal
+from ...core.context import ServiceContext
+from ...core.endpoint_records import _models, find_endpoint, manager
 from ...errors import InvalidRequest, NotFound
-from ..auth import Principal
-from ..context import ServiceContext
-from .endpoint_records import _models, find_endpoint, manager
 
 
 def _oai_error(message: str, status: int, code: str, param: str | None = None) -> JSONResponse:

@@ -12,12 +12,12 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ...core.context import ServiceContext
+from ...core.endpoint_records import _models, _new_endpoint, find_endpoint, manager, view
 from ...db.models.projects import Project
 from ...db.models.serving import Endpoint
 from ...errors import InvalidRequest, NotFound
-from ..context import ServiceContext
 from .endpoint_forwarding import _oai_error, _ready_worker, begin_request, end_request
-from .endpoint_records import _models, _new_endpoint, find_endpoint, manager, view
 
 _JUDGE_LOCK = threading.Lock()
 

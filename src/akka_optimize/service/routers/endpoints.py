@@ -29,18 +29,23 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from ...core.access import rules as access
+from ...core.auth import Principal
+from ...core.context import ServiceContext
+from ...core.endpoint_records import _KEY, _limits, _models, _new_endpoint
+from ...core.endpoint_records import find_endpoint as find_endpoint
+from ...core.endpoint_records import manager as manager
+from ...core.endpoint_records import refuse_endpoint_claim as refuse_endpoint_claim
+from ...core.endpoint_records import view as view
 from ...db.models.projects import Project
 from ...db.models.serving import Endpoint, EndpointModel
 from ...deployment import load_deployment
 from ...errors import InvalidRequest, NotFound
 from ...jsonvalues import loads
 from ...plan.pipeline import documented
-from ...plan.schema_base import RequestModel
+from ...plan.schema.base import RequestModel
 from ...refs import REF_PATTERN
 from ...serving.parsers import parsers_table
-from .. import access
-from ..auth import Principal
-from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..metrics import StreamTally, count_answer
 from ..routing import JsonRoute
@@ -63,11 +68,6 @@ from .endpoint_forwarding import (
 )
 from .endpoint_judges import ensure_judge_endpoint as ensure_judge_endpoint
 from .endpoint_judges import judge_chat as judge_chat
-from .endpoint_records import _KEY, _limits, _models, _new_endpoint
-from .endpoint_records import find_endpoint as find_endpoint
-from .endpoint_records import manager as manager
-from .endpoint_records import refuse_endpoint_claim as refuse_endpoint_claim
-from .endpoint_records import view as view
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training/endpoints", tags=["endpoints"])
 

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from ... import __version__
-from ..access_scope import scope
+from ...core.access.scope import scope
 from ..deps import PrincipalDep, RawCtxDep
 from ..routing import JsonRoute
 from ..schemas import Health, TrainingInfo

@@ -18,10 +18,10 @@ from fastapi.responses import Response
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from pydantic import Field
 
+from ...core.access import rules as access
+from ...core.access.scope import refusal
 from ...deployment import load_deployment
 from ...errors import InvalidRequest
-from .. import access
-from ..access_scope import refusal
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..metrics import exposition
 from ..metrics_store import store_registry

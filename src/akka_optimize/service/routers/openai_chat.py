@@ -19,15 +19,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from ...core.access import rules as access
+from ...core.auth import Principal
+from ...core.context import ServiceContext
 from ...core.openai_ft.errors import OpenAIError
 from ...core.openai_ft.views import parse_ft_name, record
 from ...db.models.jobs import Run, Snapshot
 from ...db.models.serving import Endpoint, EndpointModel
 from ...errors import AkkaError
 from ...jsonvalues import loads
-from .. import access
-from ..auth import Principal
-from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import ChatCompletion
@@ -88,7 +88,7 @@ def endpoint_for(
         OpenAIError: as :func:`pinned_model`; ``quota_exceeded`` when no quota or pool can
             ever admit an endpoint of the project; an endpoint of it that FAILED.
     """
-    from .endpoint_records import _new_endpoint, manager, refuse_endpoint_claim
+    from ...core.endpoint_records import _new_endpoint, manager, refuse_endpoint_claim
     from .endpoints import _resolve_model
 
     with ctx.db.session() as s:

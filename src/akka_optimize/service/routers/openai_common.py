@@ -17,11 +17,11 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from ...core.access import rules as access
+from ...core.auth import Principal
+from ...core.context import ServiceContext
 from ...core.openai_ft.errors import OpenAIError, from_platform
 from ...errors import AkkaError
-from .. import access
-from ..auth import Principal
-from ..context import ServiceContext
 
 
 def visible(principal: Principal, request: Request) -> str | None:

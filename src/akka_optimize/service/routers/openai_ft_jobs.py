@@ -13,13 +13,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from ...core.access import rules as access
 from ...core.openai_ft import job_service, views
 from ...core.openai_ft.file_store import page
+from ...core.plans import resolve_run_plan
 from ...errors import InvalidRequest
 from ...jsonvalues import loads
-from .. import access
 from ..deps import CtxDep, PrincipalDep
-from ..plans import resolve_run_plan
 from ..routing import JsonRoute
 from ..schemas import answers
 from ..schemas.openai_ft import (

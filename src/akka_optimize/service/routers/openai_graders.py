@@ -3,7 +3,7 @@
 (``{"grader", "model_sample", "item"?}`` → ``{"reward", "metadata", "sub_rewards", …}``).
 
 Graders are computed by :mod:`akka_optimize.core.openai_ft.grading`; a ``python`` grader's
-source runs in the grader sandbox with its limits (:mod:`akka_optimize.evals.sandbox`:
+source runs in the grader sandbox with its limits (:mod:`akka_optimize.evals.sandbox.pool`:
 no network, no service files, CPU, memory and wall-clock bounds), a model grader asks the
 endpoint serving its ``model`` (a registered model or judge of the caller's projects,
 started on demand: :mod:`.openai_chat`).
@@ -21,13 +21,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from ...core.auth import Principal
+from ...core.context import ServiceContext
 from ...core.openai_ft.bundle import python_bundle
 from ...core.openai_ft.errors import OpenAIError
 from ...core.openai_ft.grading import GradeFailure, GraderError, check_grader, grade
 from ...errors import AkkaError, InvalidRequest
 from ...jsonvalues import loads
-from ..auth import Principal
-from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import answers
@@ -46,8 +46,8 @@ def python_runner(ctx: ServiceContext):  # noqa: ANN201 - a PythonRunner
 
     def run(source: str, sample: dict[str, Any], item: dict[str, Any]) -> float:
         from ...deployment import load_deployment
-        from ...evals.sandbox import GraderPool
-        from ...evals.sandbox_types import Limits
+        from ...evals.sandbox.pool import GraderPool
+        from ...evals.sandbox.records import Limits
 
         g = load_deployment(ctx.settings.resolved_deployment_file()).graders
         limits = Limits(g.cpuSeconds, g.wallSeconds, g.memoryMiB * 1024**2, 1)
@@ -75,7 +75,7 @@ def model_asker(ctx: ServiceContext, principal: Principal, project: str | None):
     """Ask the endpoint serving a grader's ``model`` (started on demand, waited for)."""
 
     def ask(model: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> str:
-        from .endpoint_records import manager
+        from ...core.endpoint_records import manager
 
         deadline = time.monotonic() + MODEL_WAIT_S
         try:

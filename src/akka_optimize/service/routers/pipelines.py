@@ -1,7 +1,7 @@
 """Pipelines: ``/v1/training/pipelines`` (seeds/001 pipeline descriptors, the curate stage;
 FEATURES F003, F022; issue 19 item 2).
 
-``POST`` takes a pipeline descriptor (:mod:`akka_optimize.service.pipelines`); with
+``POST`` takes a pipeline descriptor (:mod:`akka_optimize.core.pipelines.records`); with
 ``?dryRun=true`` it answers every stage's resolved settings and creates nothing. Stages
 run in order as jobs; ``cancel`` stops the current one, ``resume`` starts a failed or
 cancelled pipeline again from its first unfinished stage.
@@ -15,9 +15,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from ...core.access import rules as access
+from ...core.pipelines import records as P
 from ...jobs.scheduler import on_tick
-from .. import access
-from .. import pipelines as P
 from ..connected import while_connected
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
@@ -28,7 +28,7 @@ router = APIRouter(route_class=JsonRoute, prefix="/v1/training/pipelines")
 
 
 def on_startup(ctx: Any) -> None:
-    """Let the scheduler's pass move pipelines on (:func:`akka_optimize.service.pipelines.advance_all`)."""
+    """Let the scheduler's pass move pipelines on (:func:`akka_optimize.core.pipelines.records.advance_all`)."""
     on_tick("pipelines", P.advance_all)
 
 

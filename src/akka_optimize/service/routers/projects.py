@@ -19,19 +19,18 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from ...core.access import rules as access
+from ...core.access.rules import find_project
+from ...core.auth import Principal
 from ...db.models.projects import Project
 from ...errors import AkkaError, Conflict
 from ...evals.settings import make_settings, project_scores, settings_view
-from ...plan.pipeline import documented
-from ...plan.schema_base import RequestModel
+from ...plan.pipeline import Sampling, documented
+from ...plan.schema.base import RequestModel
 from ...refs import GRADER_PATTERN, MAX_NAME_LENGTH, NAME_PATTERN, REF_PATTERN, validate_name
-from .. import access
-from ..access import find_project
-from ..auth import Principal
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
 from ..schemas import ProjectList, ProjectView, ScoresTable, answers
-from .sampling import Sampling
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training/projects", tags=["projects"])
 

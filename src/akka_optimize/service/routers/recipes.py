@@ -2,7 +2,7 @@
 
 ``POST /v1/training/recipes`` submits a recipe to a project (a run of kind ``recipe``, then
 read with the runs routes); ``POST /v1/training/recipes/claim`` is the long poll of
-``minifield-worker supervise``. See :mod:`akka_optimize.service.recipe_runs`.
+``minifield-worker supervise``. See :mod:`akka_optimize.core.recipes.runs`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from .. import recipe_runs
+from ...core.recipes import runs as recipe_runs
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import RecipeClaimAnswer, RunView, answers

@@ -21,9 +21,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 
 from ... import __version__
+from ...core.access import rules as access
+from ...core.context import ServiceContext
 from ...errors import InvalidRequest, NotFound
 from ...jobs.kinds import model_registered
-from ...plan.schema_base import RequestModel
+from ...plan.schema.base import RequestModel
 from ...refs import validate_name
 from ...registry import (
     annotate,
@@ -39,8 +41,6 @@ from ...registry import (
 from ...registry.aliases import VERSION_PATTERN
 from ...registry.core import check_alias
 from ...store import content_key
-from .. import access
-from ..context import ServiceContext
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import (

@@ -11,12 +11,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from ...core.access import rules as access
 from ...jobs.kinds import model_registered
-from ...plan.schema_base import documented
+from ...plan.schema.base import documented
 from ...refs import NAME_PATTERN, validate_name
 from ...registry.core import check_alias
 from ...tinker.checkpoints_in import register_checkpoint
-from .. import access
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import StoredVersion, answers

@@ -15,12 +15,12 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from ...core.context import ServiceContext
 from ...deployment import RegistryLimits, load_deployment
 from ...errors import InvalidRequest, NotFound, TooLarge
 from ...registry import list_versions
 from ...registry.datasets import mib
 from ...store import CHUNK
-from ..context import ServiceContext
 
 
 def _uploads(ctx: ServiceContext) -> Path:

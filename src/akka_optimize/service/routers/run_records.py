@@ -10,8 +10,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Path, Query
 from sqlalchemy import select
 
+from ...core.access import rules as access
+from ...core.inputs import check_worker_event, whole_number
+from ...core.sweep_body import SWEEP_FIELDS as SWEEP_FIELDS
+from ...core.sweep_body import _sweep_scoring
 from ...errors import InvalidRequest, NotFound
-from ...evals import rl_kind  # noqa: F401 (registers the reinforcement "rl" job kind)
 from ...jobs import (
     branches,
     compare,
@@ -26,9 +29,8 @@ from ...jobs import (
     views,
 )
 from ...jsonvalues import MAX_INT
-from .. import access
+from ...reinforcement import kind as rl_kind  # noqa: F401 (registers the reinforcement "rl" job kind)
 from ..deps import CtxDep, PrincipalDep, SessionDep
-from ..inputs import check_worker_event, whole_number
 from ..routing import JsonRoute
 from ..schemas import (
     ChatCompletion,
@@ -48,8 +50,6 @@ from ..schemas import (
     WorkerEventAnswer,
     answers,
 )
-from .sweep_body import SWEEP_FIELDS as SWEEP_FIELDS
-from .sweep_body import _sweep_scoring
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
 
@@ -163,7 +163,7 @@ def sweep_run(
     of the source snapshot against every branch, queued until they have all ended, graded
     by ``grader`` (``graderInstructions``, ``sampling``) or the project's evaluation
     settings. Nothing is created when any point, or the comparison, is refused."""
-    from ..plans import resolve_run_plan
+    from ...core.plans import resolve_run_plan
 
     unknown = sorted(set(body) - SWEEP_FIELDS)
     if unknown:

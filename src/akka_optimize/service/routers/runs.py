@@ -17,11 +17,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from ...core.plans import dry_run, resolve_run_plan
 from ...errors import InvalidRequest
 from ...jsonvalues import loads
 from ..connected import while_connected
 from ..deps import CtxDep, PrincipalDep
-from ..plans import dry_run, resolve_run_plan
 from ..routing import JsonRoute
 from ..schemas import DryRunReport, RunView, answers
 

@@ -1,7 +1,7 @@
 """The Tinker SDK's protocol under ``/api/v1/…`` (TINKER-PROTOCOL.md; tinker 0.38.0).
 
 Every route reads the ``X-API-Key`` header: a ``tml-`` key from ``server token create
---tinker`` (:func:`akka_optimize.service.auth.authenticate`), acting in its project; an
+--tinker`` (:func:`akka_optimize.core.auth.authenticate`), acting in its project; an
 admin key acts in the project the session names (``TINKER_PROJECT_ID``). Training calls
 are queued for the client's worker and answered with futures
 (:mod:`akka_optimize.tinker.broker`); ``retrieve_future`` long-polls them. Refusals are
@@ -21,6 +21,8 @@ from fastapi import APIRouter, Body, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from ...core.access.tinker import _int, _mine, _model, _project, _session
+from ...core.auth import Principal, authenticate
 from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound, Unauthorized
 from ...tinker.broker import POLL_SECONDS, Broker, Model, Session, broker_of
 from ...tinker.datums import non_finite, non_finite_config
@@ -31,10 +33,8 @@ from ...tinker.wire import (
     encode_forward_backward_output,
     encode_sample_response,
 )
-from ..auth import Principal, authenticate
 from ..deps import CtxDep
 from ..routing import JsonRoute
-from .tinker_access import _int, _mine, _model, _project, _session
 
 router = APIRouter(route_class=JsonRoute, prefix="/api/v1")
 JsonBody = Annotated[dict[str, Any], Body()]

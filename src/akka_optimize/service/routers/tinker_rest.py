@@ -17,10 +17,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from ...core.auth import Principal
 from ...errors import Forbidden, InvalidRequest, NotFound
 from ...tinker import exports, rest
 from ...tinker.kind import saved_key
-from ..auth import Principal
 from ..deps import CtxDep
 from ..routing import JsonRoute
 from .tinker import Caller, JsonBody

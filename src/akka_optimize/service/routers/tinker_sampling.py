@@ -16,12 +16,12 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from ...core.access.tinker import _int, _session
 from ...errors import AkkaError, InvalidRequest, NotFound
 from ...tinker.broker import Model, broker_of
 from ..deps import CtxDep
 from ..routing import JsonRoute
 from .tinker import Caller, JsonBody
-from .tinker_access import _int, _session
 
 router = APIRouter(route_class=JsonRoute, prefix="/api/v1")
 

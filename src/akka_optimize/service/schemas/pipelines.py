@@ -1,5 +1,5 @@
 """Response schemas of pipelines (``/v1/training/pipelines``; views in
-:mod:`akka_optimize.service.pipeline_views` and :mod:`akka_optimize.service.pipelines`)."""
+:mod:`akka_optimize.core.pipelines.views` and :mod:`akka_optimize.core.pipelines.records`)."""
 
 from __future__ import annotations
 

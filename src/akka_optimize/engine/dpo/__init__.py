@@ -1,0 +1,3 @@
+"""Preference training: one update (:mod:`.update`), the loop (:mod:`.loop`)
+and the losses (:mod:`.loss`).
+"""

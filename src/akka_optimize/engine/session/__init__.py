@@ -1,0 +1,3 @@
+"""The LoRA training session (:mod:`.training`), its passes (:mod:`.passes`),
+its ranks on several devices (:mod:`.ranks`) and its saved state (:mod:`.state`).
+"""

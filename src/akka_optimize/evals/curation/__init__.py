@@ -1,0 +1,3 @@
+"""Curations: the ``curate`` kind (:mod:`.kind`), the request check
+(:mod:`.request`) and what a worker does (:mod:`.judging`).
+"""
