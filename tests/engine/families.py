@@ -103,7 +103,7 @@ def _mistral3() -> Any:
 
     return Mistral3Config(
         text_config=dict(model_type="ministral3", **_DIMS),
-        vision_config=dict(**_VISION, head_dim=8, image_size=28, patch_size=14),
+        vision_config=dict(**_VISION, head_dim=8, image_size=56, patch_size=14),
         image_token_index=VOCAB - 1,
     )
 

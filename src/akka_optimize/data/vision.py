@@ -13,8 +13,10 @@ the path to its digest (:mod:`akka_optimize.registry.images`). Training such a r
    offsets as for every row (:mod:`akka_optimize.data.render`).
 2. The processor expands the rendered text (each placeholder to the image's tokens) and
    gives the vision tower's inputs (``pixel_values`` and what the family needs besides:
-   ``token_type_ids`` for Gemma 3, ``image_position_ids`` for Gemma 4, ``image_sizes`` for
-   Ministral 3) (:func:`expand`).
+   ``token_type_ids`` for Gemma 3, ``image_position_ids`` and ``mm_token_type_ids`` for
+   Gemma 4, ``image_sizes`` for Ministral 3) (:func:`expand`). The processor is the one in
+   the model's folder (:func:`akka_optimize.data.processors.load_processor`, which loads
+   Gemma 4's and Ministral 3's without ``torchvision``).
 3. The weights follow the tokens: the two token sequences are aligned, tokens the
    processor inserted weigh 0, and every supervised token must come through unchanged,
    otherwise the row is refused naming it. Image tokens and the prompt never train.
@@ -33,7 +35,6 @@ import functools
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from akka_optimize.data.sentinels import RenderError
@@ -79,24 +80,6 @@ class ImageInputs:
     def placeholder(self) -> str:
         """The string the processor expands into an image's tokens."""
         return str(self.processor.image_token)
-
-
-def load_processor(model_dir: Path) -> Any:
-    """The processor saved in ``model_dir`` (``processor_config.json`` or an image
-    processor's ``preprocessor_config.json``), or None when the folder has none (a
-    text-only model).
-
-    Raises:
-        ImportError, OSError, ValueError: transformers' own, when a processor is there but
-            cannot load (a family whose processor needs torchvision where it is missing).
-    """
-    if not any(
-        (model_dir / n).is_file() for n in ("processor_config.json", "preprocessor_config.json")
-    ):
-        return None
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(str(model_dir))
 
 
 def image_parts(row: dict[str, Any]) -> list[tuple[int, str]]:

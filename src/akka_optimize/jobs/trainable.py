@@ -36,7 +36,7 @@ _LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=8)
 def _processor(path: str, _mtime: float) -> Any:
-    from ..data.vision import load_processor
+    from ..data.processors import load_processor
 
     return load_processor(Path(path))
 
