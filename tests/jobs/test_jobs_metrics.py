@@ -170,3 +170,55 @@ def test_endpoint_answers_count_requests_and_their_usage_tokens() -> None:
     assert value("akka_optimize_endpoint_requests_total", endpoint=ep, status="200") == 2
     assert value("akka_optimize_endpoint_requests_total", endpoint=ep, status="400") == 1
     assert value("akka_optimize_endpoint_completion_tokens_total", endpoint=ep) == 12
+
+
+COUNT_IN_ANOTHER_PROCESS = """
+import sys
+from akka_optimize.service.metrics import SHARED_DIR, count_answer
+assert SHARED_DIR == sys.argv[1]
+for i in range(int(sys.argv[2])):
+    count_answer("ep-shared", 200, b'{"usage": {"completion_tokens": 3}}')
+"""
+
+
+def test_counters_of_several_processes_are_summed_once_from_the_shared_folder(
+    tmp_path: Path,
+) -> None:
+    """``server start --workers N``: each process writes its counters to the supervisor's
+    folder (prometheus-client's multiprocess mode) and ``/metrics`` sums the folder's files,
+    those of a process gone included; live gauges would be summed too, so the process's
+    own series are counters and histograms only."""
+    import os
+    import subprocess
+    import sys
+
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from akka_optimize.service.metrics import (
+        MULTIPROC_ENV,
+        PROCESS,
+        exposition,
+        fresh_shared_dir,
+    )
+
+    (tmp_path / "metrics-multiproc").mkdir()
+    (tmp_path / "metrics-multiproc" / "counter_1.db").write_bytes(b"left by an earlier service")
+    shared = fresh_shared_dir(tmp_path)
+    assert list(shared.iterdir()) == [] and shared.stat().st_mode & 0o777 == 0o700
+    env = {**os.environ, MULTIPROC_ENV: str(shared), "PYTHONPATH": os.pathsep.join(sys.path)}
+    for n in (2, 5):  # two processes, each counting its endpoint answers, then exiting
+        code = [sys.executable, "-c", COUNT_IN_ANOTHER_PROCESS, str(shared), str(n)]
+        done = subprocess.run(code, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    text = exposition(CollectorRegistry(), str(shared)).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+    assert _value(samples, "akka_optimize_endpoint_requests_total", endpoint="ep-shared") == 7
+    tokens = _value(samples, "akka_optimize_endpoint_completion_tokens_total", endpoint="ep-shared")
+    assert tokens == 21
+    assert text.count("# TYPE akka_optimize_endpoint_requests_total counter") == 1
+    gauges = [m for m in PROCESS._collector_to_names if isinstance(m, Gauge)]
+    assert all(g._multiprocess_mode != "all" for g in gauges)

@@ -1,29 +1,46 @@
 """What this service process counts itself for ``GET /metrics`` (issue 54 item 7, the
 operator's view), and the exposition that joins it to what the state store holds.
 
-Two kinds of series, so that several API processes over one state store stay correct:
+Two kinds of series, so that several processes over one state store stay correct:
 
-- counted here, per process (:data:`PROCESS`): request latency per route
-  (``akka_optimize_http_request_duration_seconds``), endpoint requests and the tokens
-  their answers generated. Prometheus scrapes every process as its own target; the
-  dashboard sums their rates over instances.
+- counted by the process that does the work (:data:`PROCESS`): request latency per route
+  (``akka_optimize_http_request_duration_seconds``; the process that answered, an API
+  worker or, for the routes it forwards, the controller), endpoint requests and the
+  tokens their answers generated (the controller, where endpoints are forwarded). Only
+  counters and a histogram: they add up over processes. With ``server start --workers
+  N`` (N > 1) every child writes them to one folder (prometheus-client's multiprocess
+  mode, :data:`SHARED_DIR`, which the supervisor empties before it starts them) and
+  whichever API process answers ``/metrics`` sums the folder's files, those of exited
+  processes included (a counter never goes back when a process is restarted).
 - read from the state store at each scrape (:mod:`.metrics_store`): runs by state,
   queue length and wait per pool, device claims, endpoints, each run's updates, trained
-  tokens and tokens/s. Every process answers the same values; the dashboard takes the
-  ``max`` over instances, never the sum.
+  tokens and tokens/s. The answering process computes them itself (a collector, never a
+  gauge written to the shared folder and summed over processes), so every process
+  answers the same values.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus-client's variable naming its multiprocess folder (read when it is imported)."""
+SHARED_DIR: str | None = os.environ.get(MULTIPROC_ENV) or None
+"""The folder every process of the service writes its own series to (module docstring),
+as prometheus-client saw it when this process imported it; None in a single process."""
+
 PROCESS = CollectorRegistry(auto_describe=True)
-"""This process's own series (module docstring); one per process, whatever apps it builds."""
+"""This process's own series (module docstring); one per process, whatever apps it builds.
+In multiprocess mode its values live in :data:`SHARED_DIR`'s files, read from there."""
 
 REQUEST_SECONDS = Histogram(
     "akka_optimize_http_request_duration_seconds",
@@ -129,7 +146,32 @@ class StreamTally:
         ENDPOINT_REQUESTS.labels(self.endpoint_id, str(status)).inc()
 
 
-def exposition(store_registry: CollectorRegistry) -> bytes:
-    """The text format (0.0.4) of this process's series followed by ``store_registry``'s
-    (:func:`.metrics_store.store_registry`); the two hold no name in common."""
-    return generate_latest(PROCESS) + generate_latest(store_registry)
+def exposition(store_registry: CollectorRegistry, shared_dir: str | None = SHARED_DIR) -> bytes:
+    """The text format (0.0.4) of the counted series followed by ``store_registry``'s
+    (:func:`.metrics_store.store_registry`); the two hold no name in common.
+
+    The counted series are this process's (:data:`PROCESS`) or, with ``shared_dir``, the
+    sums over every process's files there (prometheus-client's
+    ``MultiProcessCollector``, which writes no ``_created`` samples). Raises ValueError
+    when ``shared_dir`` is not a folder."""
+    if shared_dir is None:
+        return generate_latest(PROCESS) + generate_latest(store_registry)
+    summed = CollectorRegistry(auto_describe=False)
+    MultiProcessCollector(summed, path=shared_dir)
+    return generate_latest(summed) + generate_latest(store_registry)
+
+
+def fresh_shared_dir(home: Path) -> Path:
+    """``home/metrics-multiproc``, emptied (what an earlier service wrote there would be
+    summed with this one's) and private: the folder the supervisor gives its children as
+    :data:`MULTIPROC_ENV` (``server start --workers N``, N > 1)."""
+    folder = home / "metrics-multiproc"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o700, parents=True)
+    return folder
+
+
+def process_gone(pid: int, shared_dir: Path) -> None:
+    """Tell prometheus-client that process ``pid`` writing to ``shared_dir`` has exited:
+    its live gauges' files go (its counters and histograms stay in the sums)."""
+    mark_process_dead(pid, str(shared_dir))

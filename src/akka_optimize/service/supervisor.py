@@ -18,6 +18,11 @@ SIGINT stops the children (SIGTERM, then SIGKILL after 20 s) and then the superv
 The process IDs are in ``$AKKA_OPTIMIZE_HOME/server.json`` (``controller``, ``workers``,
 ``controllerStarts``). Each child ends itself when the supervisor is gone.
 
+``GET /metrics`` answers for the whole service whichever API worker answers: every child
+writes its counted series to ``$AKKA_OPTIMIZE_HOME/metrics-multiproc`` (emptied before the
+children start; prometheus-client's multiprocess mode, :mod:`.metrics`), and the
+supervisor tells prometheus-client of each child it reaps.
+
 On SQLite every process writes through ``BEGIN IMMEDIATE`` with a busy timeout
 (:mod:`akka_optimize.db.base`), so writers of several processes take turns: no write is
 lost or doubled (tests/test_service_workers.py registers versions from several processes).
@@ -37,6 +42,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .metrics import MULTIPROC_ENV, fresh_shared_dir, process_gone
+
 CRASH_WINDOW_S = 10.0
 """A child that exits sooner than this after its start counts as a fast crash."""
 MAX_FAST_CRASHES = 5
@@ -45,12 +52,16 @@ STOP_GRACE_S = 20.0
 """How long a child has to stop after SIGTERM before SIGKILL."""
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(metrics_dir: Path | None = None) -> dict[str, str]:
     """This environment, with the folder this package was imported from first on
-    ``PYTHONPATH``: a child runs the same code as its supervisor."""
+    ``PYTHONPATH`` (a child runs the same code as its supervisor) and, given
+    ``metrics_dir``, prometheus-client's multiprocess folder set to it."""
     root = str(Path(__file__).resolve().parents[2])
     paths = [root, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+    if metrics_dir is not None:
+        env[MULTIPROC_ENV] = str(metrics_dir)
+    return env
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -76,10 +87,12 @@ class Child:
     started_at: float = 0.0
     starts: int = 0
     fast_crashes: int = 0
+    metrics_dir: Path | None = None
 
     def start(self) -> None:
         """Start (or start again) the child, passing it its listening socket."""
-        self.proc = subprocess.Popen(self.cmd, pass_fds=(self.fd,), env=_child_env())
+        env = _child_env(self.metrics_dir)
+        self.proc = subprocess.Popen(self.cmd, pass_fds=(self.fd,), env=env)
         self.started_at = time.monotonic()
         self.starts += 1
 
@@ -128,6 +141,7 @@ class Supervisor:
         for c in self.children:
             if c.proc is None or c.proc.poll() is None:
                 continue
+            self._reaped(c)
             fast = time.monotonic() - c.started_at < CRASH_WINDOW_S
             c.fast_crashes = c.fast_crashes + 1 if fast else 0
             if c.fast_crashes >= MAX_FAST_CRASHES:
@@ -155,6 +169,14 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        for c in self.children:
+            self._reaped(c)
+
+    @staticmethod
+    def _reaped(c: Child) -> None:
+        """``c``'s process has exited: its live gauges leave ``/metrics``'s sums."""
+        if c.metrics_dir is not None and c.proc is not None:
+            process_gone(c.proc.pid, c.metrics_dir)
 
 
 def serve(host: str, port: int, workers: int, log_level: str) -> int:
@@ -179,6 +201,7 @@ def serve(host: str, port: int, workers: int, log_level: str) -> int:
     finally:
         ctx.db.dispose()
     public, control = bind(host, port), bind("127.0.0.1", 0)
+    metrics_dir = fresh_shared_dir(settings.home)
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     public_url = f"http://{shown}:{port}" if ":" not in shown else f"http://[{shown}]:{port}"
     control_url = f"http://127.0.0.1:{control.getsockname()[1]}"
@@ -190,12 +213,13 @@ def serve(host: str, port: int, workers: int, log_level: str) -> int:
             "controller",
             [*base, "--role", "controller", "--fd", str(control.fileno())],
             control.fileno(),
+            metrics_dir=metrics_dir,
         )  # fmt: skip
     )
     for _ in range(workers):
         cmd = [*base, "--role", "api", "--fd", str(public.fileno()), "--controller-url",
                control_url]  # fmt: skip
-        sup.children.append(Child("api", cmd, public.fileno()))
+        sup.children.append(Child("api", cmd, public.fileno(), metrics_dir=metrics_dir))
     return sup.run()
 
 

@@ -35,9 +35,11 @@ PLATFORM_PROJECT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 @router.get("/metrics", **binary("Prometheus text format 0.0.4.", "text/plain"))
 def metrics(s: SessionDep, ctx: CtxDep, principal: PrincipalDep) -> Response:
-    """This process's request latency and endpoint counters, and the state store's runs,
-    pools, queues, claims, endpoints and per-run training series (README "The operator's
-    view"). Needs an admin token: the series name every project's runs."""
+    """The service's request latency and endpoint counters (this process's, or with
+    ``--workers N`` every process's summed: :mod:`akka_optimize.service.metrics`), and the
+    state store's runs, pools, queues, claims, endpoints and per-run training series
+    (README "The operator's view"). Needs an admin token: the series name every
+    project's runs."""
     if access.scope(principal) is not None:
         raise refusal(
             "metrics.read",
