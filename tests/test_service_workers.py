@@ -261,3 +261,75 @@ def test_an_unreachable_controller_is_answered_503_with_retry_after() -> None:
     assert r.status_code == 503 and r.headers["retry-after"] == "2"
     assert r.json()["error"]["code"] == "unavailable"
     assert "controller process did not answer" in r.json()["error"]["message"]
+
+
+COUNT = "akka_optimize_http_request_duration_seconds_count"
+
+
+def _scrape(svc: LiveService) -> dict[tuple[str, tuple], float]:
+    """Every sample of ``/metrics``, parsed by prometheus-client's parser; each sample
+    (name and labels) and each family once."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = svc.api("GET", "/metrics")
+    assert r.status_code == 200, r.text
+    families = list(text_string_to_metric_families(r.text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    keys = [(s.name, tuple(sorted(s.labels.items())), s.value) for f in families for s in f.samples]
+    samples = {(n, ls): v for n, ls, v in keys}
+    assert len(samples) == len(keys), "a sample appears twice"
+    return samples
+
+
+def _answered(samples: dict, route: str) -> float:
+    return samples.get((COUNT, (("method", "GET"), ("route", route), ("status", "200"))), 0.0)
+
+
+def _answered_by(svc: LiveService, pid: int, route: str, tmp: Path) -> float:
+    """The GET ``route`` answers process ``pid`` timed: its own file of the service's
+    multiprocess folder, read alone."""
+    import shutil
+
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    own = svc.home / "metrics-multiproc" / f"histogram_{pid}.db"
+    if not own.exists():
+        return 0.0
+    alone = tmp / str(pid)
+    shutil.rmtree(alone, ignore_errors=True)
+    alone.mkdir()
+    shutil.copy(own, alone)
+    reg = CollectorRegistry()
+    MultiProcessCollector(reg, path=str(alone))
+    return reg.get_sample_value(COUNT, {"method": "GET", "route": route, "status": "200"}) or 0.0
+
+
+def test_metrics_sum_every_process_whichever_api_process_answers(
+    two_workers: LiveService, tmp_path: Path
+) -> None:
+    svc = two_workers
+    workers = _pids(svc.home)["workers"]
+    listed, forwarded = "/v1/training/projects", "/v1/training/endpoints"
+    before = _scrape(svc)
+    made = 0
+    for _ in range(50):  # bounded: batches until each API process has answered some
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(lambda _: svc.api("GET", listed).status_code, range(8)))
+        assert codes == [200] * 8
+        made += 8
+        if all(_answered_by(svc, p, listed, tmp_path) > 0 for p in workers):
+            break
+    for _ in range(5):  # answered by the controller (the API process forwards it)
+        assert svc.api("GET", forwarded).status_code == 200
+    first, second = _scrape(svc), _scrape(svc)
+
+    own = [_answered_by(svc, p, listed, tmp_path) for p in workers]
+    assert all(n > 0 for n in own), own  # both API processes answered the route...
+    for scrape in (first, second):  # ...and either one's /metrics sums both, and only once
+        assert _answered(scrape, listed) == _answered(before, listed) + made == sum(own)
+        # the controller's count: what it answered for the API processes, counted by it alone
+        assert _answered(scrape, forwarded) == _answered(before, forwarded) + 5
+        assert ("akka_optimize_pool_devices", (("pool", "cpu"),)) in scrape  # the store's
+    assert all(_answered_by(svc, p, forwarded, tmp_path) == 0 for p in workers)
