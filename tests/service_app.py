@@ -16,8 +16,7 @@ from fastapi.testclient import TestClient
 
 from akka_optimize.core.auth import issue_token
 from akka_optimize.service import create_app
-from akka_optimize.service.app import _startup
-from akka_optimize.service.routers import ROUTERS
+from akka_optimize.service.app import _shutdown, _startup
 from akka_optimize.settings import Settings
 from cluster_stores import store_env
 
@@ -54,8 +53,4 @@ def in_process(home: Path, monkeypatch, database_url: str | None = None) -> Iter
         yield InProcess(app, client, {"Authorization": f"Bearer {token}"}, home)
     finally:
         client.close()
-        for mod in ROUTERS:  # stop the scheduler and managers before the store goes
-            hook = getattr(mod, "on_shutdown", None)
-            if hook is not None:
-                hook(ctx)
-        ctx.db.dispose()
+        _shutdown(ctx)  # the scheduler and managers stop before the store goes

@@ -74,6 +74,7 @@ def ctx(tmp_path: Path) -> ServiceContext:
         settings=settings,
         db=Database(settings.database_url or ""),
         store=BlobStore(settings.blobs_url or ""),
+        dev_secret=b"",
         base_url="http://127.0.0.1:9999",
     )
 

@@ -60,7 +60,7 @@ def start(
     settings = Settings.from_env()
     app_ = create_app(settings)
     app_.state.ctx.base_url = f"http://{host}:{port}"
-    print(dashboard_lines(host, port, app_.state.ctx.extras["dev_secret"]), flush=True)
+    print(dashboard_lines(host, port, app_.state.ctx.dev_secret), flush=True)
     uvicorn.run(
         app_,
         host=host,

@@ -161,7 +161,7 @@ def authenticate(ctx: ServiceContext, authorization: str | None) -> Principal:
         )
     token = authorization[7:].strip()
     if token.startswith(DEV_PREFIX):
-        secret = ctx.extras.get("dev_secret")
+        secret = ctx.dev_secret
         if secret and hmac.compare_digest(token, mint_dev_token(secret)):
             return Principal(kind="dev")
         raise Unauthorized("The development token does not match this server's home.")

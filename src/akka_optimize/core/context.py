@@ -1,28 +1,56 @@
-"""What every request handler can reach: settings, database, blob store, deployment."""
+"""What every request handler can reach: the service's runtime, built once at start.
+
+:func:`akka_optimize.service.runtime.build_context` makes the :class:`ServiceContext`
+(settings, state store, blob store, the development secret) and registers the job kinds;
+:func:`akka_optimize.service.runtime.start` adds the executor and the scheduler; the
+managers of endpoints and base-model fetches are made on first use. Every field is typed;
+nothing is kept under a string key (issue 49 item 2). Jobs, evaluations, Tinker sessions
+and the OpenAI fine-tuning core read it through
+:class:`akka_optimize.jobs.context.JobContext`, which it satisfies.
+"""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..catalog.selection_manager import SelectionManager
 from ..db import Database
+from ..jobs.executor import Executor
+from ..jobs.scheduler import Scheduler
+from ..serving.manager import EndpointManager
 from ..settings import Settings
 from ..store import BlobStore
+from ..tinker.broker import Broker
 
 
 @dataclass
 class ServiceContext:
     """Process-wide state of one running service.
 
-    ``started`` is set once migrations and every router's ``on_startup`` hook have
-    run; ``startup_error`` holds the sentence when start-up failed.
+    Attributes:
+        settings / db / store: the settings, the state store and the blob store.
+        dev_secret: the secret the development token is minted from (the home's).
+        started: set once migrations, every router's ``on_startup`` hook and the runtime
+            (:func:`akka_optimize.service.runtime.start`) have run; ``startup_error``
+            holds the sentence when start-up failed.
+        base_url: the address workers send their events to (None until known).
+        executor: where run attempts and serving workers are launched (start-up).
+        scheduler: the scheduler's thread (start-up; stopped at shutdown).
+        endpoints: the endpoint manager (on first use).
+        base_models: the manager of base-model fetches (on first use).
+        tinker_broker: the Tinker sessions' broker (futures, models, samplers).
     """
 
     settings: Settings
     db: Database
     store: BlobStore
+    dev_secret: bytes
     started: threading.Event = field(default_factory=threading.Event)
     startup_error: str | None = None
     base_url: str | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    executor: Executor | None = None
+    scheduler: Scheduler | None = None
+    endpoints: EndpointManager | None = None
+    base_models: SelectionManager | None = None
+    tinker_broker: Broker = field(default_factory=Broker)

@@ -21,8 +21,6 @@ from .access import rules as access
 from .auth import Principal
 from .context import ServiceContext
 
-_KEY = "endpoints"
-
 
 def _limits(ctx: ServiceContext) -> Any:
     return load_deployment(ctx.settings.resolved_deployment_file()).serving
@@ -31,7 +29,7 @@ def _limits(ctx: ServiceContext) -> Any:
 def _placement(ctx: ServiceContext) -> tuple[Any, str]:
     """Where serving workers run: the Ray executor when the deployment names one (each
     reserving one device of the serving pool's kind), else a subprocess here."""
-    executor = ctx.extras.get("executor")
+    executor = ctx.executor
     if executor is None or getattr(executor, "name", "local") == "local":
         return None, "cpu"
     dep = load_deployment(ctx.settings.resolved_deployment_file())
@@ -41,9 +39,9 @@ def _placement(ctx: ServiceContext) -> tuple[Any, str]:
 
 def manager(ctx: ServiceContext) -> EndpointManager:
     """The service's endpoint manager (created on first use)."""
-    m = ctx.extras.get(_KEY)
+    m = ctx.endpoints
     if m is None:
-        m = ctx.extras[_KEY] = EndpointManager(ctx.db, ctx.settings, ctx.store, _limits(ctx))
+        m = ctx.endpoints = EndpointManager(ctx.db, ctx.settings, ctx.store, _limits(ctx))
         m.placement = lambda: _placement(ctx)
         m.admit = lambda endpoint_id: capacity.endpoint_may_start(
             ctx.db, load_deployment(ctx.settings.resolved_deployment_file()), endpoint_id

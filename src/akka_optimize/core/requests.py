@@ -11,10 +11,11 @@ from ..evals import kind as evals
 from ..evals.curation import kind as curation
 from ..evals.settings import grader_text
 from .access import rules as access
+from .context import ServiceContext
 
 
 def check_request(
-    body: dict[str, Any], s: Any, ctx: Any, principal: Any, action: str
+    body: dict[str, Any], s: Any, ctx: ServiceContext, principal: Any, action: str
 ) -> dict[str, Any]:
     """A curation request checked for ``principal``: its project, the output's namespace
     (a project token writes only its own) and :func:`akka_optimize.evals.curation.kind.check_curation`.
@@ -39,7 +40,7 @@ def check_request(
 
 
 def prepare(
-    body: Any, s: Any, ctx: Any, principal: Any, action: str, baseline: str | None = None
+    body: Any, s: Any, ctx: ServiceContext, principal: Any, action: str, baseline: str | None = None
 ) -> tuple[evals.EvalRequest, Any]:
     """The request of an evaluation (or, with ``baseline``, a comparison) and the
     ``resolve`` over the registry versions its project sees; refuses, naming the field, a

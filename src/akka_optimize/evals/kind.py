@@ -28,7 +28,8 @@ from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run, RunAttempt
 from ..jobs import states as S
-from ..jobs.kinds import JobKind, Launch, register_kind
+from ..jobs.context import JobContext
+from ..jobs.kinds import JobKind, Launch
 from ..jobs.records import end_attempt
 from ..jobs.scheduler import wake
 from ..jobs.spec import JobSpec
@@ -70,7 +71,7 @@ def eval_device_kind(settings: Any) -> str:
     return prof.kind if prof is not None else ("cuda" if cuda_available() else "cpu")
 
 
-def serving_precision(ctx: Any) -> str:
+def serving_precision(ctx: JobContext) -> str:
     """The deployment's ``serving.precision``: the dtype an evaluation's answers are
     generated in (pinned in its resolved settings when it is created)."""
     from ..deployment import load_deployment
@@ -78,7 +79,7 @@ def serving_precision(ctx: Any) -> str:
     return load_deployment(ctx.settings.resolved_deployment_file()).serving.precision
 
 
-def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
+def _resolved(ctx: JobContext, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
     """The evaluation's pinned settings (what the worker runs and ``get`` shows)."""
     sc = check_scoring(
         ctx, s, req.grader, req.grader_instructions, req.dataset, resolve, limit=req.limit
@@ -106,7 +107,7 @@ def _resolved(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str,
     }
 
 
-def _claims(ctx: Any, project: str, device_kind: str, judged: bool) -> list[dict[str, Any]]:
+def _claims(ctx: JobContext, project: str, device_kind: str, judged: bool) -> list[dict[str, Any]]:
     """The evaluation's claims (one device, and its judge endpoint when judged), as its
     record shows them; refused when no quota or pool could ever admit them (issue 22;
     :mod:`akka_optimize.jobs.capacity.usage`).
@@ -131,7 +132,7 @@ def _claims(ctx: Any, project: str, device_kind: str, judged: bool) -> list[dict
     return capacity.claim_list(dep, None, device_kind, 0, judged, "evaluation devices")
 
 
-def start_evaluation(ctx: Any, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
+def start_evaluation(ctx: JobContext, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
     """Record an evaluation (a comparison when ``req.baseline`` is set); it waits
     ``QUEUED`` until the scheduler starts it.
 
@@ -256,14 +257,18 @@ def build_spec(launch: Launch) -> JobSpec:
     )
 
 
-def _progress(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
+def _progress(
+    ctx: JobContext, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]
+) -> None:
     run.current_step = int(event.get("completed") or 0)
     run.total_steps = int(event.get("total") or run.total_steps or 0)
     stage = str(event.get("stage") or "")
     run.results = {**(run.results or {}), "stage": stage}
 
 
-def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
+def _completed(
+    ctx: JobContext, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]
+) -> None:
     res = dict(event.get("result") or {})
     if "fan" in res:  # a sweep's comparison: the source against every branch
         count = res["baseline"]["count"] * (1 + len(res["fan"]))
@@ -291,22 +296,18 @@ def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str,
         end_attempt(run, att, S.SUCCEEDED)
 
 
-EVALUATION = register_kind(
-    JobKind(
-        name=METHOD,
-        worker="akka_optimize.evals.worker:evaluate",
-        build_spec=build_spec,
-        events={"progress": _progress, "completed": _completed},
-    )
+EVALUATION = JobKind(
+    name=METHOD,
+    worker="akka_optimize.evals.worker:evaluate",
+    build_spec=build_spec,
+    events={"progress": _progress, "completed": _completed},
 )
-"""The evaluation kind, registered when this module is imported."""
+"""The evaluation kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
 
-COMPARISON = register_kind(
-    JobKind(
-        name=COMPARE,
-        worker="akka_optimize.evals.worker:evaluate",
-        build_spec=build_spec,
-        events={"progress": _progress, "completed": _completed},
-    )
+COMPARISON = JobKind(
+    name=COMPARE,
+    worker="akka_optimize.evals.worker:evaluate",
+    build_spec=build_spec,
+    events={"progress": _progress, "completed": _completed},
 )
 """The comparison kind: both models answer on one engine, one grader scores both."""

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..errors import InvalidRequest
+from ..jobs.context import JobContext
 from ..store import content_key
 from .graders import check_bundle_entry, parse_grader
 
@@ -75,7 +76,7 @@ class Scoring:
         }
 
 
-def _check_judge(ctx: Any, s: Session, judge: Any, grader: str) -> None:
+def _check_judge(ctx: JobContext, s: Session, judge: Any, grader: str) -> None:
     """Refuse (field ``grader``) a judge its endpoint could not serve: a base model that is
     not ready, an adapter above the serving rank limit."""
     from ..catalog.cache import ready_model_dir
@@ -104,7 +105,7 @@ def _check_judge(ctx: Any, s: Session, judge: Any, grader: str) -> None:
 
 
 def check_scoring(
-    ctx: Any,
+    ctx: JobContext,
     s: Session,
     grader: str,
     grader_instructions: str | None,

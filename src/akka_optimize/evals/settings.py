@@ -12,7 +12,8 @@ When a model version is registered in a project whose settings have ``autoEvalua
 default), :func:`queue_for_registered` queues its evaluation with those settings (a run's
 final model, its epoch and save registrations, and an uploaded adapter alike). An
 evaluation that cannot be queued never fails the registration: the sentence is kept in the
-settings' ``lastQueued`` and shown by ``training projects get``.
+settings' ``lastQueued`` and shown by ``training projects get``. (the listener is installed with
+the job kinds: :func:`akka_optimize.service.job_kinds.install`).
 
 The scores table (:func:`project_scores`) takes, per model version, the newest succeeded
 evaluation in the project that used the settings' dataset, grader and sampling over every
@@ -32,7 +33,7 @@ from ..db.models.jobs import Run
 from ..db.models.projects import Project
 from ..errors import Conflict
 from ..jobs import states as S
-from ..jobs.kinds import on_model_registered
+from ..jobs.context import JobContext
 from .kind import METHOD, EvalRequest, base_key_of, check_scoring, eval_device_kind
 from .kind import start_evaluation as start
 
@@ -44,7 +45,7 @@ def _now() -> str:
 
 
 def make_settings(
-    ctx: Any,
+    ctx: JobContext,
     s: Session,
     *,
     dataset: str,
@@ -104,7 +105,7 @@ def grader_text(cfg: dict[str, Any]) -> str:
     return f"bundle:{g['bundle']}#{g['module']}:{g['function']}"
 
 
-def queue_for_registered(ctx: Any, s: Session, project: str, model: Any) -> str | None:
+def queue_for_registered(ctx: JobContext, s: Session, project: str, model: Any) -> str | None:
     """Queue the evaluation of a newly registered model version ``model`` (a
     :class:`akka_optimize.registry.ResolvedVersion`) when ``project`` has evaluation
     settings with ``autoEvaluate``; returns the evaluation's ID, or None when none was
@@ -233,6 +234,3 @@ def project_scores(s: Session, project: Project) -> dict[str, Any]:
         "sampling": view.get("sampling"),
         "rows": rows,
     }
-
-
-on_model_registered("evaluation-settings", queue_for_registered)

@@ -25,12 +25,13 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run, Snapshot
 from ..errors import InvalidRequest
 from ..jobs import states as S
+from ..jobs.context import JobContext
 from ..jobs.scheduler import wake
 from .kind import COMPARE, MAX_ERROR_SHARE, check_scoring, comparison_view, serving_precision
 
 
 def start_sweep_comparison(
-    ctx: Any,
+    ctx: JobContext,
     s: Session,
     source: Run,
     step: int,

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..errors import AkkaError, Conflict, InvalidRequest
+from .context import JobContext
 from .mapping import job_fields
 
 
@@ -39,7 +40,7 @@ def _method(f: dict[str, Any]) -> AkkaError | None:
     )
 
 
-def _kind(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+def _kind(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError | None:
     """The refusal of the kind's own ``accept`` (a reinforcement run's reward and rows)."""
     from .kinds import job_kind, registered_kinds
 
@@ -52,7 +53,7 @@ def _kind(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
     return None
 
 
-def accepted(ctx: Any, session: Session, f: dict[str, Any]) -> dict[str, Any]:
+def accepted(ctx: JobContext, session: Session, f: dict[str, Any]) -> dict[str, Any]:
     """What the run's kind pins at acceptance (merged into its ``resolved``); ``{}`` for a
     kind without ``accept``.
 
@@ -65,7 +66,7 @@ def accepted(ctx: Any, session: Session, f: dict[str, Any]) -> dict[str, Any]:
     return kind.accept(ctx, session, f) if kind.accept is not None else {}
 
 
-def _gpus(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
+def _gpus(ctx: JobContext, f: dict[str, Any]) -> AkkaError | None:
     """A run on several devices with a setting it cannot honour
     (:mod:`akka_optimize.jobs.multi_device`)."""
     from .multi_device import multi_device_refusal
@@ -73,7 +74,7 @@ def _gpus(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
     return multi_device_refusal(ctx, f)
 
 
-def _schedulable(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
+def _schedulable(ctx: JobContext, f: dict[str, Any]) -> AkkaError | None:
     """A device profile the plan did not name, resolved to one whose devices this machine
     does not have (issue 47: ``execution.gpus: 2`` on a machine without a GPU resolved to
     H100 and failed in the worker). With the local executor a cuda profile is schedulable
@@ -134,7 +135,7 @@ def _attention(f: dict[str, Any]) -> AkkaError | None:
     return InvalidRequest(why, field="config.model.attentionImplementation", code="not_available")
 
 
-def _base_model(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+def _base_model(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError | None:
     """A base model nobody selected (or whose selection failed) would leave the run
     ``QUEUED`` for a selection no one started; one still fetching is fine (the run
     waits). The message names the select command. A READY model whose catalog LoRA
@@ -155,7 +156,7 @@ def _base_model(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | No
     return None
 
 
-def _claim_args(ctx: Any, f: dict[str, Any]) -> tuple[Any, str | None, str, int, bool]:
+def _claim_args(ctx: JobContext, f: dict[str, Any]) -> tuple[Any, str | None, str, int, bool]:
     from ..deployment import load_deployment
 
     dep = load_deployment(ctx.settings.resolved_deployment_file())
@@ -166,7 +167,7 @@ def _claim_args(ctx: Any, f: dict[str, Any]) -> tuple[Any, str | None, str, int,
     return dep, profile, f["device_kind"], f["gpus"], judged
 
 
-def claims(ctx: Any, f: dict[str, Any]) -> list[dict[str, Any]]:
+def claims(ctx: JobContext, f: dict[str, Any]) -> list[dict[str, Any]]:
     """The claims the run of fields ``f`` will make, as its record shows them
     (:func:`akka_optimize.jobs.capacity.usage.claim_list`): its training devices, and its judge
     endpoint when its reward is a ``model:`` judge."""
@@ -175,7 +176,7 @@ def claims(ctx: Any, f: dict[str, Any]) -> list[dict[str, Any]]:
     return capacity.claim_list(*_claim_args(ctx, f))
 
 
-def _capacity(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
+def _capacity(ctx: JobContext, f: dict[str, Any]) -> AkkaError | None:
     """A claim no quota or pool could ever admit (issue 22; seeds/000 "a judged
     reinforcement run needs quota for two claims"): a judged run (``reward: model:…``)
     claims its training devices and its judge endpoint."""
@@ -198,7 +199,7 @@ def _model_name(session: Session, f: dict[str, Any]) -> AkkaError | None:
     return trained_name_refusal(session, f["project"], f["model_name"], f["base_model"])
 
 
-def _readable(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+def _readable(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError | None:
     """A dataset, validation dataset or reward bundle the jobs cannot read (F019;
     :mod:`akka_optimize.jobs.readable`)."""
     from ..registry import resolve
@@ -220,7 +221,7 @@ def _readable(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None
     return None
 
 
-def _rows(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+def _rows(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError | None:
     """A dataset or validation dataset whose rows the worker could not train (issue 47;
     :mod:`akka_optimize.jobs.trainable`)."""
     from .trainable import rows_refusal
@@ -234,7 +235,7 @@ def _rows(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
 _ROW_FIELDS = ("config.loss.", "config.data.onTooLong")
 
 
-def _prepared(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+def _prepared(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError | None:
     """Prepared token rows (F029, F030), checked before any device is claimed: only a
     supervised run trains them, a stated loss policy would be ignored, the base model's
     tokenizer and chat template must be the ones the rows were made with (checked once
@@ -284,7 +285,7 @@ def _prepared(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None
     return None
 
 
-def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaError]:
+def admission_refusals(ctx: JobContext, session: Session, resolved: Any) -> list[AkkaError]:
     """Every reason the start of ``resolved`` would be refused, in the order a start checks
     them; empty when it may start. Reads the database, creates nothing.
 
@@ -312,7 +313,7 @@ def admission_refusals(ctx: Any, session: Session, resolved: Any) -> list[AkkaEr
     return [e for e in found if e is not None]
 
 
-def admit(ctx: Any, session: Session, resolved: Any) -> None:
+def admit(ctx: JobContext, session: Session, resolved: Any) -> None:
     """Raise the first of :func:`admission_refusals`; return when the run may start.
 
     Raises:

@@ -14,13 +14,14 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run, RunAttempt, Snapshot
 from ..errors import Conflict, InvalidRequest
 from . import states as S
+from .context import JobContext
 from .kinds import is_external
 from .records import end_attempt, finish
 from .scheduler import wake
 from .views import run_view
 
 
-def request_control(ctx: Any, session: Session, run: Run, action: str) -> dict[str, Any]:
+def request_control(ctx: JobContext, session: Session, run: Run, action: str) -> dict[str, Any]:
     """``pause`` or ``cancel`` a run. Queued or paused runs change at once; active
     runs are told through their next event and stop at an update boundary."""
     if run.state in S.TERMINAL:
@@ -61,7 +62,7 @@ def _cancel_attempts(session: Session, run: Run) -> None:
         finish(run, S.CANCELLED)
 
 
-def resume(ctx: Any, session: Session, run: Run, step: int | None) -> dict[str, Any]:
+def resume(ctx: JobContext, session: Session, run: Run, step: int | None) -> dict[str, Any]:
     """Queue a new attempt of a paused or failed run from a kept save (the newest by default)."""
     if run.state not in (S.PAUSED, S.FAILED):
         raise Conflict(

@@ -21,6 +21,7 @@ from ..db.models.auth import hash_token
 from ..db.models.jobs import Run, RunAttempt, RunMetric
 from ..errors import AkkaError, NotFound
 from . import states as S
+from .context import JobContext
 from .kinds import job_kind
 from .records import end_attempt
 
@@ -39,7 +40,7 @@ def authorize_attempt(session: Session, run_id: str, number: int, token: str) ->
 
 
 def handle_event(
-    ctx: Any, session: Session, run: Run, att: RunAttempt, event: dict[str, Any]
+    ctx: JobContext, session: Session, run: Run, att: RunAttempt, event: dict[str, Any]
 ) -> dict[str, Any]:
     """Apply one worker event; the answer carries the run's pending control request."""
     att.last_event_at = utcnow()
@@ -49,7 +50,7 @@ def handle_event(
     return {"control": run.control}
 
 
-def apply_event(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+def apply_event(ctx: JobContext, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
     """Apply one event (``phase``, ``data``, ``metrics``, ``validation``, ``smoke`` (a smoke
     run's reading of its slice), ``warning``, ``failed``,
     ``paused``, ``cancelled``, or one of the run's kind: ``save`` and ``completed`` for a

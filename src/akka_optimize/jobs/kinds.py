@@ -11,8 +11,10 @@ back; the event intake (:mod:`akka_optimize.jobs.events`) applies the events eve
 hands any other event type to the kind's handler. Dead workers, control requests (pause,
 cancel, resume) and recovery after a service restart work alike for every kind.
 
-A kind declares three things in a :class:`JobKind` and registers it, in its own module,
-without editing the scheduler or the intake:
+A kind declares three things in a :class:`JobKind`, in its own module, without editing the
+scheduler or the intake, and is listed in :data:`akka_optimize.service.job_kinds.KINDS`,
+which registers every kind when the service's runtime is built (importing a kind's module
+registers nothing):
 
 - ``build_spec``: the attempt's spec from a :class:`Launch` (the run, attempt number, worker
   token, base-model folder, state to resume, work folder); :meth:`Launch.spec` fills the
@@ -31,7 +33,7 @@ Supervised runs (``method: sft``, :mod:`akka_optimize.jobs.supervised`) are the 
 An evaluation job would look like this (a sketch; ``evals`` is its own module)::
 
     from akka_optimize.jobs import states as S
-    from akka_optimize.jobs.kinds import JobKind, Launch, register_kind
+    from akka_optimize.jobs.kinds import JobKind, Launch
     from akka_optimize.jobs.records import end_attempt
     from akka_optimize.jobs.spec import JobSpec
     from akka_optimize.registry import resolve
@@ -45,18 +47,14 @@ An evaluation job would look like this (a sketch; ``evals`` is its own module)::
         run.results = {**(run.results or {}), **event["result"]}
         end_attempt(run, att, S.SUCCEEDED)
 
-    EVALUATION = register_kind(
-        JobKind(
-            name="eval",
-            worker="akka_optimize.evals.worker:evaluate",  # evaluate(spec, store, events, work)
-            build_spec=eval_spec,
-            events={"completed": scored},
-        )
-    )
+    EVALUATION = JobKind(
+        name="eval",
+        worker="akka_optimize.evals.worker:evaluate",  # evaluate(spec, store, events, work)
+        build_spec=eval_spec,
+        events={"completed": scored},
+    )  # and EVALUATION in service/job_kinds.py's KINDS
 
-The module that registers a kind is imported by the service's wiring
-(:mod:`akka_optimize.service.routers.run_records`), which is what makes the kind known to
-the scheduler; a run whose kind is not registered fails with a sentence naming it.
+A run whose kind is not registered fails with a sentence naming it.
 """
 
 from __future__ import annotations
@@ -70,9 +68,10 @@ from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run, RunAttempt
 from ..errors import InvalidRequest
+from .context import JobContext
 from .spec import JobSpec
 
-EventHandler = Callable[[Any, Session, Run, RunAttempt, dict[str, Any]], None]
+EventHandler = Callable[[JobContext, Session, Run, RunAttempt, dict[str, Any]], None]
 """``handler(ctx, session, run, attempt, event)``: applies one event of a kind's own type."""
 
 
@@ -91,7 +90,7 @@ class Launch:
     """
 
     session: Session
-    ctx: Any
+    ctx: JobContext
     run: Run
     attempt: int
     token: str
@@ -152,7 +151,7 @@ class JobKind:
     worker: str
     build_spec: Callable[[Launch], JobSpec]
     events: Mapping[str, EventHandler] = field(default_factory=dict)
-    accept: Callable[[Any, Session, dict[str, Any]], dict[str, Any]] | None = None
+    accept: Callable[[JobContext, Session, dict[str, Any]], dict[str, Any]] | None = None
     external: bool = False
 
 
@@ -200,7 +199,7 @@ def is_external(method: str) -> bool:
     return kind is not None and kind.external
 
 
-ModelRegistered = Callable[[Any, Session, str, Any], Any]
+ModelRegistered = Callable[[JobContext, Session, str, Any], Any]
 """``listener(ctx, session, project, version)``: called when a model version is registered
 in ``project`` (``version`` a :class:`akka_optimize.registry.ResolvedVersion`)."""
 
@@ -215,7 +214,7 @@ def on_model_registered(name: str, listener: ModelRegistered) -> None:
     _ON_MODEL_REGISTERED[name] = listener
 
 
-def model_registered(ctx: Any, session: Session, project: str, version: Any) -> None:
+def model_registered(ctx: JobContext, session: Session, project: str, version: Any) -> None:
     """Tell every listener that ``version`` was registered in ``project``. A listener keeps
     its own failures (it must not fail the registration)."""
     for listener in list(_ON_MODEL_REGISTERED.values()):

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..engine_settings import BY_KEY
 from ..errors import AkkaError, InvalidRequest
+from .context import JobContext
 
 COMPILE_LIMITS = ("compile.recompile_limit", "compile.accumulated_recompile_limit")
 """Engine settings that limit ``torch.compile``. The engine compiles one thing, the flex
@@ -32,7 +33,7 @@ def _refuse(field: str, why: str) -> InvalidRequest:
     return InvalidRequest(f"{field}: {why}", field=field, code="not_available")
 
 
-def multi_device_refusal(ctx: Any, f: dict[str, Any]) -> AkkaError | None:
+def multi_device_refusal(ctx: JobContext, f: dict[str, Any]) -> AkkaError | None:
     """The first setting a run on several devices cannot honour, or None (also None for a
     run on one device). Checked: the method (supervised, or reinforcement within
     :func:`_rl_refusal`), the executor (local only),
@@ -158,7 +159,7 @@ def _engine_setting_refusal(
     return None
 
 
-def _executor_kind(ctx: Any) -> str:
+def _executor_kind(ctx: JobContext) -> str:
     from ..deployment import load_deployment
 
     return load_deployment(ctx.settings.resolved_deployment_file()).executor.kind

@@ -24,14 +24,15 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..errors import AkkaError
-from .kinds import JobKind, Launch, register_kind
+from .context import JobContext
+from .kinds import JobKind, Launch
 from .mapping import build_spec as supervised_spec
 from .results import complete
 from .saves import record_save
 from .spec import JobSpec
 
 
-def accept(ctx: Any, s: Session, f: dict[str, Any]) -> dict[str, Any]:
+def accept(ctx: JobContext, s: Session, f: dict[str, Any]) -> dict[str, Any]:
     """Check that the run's datasets hold trainable preference pairs (module docstring);
     nothing is pinned. Skipped while the base model's tokenizer is not at hand (the
     admission says why; the worker checks again).
@@ -81,13 +82,11 @@ def build_spec(launch: Launch) -> JobSpec:
     return spec
 
 
-PREFERENCE = register_kind(
-    JobKind(
-        name="dpo",
-        worker="akka_optimize.jobs.preference_training:train_dpo",
-        build_spec=build_spec,
-        events={"save": record_save, "completed": complete},
-        accept=accept,
-    )
+PREFERENCE = JobKind(
+    name="dpo",
+    worker="akka_optimize.jobs.preference_training:train_dpo",
+    build_spec=build_spec,
+    events={"save": record_save, "completed": complete},
+    accept=accept,
 )
-"""The preference kind, registered when this module is imported."""
+"""The preference kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""

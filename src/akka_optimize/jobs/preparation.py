@@ -30,6 +30,7 @@ from ..db.models.jobs import Run, RunAttempt
 from ..store import BlobStore
 from . import states as S
 from .capacity.claims import UNCLAIMED, _as_aware
+from .context import JobContext
 from .records import end_attempt, finish
 from .spec import JobSpec
 
@@ -63,7 +64,9 @@ def mark_preparing(run: Run) -> None:
     run.phase_detail = "tokenizing its rows before it claims devices"
 
 
-def record_prepared(ctx: Any, s: Session, run: Run, att: RunAttempt, _ev: dict[str, Any]) -> None:
+def record_prepared(
+    ctx: JobContext, s: Session, run: Run, att: RunAttempt, _ev: dict[str, Any]
+) -> None:
     """A ``prepared`` event: the rows are stored; the run waits for its devices in its
     place in the queue (a cancel asked meanwhile ends it ``CANCELLED``). The ranks read the
     stored rows in :func:`akka_optimize.jobs.training._prepare`."""

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from ..errors import InvalidRequest
 from ..store import content_key
+from .context import JobContext
 
 CODE = "storage_unreadable"
 """The refusal's ``code``."""
@@ -74,7 +75,7 @@ def blob_location(blobs_url: str, digest: str) -> str:
     return f"{blobs_url.rstrip('/')}/{content_key(digest.removeprefix('sha256:'))}"
 
 
-def check_readable(ctx: Any, field: str, version: Any) -> None:
+def check_readable(ctx: JobContext, field: str, version: Any) -> None:
     """Refuse ``version`` (a dataset or bundle :class:`akka_optimize.registry.ResolvedVersion`)
     when a file of it lies where the jobs cannot read.
 

@@ -17,12 +17,13 @@ from ..db.base import utcnow
 from ..db.models.jobs import Run, RunAttempt
 from . import states as S
 from .address import UNREACHABLE_EXIT, gave_up_after, unreachable_sentence
+from .context import JobContext
 from .events import rank_reason
 from .executor import Executor
 from .records import finish
 
 
-def recover(ctx: Any) -> None:
+def recover(ctx: JobContext) -> None:
     """At service start: workers of the previous service process keep running when alive;
     the scheduler's first pass fails runs whose worker is gone."""
     with ctx.db.session() as s:

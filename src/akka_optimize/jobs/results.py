@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run, RunAttempt, Snapshot
 from . import states as S
 from .blobs import download_prefix
+from .context import JobContext
 from .fields import setting as _get
 from .kinds import model_registered
 from .records import end_attempt
@@ -72,7 +73,7 @@ def describe_adapter(adapter_dir: Path, run: Run, snap: Snapshot) -> None:
 
 
 def register(
-    ctx: Any,
+    ctx: JobContext,
     s: Session,
     run: Run,
     snap: Snapshot,
@@ -168,7 +169,7 @@ def _smoke_end(run: Run, att: RunAttempt, reading: dict[str, Any]) -> None:
     )
 
 
-def complete(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+def complete(ctx: JobContext, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
     """Apply a ``completed`` event: record the result and register the newest saved adapter
     (unless a save already registered it under the run's model name; a snapshot registered
     as a candidate under another name does not count); a run without one, or one the registry refuses,

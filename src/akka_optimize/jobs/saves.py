@@ -13,10 +13,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run, RunAttempt, Snapshot
+from .context import JobContext
 from .results import note_epoch_model, register
 
 
-def record_save(ctx: Any, s: Session, run: Run, _att: RunAttempt, ev: dict[str, Any]) -> None:
+def record_save(
+    ctx: JobContext, s: Session, run: Run, _att: RunAttempt, ev: dict[str, Any]
+) -> None:
     """Apply a ``save`` event: record the snapshot, drop states and adapters beyond the
     plan's limits, and register an epoch's adapter when the plan asks for each epoch."""
     step = int(ev["step"])
@@ -46,7 +49,7 @@ def record_save(ctx: Any, s: Session, run: Run, _att: RunAttempt, ev: dict[str, 
     _prune_adapters(ctx, s, run, save_each_epoch)
 
 
-def _prune_states(ctx: Any, s: Session, run: Run, keep: int) -> None:
+def _prune_states(ctx: JobContext, s: Session, run: Run, keep: int) -> None:
     """Delete the stored training states beyond the newest ``keep`` resumable ones."""
     kept = s.scalars(
         select(Snapshot)
@@ -59,7 +62,7 @@ def _prune_states(ctx: Any, s: Session, run: Run, keep: int) -> None:
         old.recoverable = False
 
 
-def _prune_adapters(ctx: Any, s: Session, run: Run, save_each_epoch: bool) -> None:
+def _prune_adapters(ctx: JobContext, s: Session, run: Run, save_each_epoch: bool) -> None:
     """Delete the stored adapters beyond ``execution.keepAdapters`` (newest kept).
 
     seeds/001 "Keep an adapter for each epoch": with ``saveEachEpoch`` the saves that

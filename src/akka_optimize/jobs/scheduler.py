@@ -29,6 +29,7 @@ from ..deployment import load_deployment
 from ..errors import AkkaError, Conflict
 from . import states as S
 from .capacity import usage as capacity
+from .context import JobContext
 from .executor import Executor, LocalExecutor
 from .kinds import Launch, job_kind
 from .preparation import WORKER as PREPARE_WORKER
@@ -41,7 +42,7 @@ log = logging.getLogger("akka_optimize.jobs")
 _WAKE = threading.Event()
 
 
-def wake(_ctx: Any = None) -> None:
+def wake(_ctx: JobContext = None) -> None:
     """Ask the scheduler to look at the queue now."""
     _WAKE.set()
 
@@ -60,7 +61,7 @@ def on_tick(name: str, hook: Callable[[Any], None]) -> None:
 class Scheduler:
     """Starts queued runs when their device and base model are ready; notices dead workers."""
 
-    def __init__(self, ctx: Any, executor: Executor | None = None) -> None:
+    def __init__(self, ctx: JobContext, executor: Executor | None = None) -> None:
         self.ctx = ctx
         self.executor = executor or LocalExecutor()
         self.stop_event = threading.Event()

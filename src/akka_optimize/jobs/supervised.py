@@ -23,7 +23,8 @@ from ..errors import Conflict
 from . import states as S
 from .admission import accepted, admit, claims
 from .branches import branch_origin, record_origin
-from .kinds import JobKind, register_kind
+from .context import JobContext
+from .kinds import JobKind
 from .mapping import build_spec, job_fields
 from .preparation import record_prepared
 from .results import complete
@@ -32,7 +33,9 @@ from .scheduler import wake
 from .views import run_view
 
 
-def record_checks(ctx: Any, s: Session, run: Run, _att: RunAttempt, ev: dict[str, Any]) -> None:
+def record_checks(
+    ctx: JobContext, s: Session, run: Run, _att: RunAttempt, ev: dict[str, Any]
+) -> None:
     """A ``checks`` event: the values of the checks before the first update, sent when one
     failed (the ``failed`` event follows), so ``runs get --checks`` shows what was measured."""
     checks = [c for c in ev.get("checks") or [] if isinstance(c, dict)]
@@ -40,29 +43,29 @@ def record_checks(ctx: Any, s: Session, run: Run, _att: RunAttempt, ev: dict[str
     run.results = {**(run.results or {}), "checks": checks, "checksPassed": passed}
 
 
-def _prepared(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+def _prepared(ctx: JobContext, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
     """A ``prepared`` event: the rows are tokenized; the scheduler may claim the devices."""
     record_prepared(ctx, s, run, att, ev)
     wake(ctx)
 
 
-SUPERVISED = register_kind(
-    JobKind(
-        name="sft",
-        worker="akka_optimize.jobs.training:train",
-        build_spec=build_spec,
-        events={
-            "save": record_save,
-            "completed": complete,
-            "checks": record_checks,
-            "prepared": _prepared,
-        },
-    )
+SUPERVISED = JobKind(
+    name="sft",
+    worker="akka_optimize.jobs.training:train",
+    build_spec=build_spec,
+    events={
+        "save": record_save,
+        "completed": complete,
+        "checks": record_checks,
+        "prepared": _prepared,
+    },
 )
-"""The supervised kind, registered when this module is imported."""
+"""The supervised kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
 
 
-def start_run(ctx: Any, session: Session, resolved: Any, principal: Any = None) -> dict[str, Any]:
+def start_run(
+    ctx: JobContext, session: Session, resolved: Any, principal: Any = None
+) -> dict[str, Any]:
     """Record a run from a resolved plan; it waits in ``QUEUED`` until the scheduler starts it.
 
     A repeated ``submissionId`` in the same project returns the existing run.

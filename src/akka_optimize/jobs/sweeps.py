@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run
 from ..errors import AkkaError, InvalidRequest
 from .branches import parse_snapshot
+from .context import JobContext
 from .fields import setting as _get
 from .supervised import start_run
 
@@ -122,7 +123,7 @@ def branch_plans(
 
 
 def submit_sweep(
-    ctx: Any,
+    ctx: JobContext,
     session: Session,
     source: Run,
     *,

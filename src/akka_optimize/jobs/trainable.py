@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..errors import AkkaError, InvalidRequest
+from .context import JobContext
 
 _CACHE: dict[tuple, InvalidRequest | None] = {}
 _CACHE_SIZE = 32
@@ -75,7 +76,13 @@ def check_rows(
 
 
 def _refusal(
-    ctx: Any, version: Any, tokenizer_path: Path, policy: Any, length: int, on: str, model: str
+    ctx: JobContext,
+    version: Any,
+    tokenizer_path: Path,
+    policy: Any,
+    length: int,
+    on: str,
+    model: str,
 ):
     """The refusal :func:`check_trainable` gives ``version``'s rows, or None (cached while
     the tokenizer folder is unchanged; the oldest answer goes past ``_CACHE_SIZE``)."""
@@ -101,7 +108,7 @@ def _refusal(
     return refusal
 
 
-def rows_refusal(ctx: Any, session: Session, f: dict[str, Any]) -> AkkaError | None:
+def rows_refusal(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError | None:
     """The refusal of a supervised run (fields ``f`` of :func:`akka_optimize.jobs.mapping.
     job_fields`) whose dataset or validation dataset the worker could not train, naming
     the field (``config.dataset``, ``config.data.validationDataset``) and the version; None

@@ -25,7 +25,8 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run, RunAttempt, RunMetric
 from ..deployment import Deployment, load_deployment
 from ..errors import AkkaError, InvalidRequest
-from ..jobs.kinds import JobKind, Launch, register_kind
+from ..jobs.context import JobContext
+from ..jobs.kinds import JobKind, Launch
 from ..jobs.mapping import build_spec as supervised_spec
 from ..jobs.results import complete
 from ..jobs.saves import record_save
@@ -80,7 +81,7 @@ def _renamed(exc: AkkaError) -> AkkaError:
     return exc
 
 
-def accept(ctx: Any, s: Session, f: dict[str, Any]) -> dict[str, Any]:
+def accept(ctx: JobContext, s: Session, f: dict[str, Any]) -> dict[str, Any]:
     """Check and pin a reinforcement plan's reward and rows (the kind's ``accept``).
 
     Returns:
@@ -205,7 +206,9 @@ def build_spec(launch: Launch) -> JobSpec:
     return spec
 
 
-def record_samples(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+def record_samples(
+    ctx: JobContext, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]
+) -> None:
     """Keep an update's shown samples (``runs samples``) as a measurement of kind
     ``samples``."""
     s.add(
@@ -219,13 +222,11 @@ def record_samples(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str
     )
 
 
-REINFORCEMENT = register_kind(
-    JobKind(
-        name="rl",
-        worker="akka_optimize.reinforcement.worker:train_rl",
-        build_spec=build_spec,
-        events={"save": record_save, "completed": complete, "samples": record_samples},
-        accept=accept,
-    )
+REINFORCEMENT = JobKind(
+    name="rl",
+    worker="akka_optimize.reinforcement.worker:train_rl",
+    build_spec=build_spec,
+    events={"save": record_save, "completed": complete, "samples": record_samples},
+    accept=accept,
 )
-"""The reinforcement kind, registered when this module is imported."""
+"""The reinforcement kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""

@@ -28,13 +28,11 @@ from .. import __version__
 from ..cancel import ClientGone
 from ..core.auth import authenticate
 from ..core.context import ServiceContext
-from ..db import Database
 from ..db.migrate import upgrade
-from ..devtoken import ensure_dev_secret
 from ..errors import AkkaError, Unavailable
 from ..settings import Settings
-from ..store import BlobStore
 from ..ui import Dashboard
+from . import runtime
 from .bodylimit import JsonBodyLimit
 from .deps import get_principal
 from .guards import install as install_guards
@@ -103,6 +101,8 @@ def _startup(ctx: ServiceContext, role: str = "all") -> None:
             hook = getattr(mod, "on_startup", None)
             if hook is not None and mod not in _ONCE_PER_START:
                 hook(ctx)
+        if role != "api":
+            runtime.start(ctx)  # the executor and the scheduler, once (the controller's)
         # What start-up built (modules, the catalog, the app) lives as long as the service:
         # moved out of the collector's reach, a full collection scans only what requests
         # made since, not the whole heap (under load it paused every thread for 75-105 ms
@@ -117,6 +117,11 @@ def _startup(ctx: ServiceContext, role: str = "all") -> None:
 
 
 def _shutdown(ctx: ServiceContext, role: str = "all") -> None:
+    if role != "api":
+        try:
+            runtime.stop(ctx)
+        except Exception:
+            log.exception("stopping the scheduler failed")
     for mod in ROUTERS if role != "api" else ():
         hook = getattr(mod, "on_shutdown", None)
         if hook is not None:
@@ -150,13 +155,7 @@ def create_app(
     if role == "api" and not controller_url:
         raise ValueError("controller_url: an api process needs the controller's address.")
     settings = settings or Settings.from_env()
-    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    ctx = ServiceContext(
-        settings=settings,
-        db=Database(settings.database_url or ""),
-        store=BlobStore(settings.blobs_url or ""),
-    )
-    ctx.extras["dev_secret"] = ensure_dev_secret(settings.home)
+    ctx = runtime.build_context(settings)  # the job kinds are registered here
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

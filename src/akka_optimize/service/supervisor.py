@@ -183,19 +183,12 @@ def serve(host: str, port: int, workers: int, log_level: str) -> int:
     """Run the service as ``workers`` API processes and one controller (module docstring);
     blocks until stopped and returns the exit code. Raises OSError when ``host:port`` is
     taken."""
-    from ..core.context import ServiceContext
-    from ..db import Database
     from ..settings import Settings
-    from ..store import BlobStore
     from .app import prepare_home
+    from .runtime import build_context
 
     settings = Settings.from_env()
-    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    ctx = ServiceContext(
-        settings=settings,
-        db=Database(settings.database_url or ""),
-        store=BlobStore(settings.blobs_url or ""),
-    )
+    ctx = build_context(settings)
     try:
         prepare_home(ctx)
     finally:

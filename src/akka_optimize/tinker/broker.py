@@ -20,7 +20,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 POLL_SECONDS = 25.0
 """How long one ``retrieve_future`` or worker poll waits (the SDK gives up at 45 s)."""
@@ -185,9 +185,13 @@ class Broker:
         return self.models.get(model_id)
 
 
-def broker_of(ctx: Any) -> Broker:
-    """The service's broker (created on first use)."""
-    broker = ctx.extras.get("tinker_broker")
-    if broker is None:
-        broker = ctx.extras["tinker_broker"] = Broker()
-    return broker
+class BrokerContext(Protocol):
+    """The part of the service's context the Tinker routes read: its broker."""
+
+    tinker_broker: Broker
+
+
+def broker_of(ctx: BrokerContext) -> Broker:
+    """The service's broker (built with its context,
+    :class:`akka_optimize.core.context.ServiceContext`)."""
+    return ctx.tinker_broker

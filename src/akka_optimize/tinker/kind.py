@@ -23,7 +23,8 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run, RunAttempt
 from ..errors import InvalidRequest
 from ..jobs import states as S
-from ..jobs.kinds import JobKind, Launch, model_registered, register_kind
+from ..jobs.context import JobContext
+from ..jobs.kinds import JobKind, Launch, model_registered
 from ..jobs.records import end_attempt
 from ..jobs.scheduler import wake
 from ..jobs.spec import JobSpec
@@ -126,7 +127,7 @@ def lora_targets(entry: Any, lora: dict[str, Any]) -> tuple[str, ...]:
 
 
 def create_training_run(
-    ctx: Any,
+    ctx: JobContext,
     s: Session,
     project: str,
     request: dict[str, Any],
@@ -238,7 +239,9 @@ def build_spec(launch: Launch) -> JobSpec:
     )
 
 
-def register_sampler_weights(ctx: Any, s: Session, run: Run, name: str, key: str, step: int) -> str:
+def register_sampler_weights(
+    ctx: JobContext, s: Session, run: Run, name: str, key: str, step: int
+) -> str:
     """Register the adapter a worker saved under ``key`` as the next version of the run's
     model (base model and run recorded); returns the pinned reference. The run's
     ``results.tinkerSaves["sampler_weights/NAME"]`` records the version and
@@ -319,7 +322,9 @@ def saved_key(run: Run, checkpoint_id: str, now: dt.datetime | None = None) -> s
     return saves[checkpoint_id]
 
 
-def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
+def _completed(
+    ctx: JobContext, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]
+) -> None:
     res = event.get("result") or {}
     ended = str(res.get("ended") or "the client finished")
     results = dict(run.results or {})
@@ -335,12 +340,10 @@ def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str,
     end_attempt(run, att, S.SUCCEEDED)
 
 
-TINKER = register_kind(
-    JobKind(
-        name=METHOD,
-        worker="akka_optimize.tinker.worker:serve",
-        build_spec=build_spec,
-        events={"completed": _completed},
-    )
+TINKER = JobKind(
+    name=METHOD,
+    worker="akka_optimize.tinker.worker:serve",
+    build_spec=build_spec,
+    events={"completed": _completed},
 )
-"""The Tinker training-client kind, registered when this module is imported."""
+"""The Tinker training-client kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""

@@ -13,13 +13,12 @@ tell a sampling client from a training run.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
 from ..errors import InvalidRequest, NotFound
+from ..jobs.context import JobContext
 from .kind import METHOD, create_training_run, saved_key
 from .states import lora_request
 
@@ -113,7 +112,7 @@ def find_sampler_weights(s: Session, project: str | None, path: str) -> tuple[Ru
 
 
 def create_sampling_run(
-    ctx: Any, s: Session, project: str, model_path: str | None, base_model: str | None
+    ctx: JobContext, s: Session, project: str, model_path: str | None, base_model: str | None
 ) -> Run:
     """Record the run of a sampling client of ``model_path`` (a saved sampler checkpoint)
     or, without one, of ``base_model`` alone; it waits ``QUEUED`` for the scheduler.

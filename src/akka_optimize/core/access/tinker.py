@@ -10,9 +10,10 @@ from typing import Any
 from ...errors import Forbidden, InvalidRequest, NotFound
 from ...tinker.broker import Broker, Model, Session, broker_of
 from ..auth import Principal
+from ..context import ServiceContext
 
 
-def _project(ctx: Any, p: Principal, wanted: str | None) -> str:
+def _project(ctx: ServiceContext, p: Principal, wanted: str | None) -> str:
     """The project a session acts in: the key's own, else ``project_id`` (admin keys)."""
     if p.project:
         if wanted and wanted.strip().lower() != p.project:
@@ -73,7 +74,7 @@ def _session(b: Broker, p: Principal, sid: str) -> Session:
     return sess
 
 
-def _model(ctx: Any, p: Principal, model_id: str, sampler_ok: bool = False) -> Model:
+def _model(ctx: ServiceContext, p: Principal, model_id: str, sampler_ok: bool = False) -> Model:
     """Training client ``model_id`` of the caller's project (a sampling client too when
     ``sampler_ok``).
 

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from ...db.models.jobs import Run
 from ...errors import AkkaError
+from ...jobs.context import JobContext
 from . import hyper
 from .errors import OpenAIError
 from .file_store import page
@@ -22,7 +23,7 @@ from .views import job_view, record, run_id_of
 
 
 def start_job(
-    ctx: Any, s: Session, project: str, body: Any, resolve: Callable[[dict[str, Any]], Any]
+    ctx: JobContext, s: Session, project: str, body: Any, resolve: Callable[[dict[str, Any]], Any]
 ) -> dict[str, Any]:
     """Create the job's run and answer its ``FineTuningJob`` (``"auto"`` resolved).
 
@@ -95,7 +96,7 @@ def list_jobs(
     return page(jobs, after, limit)
 
 
-def control(ctx: Any, s: Session, run: Run, action: str) -> dict[str, Any]:
+def control(ctx: JobContext, s: Session, run: Run, action: str) -> dict[str, Any]:
     """``cancel``, ``pause`` or ``resume`` the job's run (:mod:`akka_optimize.jobs.control`);
     a run that cannot (a finished one, a paused one resumed twice) is a 400 naming the job."""
     from ...jobs import control as ctl

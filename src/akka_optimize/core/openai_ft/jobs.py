@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ...errors import AkkaError
+from ...jobs.context import JobContext
 from . import hyper
 from .bundle import has_model_grader, reward_bundle
 from .errors import OpenAIError, from_platform
@@ -88,7 +89,9 @@ def _method(body: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
     return kind, inner, f"method.{kind}.hyperparameters"
 
 
-def _supervised(ctx: Any, s: Session, job: dict[str, Any], inner: dict[str, Any]) -> dict[str, Any]:
+def _supervised(
+    ctx: JobContext, s: Session, job: dict[str, Any], inner: dict[str, Any]
+) -> dict[str, Any]:
     for k in set(inner) - {"hyperparameters"}:
         raise OpenAIError(f"method.supervised.{k} is not a field here.", f"method.supervised.{k}")
     training: dict[str, Any] = {"seed": job["seed"]}
@@ -97,7 +100,7 @@ def _supervised(ctx: Any, s: Session, job: dict[str, Any], inner: dict[str, Any]
     return {"method": "sft", "hyperparams": {"training": training}}
 
 
-def _dpo(ctx: Any, s: Session, job: dict[str, Any], inner: dict[str, Any]) -> dict[str, Any]:
+def _dpo(ctx: JobContext, s: Session, job: dict[str, Any], inner: dict[str, Any]) -> dict[str, Any]:
     for k in set(inner) - {"hyperparameters"}:
         raise OpenAIError(f"method.dpo.{k} is not a field here.", f"method.dpo.{k}")
     # OpenAI's DPO is the sigmoid loss; a validation file is scored after the last update
@@ -106,7 +109,7 @@ def _dpo(ctx: Any, s: Session, job: dict[str, Any], inner: dict[str, Any]) -> di
 
 
 def _reinforcement(
-    ctx: Any, s: Session, job: dict[str, Any], inner: dict[str, Any]
+    ctx: JobContext, s: Session, job: dict[str, Any], inner: dict[str, Any]
 ) -> dict[str, Any]:
     for k in set(inner) - {"hyperparameters", "grader"}:
         raise OpenAIError(
@@ -132,7 +135,7 @@ def _reinforcement(
     return {"method": "rl", "rlHyperparams": rl}
 
 
-def _reward(ctx: Any, s: Session, project: str, g: dict[str, Any]) -> str:
+def _reward(ctx: JobContext, s: Session, project: str, g: dict[str, Any]) -> str:
     """The plan's ``rlHyperparams.reward`` for grader ``g``: a bundle of it, or the judge of
     a lone ``score_model`` grader (:mod:`.bundle`)."""
     param = "method.reinforcement.grader"
@@ -155,7 +158,9 @@ def _reward(ctx: Any, s: Session, project: str, g: dict[str, Any]) -> str:
     return f"bundle:{project}/{GRADER_BUNDLE}:v{rv.version}#reward"
 
 
-METHODS: dict[str, Callable[[Any, Session, dict[str, Any], dict[str, Any]], dict[str, Any]]] = {
+METHODS: dict[
+    str, Callable[[JobContext, Session, dict[str, Any], dict[str, Any]], dict[str, Any]]
+] = {
     "supervised": _supervised,
     "reinforcement": _reinforcement,
     "dpo": _dpo,
@@ -190,7 +195,7 @@ def _rename(exc: AkkaError, hp_param: str) -> OpenAIError:
 
 
 def build_plan(
-    ctx: Any, s: Session, project: str, body: Any
+    ctx: JobContext, s: Session, project: str, body: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Check ``body`` and build ``(raw plan, job record)``; the plan is not resolved yet.
 

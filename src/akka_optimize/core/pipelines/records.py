@@ -60,6 +60,7 @@ from ...db.models.jobs import Pipeline
 from ...errors import AkkaError, Conflict
 from ...jobs import states as S
 from ..access import rules as access
+from ..context import ServiceContext
 from .runs import ACTIVE as ACTIVE
 from .runs import advance as advance
 from .runs import advance_all as advance_all
@@ -78,7 +79,7 @@ from .views import list_pipelines as list_pipelines
 from .views import pipeline_view as pipeline_view
 
 
-def _stand_in(ctx: Any, s: Session, principal: Any, stages: list[dict[str, Any]],
+def _stand_in(ctx: ServiceContext, s: Session, principal: Any, stages: list[dict[str, Any]],
               checked: list[dict[str, Any]], j: int, project: str) -> Any:  # fmt: skip
     """What stands for stage ``j``'s output while the pipeline is checked: a curate
     stage's source (pinned), a train stage's base model (its registry reference)."""
@@ -90,7 +91,7 @@ def _stand_in(ctx: Any, s: Session, principal: Any, stages: list[dict[str, Any]]
 
 
 def check_pipeline(
-    ctx: Any, s: Session, raw: Any, principal: Any
+    ctx: ServiceContext, s: Session, raw: Any, principal: Any
 ) -> tuple[str, list[dict[str, Any]], str | None, list[dict[str, Any]]]:
     """Check a whole descriptor (module docstring); nothing is created.
 
@@ -141,7 +142,7 @@ def _stage_records(stages: list[dict[str, Any]], checked: list[dict[str, Any]]) 
     ]
 
 
-def dry_run_pipeline(ctx: Any, s: Session, raw: Any, principal: Any) -> dict[str, Any]:
+def dry_run_pipeline(ctx: ServiceContext, s: Session, raw: Any, principal: Any) -> dict[str, Any]:
     """The dry run of a descriptor: every stage's resolved settings; creates nothing.
 
     Raises:
@@ -164,7 +165,7 @@ def _pipeline_hash(project: str, records: list[dict[str, Any]]) -> str:
     return _hash({"project": project, "stages": [r["settings"] for r in records]})
 
 
-def start_pipeline(ctx: Any, s: Session, raw: Any, principal: Any) -> dict[str, Any]:
+def start_pipeline(ctx: ServiceContext, s: Session, raw: Any, principal: Any) -> dict[str, Any]:
     """Check and record a pipeline; the scheduler's pass starts its first stage.
 
     A ``submissionId`` the project already used returns that pipeline.

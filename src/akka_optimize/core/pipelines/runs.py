@@ -15,6 +15,7 @@ from ...db.base import utcnow
 from ...db.models.jobs import Pipeline, Run
 from ...errors import AkkaError, Conflict
 from ...jobs import states as S
+from ..context import ServiceContext
 from .shape import _fill, _references
 from .stages import _check_stage
 
@@ -33,7 +34,7 @@ def _output(run: Run, kind: str) -> Any:
     return {"mean": res.get("mean"), "stderr": res.get("stderr"), "count": res.get("count")}
 
 
-def advance(ctx: Any, s: Session, p: Pipeline) -> None:
+def advance(ctx: ServiceContext, s: Session, p: Pipeline) -> None:
     """Move pipeline ``p`` on: note its current stage's job state; when that job
     succeeded, record its output and start the next stage; end the pipeline when a stage
     failed, was cancelled or could not start, or when every stage succeeded."""
@@ -90,7 +91,7 @@ def _end(p: Pipeline, state: str, reason: str | None) -> None:
     p.finished_at = utcnow()
 
 
-def advance_all(ctx: Any) -> None:
+def advance_all(ctx: ServiceContext) -> None:
     """The scheduler's pass over running pipelines (:func:`akka_optimize.jobs.scheduler.on_tick`);
     each pipeline in its own transaction, so one that fails to move does not stop the others."""
     with ctx.db.session() as s:
@@ -105,7 +106,7 @@ def advance_all(ctx: Any) -> None:
             log.exception("pipeline %s could not advance", pid)
 
 
-def cancel_pipeline(ctx: Any, s: Session, p: Pipeline) -> None:
+def cancel_pipeline(ctx: ServiceContext, s: Session, p: Pipeline) -> None:
     """Cancel a running pipeline: its current stage's job is cancelled, the pipeline ends
     ``CANCELLED`` at once (``resume`` starts it again from that stage).
 
@@ -127,7 +128,7 @@ def cancel_pipeline(ctx: Any, s: Session, p: Pipeline) -> None:
     _end(p, S.CANCELLED, "Cancelled on request.")
 
 
-def resume_pipeline(ctx: Any, s: Session, p: Pipeline) -> None:
+def resume_pipeline(ctx: ServiceContext, s: Session, p: Pipeline) -> None:
     """Start a failed or cancelled pipeline again from its first unfinished stage: that
     stage gets a new job (its earlier one is kept in ``earlierJobs``).
 

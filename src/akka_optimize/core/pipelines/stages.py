@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from ...db.models.jobs import Run
 from ...errors import InvalidRequest
+from ..context import ServiceContext
 
 
 def _curate_body(st: dict[str, Any], project: str) -> dict[str, Any]:
@@ -30,7 +31,13 @@ def _train_plan(st: dict[str, Any], project: str) -> dict[str, Any]:
 
 
 def _check_stage(
-    ctx: Any, s: Session, principal: Any, st: dict[str, Any], project: str, *, start: bool
+    ctx: ServiceContext,
+    s: Session,
+    principal: Any,
+    st: dict[str, Any],
+    project: str,
+    *,
+    start: bool,
 ) -> dict[str, Any]:
     """Check (``start=False``: the dry run's check) or start (``start=True``) one stage
     whose references are filled in, by its standalone form's function. Returns

@@ -47,14 +47,14 @@ from ...db.models.auth import hash_token
 from ...db.models.jobs import Run, RunAttempt
 from ...errors import Conflict, InvalidRequest
 from ...jobs import states as S
-from ...jobs.kinds import JobKind, Launch, register_kind
+from ...jobs.kinds import JobKind, Launch
 from ...jobs.records import attempt_token, end_attempt
-from ...jobs.scheduler import on_tick
 from ...jobs.spec import JobSpec
 from ...jobs.views import run_view
 from ..access import rules as access
 from ..access.scope import scope
 from ..auth import Principal
+from ..context import ServiceContext
 from ..plans import deployment_for
 from .paths import confine
 
@@ -73,7 +73,9 @@ def _never_launched(launch: Launch) -> JobSpec:
     )
 
 
-def checkpointed(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+def checkpointed(
+    ctx: ServiceContext, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]
+) -> None:
     """A ``checkpoint`` event: the worker saved its state after update ``step`` at ``path``
     (on the worker's machine)."""
     out = dict((run.results or {}).get("recipe") or {})
@@ -82,7 +84,9 @@ def checkpointed(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, 
     run.phase_detail = f"checkpoint after update {ev.get('step')}"
 
 
-def completed(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+def completed(
+    ctx: ServiceContext, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]
+) -> None:
     """The worker's final event: the run ``SUCCEEDED`` with the final weights' folder and,
     for packed QAT, the export's file (both on the worker's machine)."""
     result = ev.get("result") or {}
@@ -95,7 +99,9 @@ def completed(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any
     end_attempt(run, att, S.SUCCEEDED)
 
 
-def heartbeat(ctx: Any, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]) -> None:
+def heartbeat(
+    ctx: ServiceContext, s: Session, run: Run, att: RunAttempt, ev: dict[str, Any]
+) -> None:
     """A ``heartbeat`` event: the worker is alive (the intake already recorded the time in
     ``last_event_at``; nothing else changes)."""
 
@@ -125,7 +131,7 @@ def silence_sentence(run: Run, deadline_s: float) -> str:
     )
 
 
-def reap_silent(ctx: Any, now: dt.datetime | None = None) -> list[str]:
+def reap_silent(ctx: ServiceContext, now: dt.datetime | None = None) -> list[str]:
     """Fail each recipe run whose claimed attempt sent no event for
     ``service.recipeHeartbeatSeconds`` (:func:`silence_sentence`); a scheduler pass hook
     (:func:`akka_optimize.jobs.scheduler.on_tick`). Returns the failed runs' IDs."""
@@ -142,17 +148,14 @@ def reap_silent(ctx: Any, now: dt.datetime | None = None) -> list[str]:
     return failed
 
 
-RECIPE = register_kind(
-    JobKind(
-        name=METHOD,
-        worker="akka_optimize.minifield.supervise:supervise",
-        build_spec=_never_launched,
-        events={"checkpoint": checkpointed, "completed": completed, "heartbeat": heartbeat},
-        external=True,
-    )
+RECIPE = JobKind(
+    name=METHOD,
+    worker="akka_optimize.minifield.supervise:supervise",
+    build_spec=_never_launched,
+    events={"checkpoint": checkpointed, "completed": completed, "heartbeat": heartbeat},
+    external=True,
 )
-"""The recipe kind, registered when this module is imported."""
-on_tick("recipes", reap_silent)
+"""The recipe kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
 
 
 def check_recipe(doc: Any, roots: list[str]) -> dict[str, Any]:
@@ -204,7 +207,7 @@ def _waiting_sentence(c: dict[str, Any]) -> str:
     )
 
 
-def submit_recipe(ctx: Any, principal: Principal | None, body: Any) -> dict[str, Any]:
+def submit_recipe(ctx: ServiceContext, principal: Principal | None, body: Any) -> dict[str, Any]:
     """Record a recipe run (``{"project", "recipe"}``) in ``QUEUED``; returns its view.
     The recipe is checked before the write transaction opens (its rows are tokenized).
 
@@ -340,7 +343,9 @@ def _take(s: Session, run_id: str, worker: str, heartbeat_s: int) -> dict[str, A
     }
 
 
-def claim_recipe(ctx: Any, principal: Principal | None, body: Any) -> dict[str, Any] | None:
+def claim_recipe(
+    ctx: ServiceContext, principal: Principal | None, body: Any
+) -> dict[str, Any] | None:
     """The oldest queued recipe run the advertised computations can do, claimed; or None
     when none came within ``wait`` seconds. A project token claims only its project's.
 

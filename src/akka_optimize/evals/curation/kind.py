@@ -51,7 +51,8 @@ from sqlalchemy.orm import Session
 
 from ...db.models.jobs import Run, RunAttempt
 from ...jobs import states as S
-from ...jobs.kinds import JobKind, Launch, register_kind
+from ...jobs.context import JobContext
+from ...jobs.kinds import JobKind, Launch
 from ...jobs.records import end_attempt
 from ...jobs.scheduler import wake
 from ...jobs.spec import JobSpec
@@ -77,7 +78,7 @@ METHOD = "curate"
 
 
 def start_curation(
-    ctx: Any, s: Session, resolved: dict[str, Any], raw: dict[str, Any], device_kind: str
+    ctx: JobContext, s: Session, resolved: dict[str, Any], raw: dict[str, Any], device_kind: str
 ) -> dict[str, Any]:
     """Record a curation checked by :func:`check_curation`; it waits ``QUEUED`` until the
     scheduler starts it. Returns its view.
@@ -126,7 +127,7 @@ def build_spec(launch: Launch) -> JobSpec:
     )
 
 
-def _register(ctx: Any, s: Session, run: Run, key: str, name: str) -> Any:
+def _register(ctx: JobContext, s: Session, run: Run, key: str, name: str) -> Any:
     """Register the JSONL at blob ``key`` as the next version of ``name``, with
     ``metadata.curation`` (the curation, the pinned source and judge)."""
     from ...deployment import load_deployment
@@ -145,7 +146,9 @@ def _register(ctx: Any, s: Session, run: Run, key: str, name: str) -> Any:
     return rv
 
 
-def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]) -> None:
+def _completed(
+    ctx: JobContext, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]
+) -> None:
     """Register the judge's dataset, then (unless too many rows failed or none was kept)
     the kept rows; end the attempt."""
     res = dict(event.get("result") or {})
@@ -174,15 +177,13 @@ def _completed(ctx: Any, s: Session, run: Run, att: RunAttempt, event: dict[str,
     end_attempt(run, att, S.FAILED if reason else S.SUCCEEDED, reason)
 
 
-CURATION = register_kind(
-    JobKind(
-        name=METHOD,
-        worker="akka_optimize.evals.curation.kind:curate",
-        build_spec=build_spec,
-        events={"progress": _progress, "completed": _completed},
-    )
+CURATION = JobKind(
+    name=METHOD,
+    worker="akka_optimize.evals.curation.kind:curate",
+    build_spec=build_spec,
+    events={"progress": _progress, "completed": _completed},
 )
-"""The curation kind, registered when this module is imported."""
+"""The curation kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
 
 
 def curation_view(s: Session, run: Run) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ...errors import InvalidRequest
+from ...jobs.context import JobContext
 from ..eval_request import MAX_ERROR_SHARE
 
 JUDGE_SUFFIX = "-judge"
@@ -185,7 +186,7 @@ def output_names(dataset: Any, project: str, source: Any) -> tuple[str, str]:
 
 
 def check_curation(
-    ctx: Any, s: Session, body: dict[str, Any], project: str, resolve: Any
+    ctx: JobContext, s: Session, body: dict[str, Any], project: str, resolve: Any
 ) -> dict[str, Any]:
     """Resolve and check a curation request: what :func:`start_curation` records and a
     pipeline's curate stage shows (one rule for both; nothing is created).

@@ -39,8 +39,6 @@ from ..schemas import BaseModelList, BaseModelView, CandidateList, answers
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training/base-models", tags=["base-models"])
 
-_MANAGER = "base_models"
-
 
 class SelectRequest(RequestModel):
     """Body of ``POST /v1/training/base-models``."""
@@ -50,10 +48,9 @@ class SelectRequest(RequestModel):
 
 def manager(ctx: ServiceContext) -> SelectionManager:
     """The service's :class:`SelectionManager` (created at start-up)."""
-    m = ctx.extras.get(_MANAGER)
-    if m is None:
-        m = ctx.extras[_MANAGER] = SelectionManager(ctx.db, ctx.settings)
-    return m
+    if ctx.base_models is None:
+        ctx.base_models = SelectionManager(ctx.db, ctx.settings)
+    return ctx.base_models
 
 
 def on_startup(ctx: ServiceContext) -> None:
@@ -64,9 +61,8 @@ def on_startup(ctx: ServiceContext) -> None:
 
 def on_shutdown(ctx: ServiceContext) -> None:
     """End running fetch subprocesses."""
-    m = ctx.extras.get(_MANAGER)
-    if m is not None:
-        m.stop()
+    if ctx.base_models is not None:
+        ctx.base_models.stop()
 
 
 @router.get("", **answers(BaseModelList))

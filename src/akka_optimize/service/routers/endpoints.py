@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from ...core.access import rules as access
 from ...core.auth import Principal
 from ...core.context import ServiceContext
-from ...core.endpoint_records import _KEY, _limits, _models, _new_endpoint
+from ...core.endpoint_records import _limits, _models, _new_endpoint
 from ...core.endpoint_records import find_endpoint as find_endpoint
 from ...core.endpoint_records import manager as manager
 from ...core.endpoint_records import refuse_endpoint_claim as refuse_endpoint_claim
@@ -100,9 +100,8 @@ def on_startup(ctx: ServiceContext) -> None:
 
 def on_shutdown(ctx: ServiceContext) -> None:
     """Stop every worker."""
-    m = ctx.extras.get(_KEY)
-    if m is not None:
-        m.shutdown()
+    if ctx.endpoints is not None:
+        ctx.endpoints.shutdown()
 
 
 def _resolve_model(

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from ...core.access import rules as access
+from ...core.context import ServiceContext
 from ...core.openai_ft import job_service, views
 from ...core.openai_ft.file_store import page
 from ...core.plans import resolve_run_plan
@@ -89,7 +90,7 @@ async def get_job(
 
 
 async def _control(
-    job_id: str, request: Request, ctx: Any, principal: Any, action: str
+    job_id: str, request: Request, ctx: ServiceContext, principal: Any, action: str
 ) -> JSONResponse:
     project = visible(principal, request)
 

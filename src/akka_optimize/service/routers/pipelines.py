@@ -17,7 +17,6 @@ from starlette.concurrency import run_in_threadpool
 
 from ...core.access import rules as access
 from ...core.pipelines import records as P
-from ...jobs.scheduler import on_tick
 from ..connected import while_connected
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
@@ -25,11 +24,6 @@ from ..schemas import PipelineDryRun, PipelineList, PipelineView, answers
 from .runs import read_json_body
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training/pipelines")
-
-
-def on_startup(ctx: Any) -> None:
-    """Let the scheduler's pass move pipelines on (:func:`akka_optimize.core.pipelines.records.advance_all`)."""
-    on_tick("pipelines", P.advance_all)
 
 
 @router.post(

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from ...core.access import rules as access
 from ...core.access.rules import find_project
 from ...core.auth import Principal
+from ...core.context import ServiceContext
 from ...db.models.projects import Project
 from ...errors import AkkaError, Conflict
 from ...evals.settings import make_settings, project_scores, settings_view
@@ -85,7 +86,9 @@ def project_view(p: Project) -> dict[str, Any]:
     }
 
 
-def _settings(ctx: Any, s: Session, principal: Principal, p: Project, body: EvaluationSettings):
+def _settings(
+    ctx: ServiceContext, s: Session, principal: Principal, p: Project, body: EvaluationSettings
+):
     def resolve(kind: str, ref: str, *, field: str) -> Any:
         return access.resolve(principal, s, kind, ref, p.name, field=field)
 

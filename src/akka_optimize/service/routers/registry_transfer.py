@@ -69,7 +69,7 @@ async def _with_upload(path: Path, fn: Callable[[], Any]) -> Any:
         path.unlink(missing_ok=True)
 
 
-def check_upload(ctx: Any, s: Any, folder: Path, base_model: str) -> dict[str, Any]:
+def check_upload(ctx: ServiceContext, s: Any, folder: Path, base_model: str) -> dict[str, Any]:
     """Check an uploaded PEFT adapter against its base model's cached weights (F118,
     :func:`akka_optimize.registry.adapter_checks.check_adapter`); returns its summary.
 
@@ -85,7 +85,7 @@ def check_upload(ctx: Any, s: Any, folder: Path, base_model: str) -> dict[str, A
     return check_adapter(folder, base_dir, max_rank=max_rank)
 
 
-def base_dir_for(ctx: Any, s: Any, base_model: str) -> Path:
+def base_dir_for(ctx: ServiceContext, s: Any, base_model: str) -> Path:
     """The cached weights folder an adapter of ``base_model`` is checked against.
 
     Raises:

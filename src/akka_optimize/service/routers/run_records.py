@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, Header, Path, Query
 from sqlalchemy import select
 
 from ...core.access import rules as access
+from ...core.context import ServiceContext
 from ...core.inputs import check_worker_event, whole_number
 from ...core.sweep_body import SWEEP_FIELDS as SWEEP_FIELDS
 from ...core.sweep_body import _sweep_scoring
@@ -20,16 +21,11 @@ from ...jobs import (
     compare,
     control,
     events,
-    preference,  # noqa: F401 (registers the preference "dpo" job kind)
     records,
-    recovery,
-    scheduler,
-    supervised,  # noqa: F401 (registers the supervised "sft" job kind)
     sweeps,
     views,
 )
 from ...jsonvalues import MAX_INT
-from ...reinforcement import kind as rl_kind  # noqa: F401 (registers the reinforcement "rl" job kind)
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
 from ..schemas import (
@@ -52,30 +48,6 @@ from ..schemas import (
 )
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
-
-
-def on_startup(ctx: Any) -> None:
-    """Recover runs of an earlier service process and start the scheduler (the job kinds it
-    schedules, :data:`supervised.SUPERVISED` first, are registered by their imports above)."""
-    if ctx.base_url:  # for workers (akka_optimize.jobs.address)
-        from ...jobs.address import publish_address
-
-        publish_address(ctx.store, ctx.base_url)
-    from ...deployment import load_deployment
-    from ...jobs.executor import make_executor
-
-    executor = make_executor(load_deployment(ctx.settings.resolved_deployment_file()).executor)
-    ctx.extras["executor"] = executor  # endpoints place their workers with it too
-    recovery.recover(ctx)
-    sched = scheduler.Scheduler(ctx, executor)
-    ctx.extras["scheduler"] = sched
-    sched.start()
-
-
-def on_shutdown(ctx: Any) -> None:
-    sched = ctx.extras.get("scheduler")
-    if sched is not None:
-        sched.stop()
 
 
 @router.get("/runs", **answers(RunList))
@@ -369,7 +341,9 @@ def worker_event(
     return events.handle_event(ctx, session, run, att, check_worker_event(event))
 
 
-def _running_attempt(ctx: Any, run_id: str, number: int, authorization: str | None) -> None:
+def _running_attempt(
+    ctx: ServiceContext, run_id: str, number: int, authorization: str | None
+) -> None:
     """Refuse (404/409) a token that is not this attempt's, or an attempt that has ended."""
     from ...errors import Conflict
     from ...jobs import states as S

@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...core.access.tinker import _int, _mine, _model, _project, _session
 from ...core.auth import Principal, authenticate
+from ...core.context import ServiceContext
 from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound, Unauthorized
 from ...tinker.broker import POLL_SECONDS, Broker, Model, Session, broker_of
 from ...tinker.datums import non_finite, non_finite_config
@@ -187,7 +188,11 @@ def load_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
 
 
 def _new_model(
-    ctx: Any, p: Principal, body: dict[str, Any], request: dict[str, Any], load: dict | None
+    ctx: ServiceContext,
+    p: Principal,
+    body: dict[str, Any],
+    request: dict[str, Any],
+    load: dict | None,
 ) -> dict[str, Any]:
     from ...catalog.cache import tokenizer_dir
     from ...tinker.kind import create_training_run
@@ -377,7 +382,7 @@ async def retrieve_future(ctx: CtxDep, p: Caller, body: JsonBody) -> Any:
     return result
 
 
-def _check_run(ctx: Any, b: Broker, model_id: str) -> None:
+def _check_run(ctx: ServiceContext, b: Broker, model_id: str) -> None:
     """Fail the model's futures when its run has ended (its worker is gone)."""
     from ...db.models.jobs import Run
     from ...jobs import states as S

@@ -177,7 +177,7 @@ def external_weights_urls(
         key = saved_key(rest.live_checkpoint(s, p.project, training_run_id, cid), cid)
     files = sorted(k[len(f"{key}/") :] for k in ctx.store.list(f"{key}/"))
     base = str(request.base_url).rstrip("/")
-    return exports.signed_urls(base, ctx.extras["dev_secret"], training_run_id, cid, files)
+    return exports.signed_urls(base, ctx.dev_secret, training_run_id, cid, files)
 
 
 @router.get("/external_weights/{training_run_id}/external_weights/{name}/{path:path}")
@@ -192,7 +192,7 @@ def external_weights_file(
         NotFound: the checkpoint was deleted or expired, or has no such file.
     """
     cid = f"external_weights/{name}"
-    exports.check(ctx.extras["dev_secret"], training_run_id, cid, path, expires, signature)
+    exports.check(ctx.dev_secret, training_run_id, cid, path, expires, signature)
     with ctx.db.session() as s:
         key = saved_key(rest.live_checkpoint(s, None, training_run_id, cid), cid)
     blob = f"{key}/{path}"

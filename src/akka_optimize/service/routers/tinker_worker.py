@@ -22,10 +22,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Path
 from starlette.concurrency import run_in_threadpool
 
+from ...core.context import ServiceContext
 from ...errors import Conflict
 from ...jobs import events
 from ...jobs import states as S
-from ...tinker import kind as _kind  # noqa: F401 (registers the "tinker" job kind)
 from ...tinker.broker import POLL_SECONDS, Broker, Model, broker_of
 from ..deps import CtxDep
 from ..routing import JsonRoute
@@ -36,7 +36,7 @@ CHECK_SECONDS = 1.0
 """How often a waiting poll looks for a cancel and for a silent session."""
 
 
-def _authorize(ctx: Any, run_id: str, number: int, authorization: str | None) -> None:
+def _authorize(ctx: ServiceContext, run_id: str, number: int, authorization: str | None) -> None:
     token = (authorization or "")[7:].strip()
     with ctx.db.session() as s:
         att = events.authorize_attempt(s, run_id, number, token)
@@ -44,7 +44,9 @@ def _authorize(ctx: Any, run_id: str, number: int, authorization: str | None) ->
             raise Conflict(f"Run {run_id}'s attempt {number} has ended.", field="attempt")
 
 
-def _answer_result(ctx: Any, m: Model, item_op: str, answer: dict[str, Any]) -> dict | None:
+def _answer_result(
+    ctx: ServiceContext, m: Model, item_op: str, answer: dict[str, Any]
+) -> dict | None:
     """The future's result for a worker's answer (checkpoints recorded, versions registered)."""
     from ...db.models.jobs import Run
 
@@ -78,7 +80,7 @@ def _answer_result(ctx: Any, m: Model, item_op: str, answer: dict[str, Any]) -> 
     }
 
 
-async def _take_answer(ctx: Any, b: Broker, m: Model, answer: dict[str, Any]) -> None:
+async def _take_answer(ctx: ServiceContext, b: Broker, m: Model, answer: dict[str, Any]) -> None:
     if answer.get("ready"):
         m.ready = True
         m.info["vocab"] = answer["ready"].get("vocab")
@@ -98,7 +100,7 @@ async def _take_answer(ctx: Any, b: Broker, m: Model, answer: dict[str, Any]) ->
         b.finish_item(m, rid, None, f"The save could not be registered: {exc}")
 
 
-def _run_marks(ctx: Any, run_id: str) -> tuple[str | None, float]:
+def _run_marks(ctx: ServiceContext, run_id: str) -> tuple[str | None, float]:
     """The run's pending control (``cancel``, …) and its heartbeat bound in seconds."""
     from ...db.models.jobs import Run
     from ...tinker.kind import HEARTBEAT_SECONDS
@@ -111,7 +113,7 @@ def _run_marks(ctx: Any, run_id: str) -> tuple[str | None, float]:
         return run.control, float(bound)
 
 
-async def _stop(ctx: Any, b: Broker, m: Model) -> dict[str, Any] | None:
+async def _stop(ctx: ServiceContext, b: Broker, m: Model) -> dict[str, Any] | None:
     """The ``end`` answer when ``m``'s run was cancelled or its session went silent
     (``m`` is dropped and its pending futures fail with the sentence), else None."""
     control, bound = await run_in_threadpool(_run_marks, ctx, m.run_id)
