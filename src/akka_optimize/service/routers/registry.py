@@ -53,17 +53,7 @@ from ..schemas import (
     answers,
     binary,
 )
-from .registry_transfer import (
-    _extract_tar,
-    _limits,
-    _safe_versions,
-    _spool,
-    _stream,
-    _tar_of,
-    _uploads,
-    _with_upload,
-)
-from .registry_transfer import check_upload as check_upload
+from . import registry_transfer as transfer
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/registry", tags=["registry"])
 PLURAL = {"datasets": "dataset", "bundles": "bundle", "models": "model"}
@@ -78,8 +68,8 @@ _STORED = answers(
 
 def on_startup(ctx: ServiceContext) -> None:
     """Remove spool files of uploads that a previous process did not finish."""
-    shutil.rmtree(_uploads(ctx), ignore_errors=True)
-    _uploads(ctx).mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(transfer._uploads(ctx), ignore_errors=True)
+    transfer._uploads(ctx).mkdir(parents=True, exist_ok=True)
 
 
 def _kind(kinds: str) -> str:
@@ -98,7 +88,7 @@ def registry_info(ctx: CtxDep) -> dict[str, Any]:
     return {
         "version": __version__,
         "kinds": ["dataset", "bundle", "model", "image"],
-        "limits": _limits(ctx).model_dump(),
+        "limits": transfer._limits(ctx).model_dump(),
     }
 
 
@@ -115,13 +105,13 @@ async def register_dataset_route(
     """Register the streamed body (JSONL, a ZIP of JSONL plus images, or a ZIP of prepared
     token rows: prepared.json and its Parquet files) as a dataset version.
     Its images then belong to the namespace's project (:func:`..access.can_read_image`)."""
-    limits = _limits(ctx)
+    limits = transfer._limits(ctx)
     ref = f"{namespace}/{name}"
     validate_name(namespace, "namespace")
     access.check_namespace_write(principal, namespace, "datasets.register")
     if alias:
         check_alias(alias)
-    path = await _spool(request, ctx, limits.uploadBytes, "dataset upload", "uploadBytes")
+    path = await transfer._spool(request, ctx, limits.uploadBytes, "dataset upload", "uploadBytes")
 
     def work() -> tuple[Any, bool]:
         with ctx.db.session() as s:
@@ -131,7 +121,7 @@ async def register_dataset_route(
             access.record_images(s, rv.namespace, list(rv.metadata.get("images") or []))
             return rv, created
 
-    return _answer(*await _with_upload(path, work))
+    return _answer(*await transfer._with_upload(path, work))
 
 
 @router.post("/bundles/{namespace}/{name}", **_STORED)
@@ -147,8 +137,8 @@ async def register_bundle_route(
     access.check_namespace_write(principal, namespace, "bundles.register")
     if alias:
         check_alias(alias)
-    limits = _limits(ctx)
-    path = await _spool(
+    limits = transfer._limits(ctx)
+    path = await transfer._spool(
         request, ctx, limits.bundleCompressedBytes, "bundle archive", "bundleCompressedBytes"
     )
 
@@ -158,7 +148,7 @@ async def register_bundle_route(
                 s, ctx.store, f"{namespace}/{name}", path, alias=alias, limits=limits
             )
 
-    return _answer(*await _with_upload(path, work))
+    return _answer(*await transfer._with_upload(path, work))
 
 
 @router.post("/models/{namespace}/{name}", **_STORED)
@@ -177,17 +167,17 @@ async def register_model_route(
     access.check_namespace_write(principal, namespace, "models.register")
     if alias:
         check_alias(alias)
-    limits = _limits(ctx)
-    path = await _spool(
+    limits = transfer._limits(ctx)
+    path = await transfer._spool(
         request, ctx, limits.bundleCompressedBytes, "model archive", "bundleCompressedBytes"
     )
 
     def work() -> Any:
-        with tempfile.TemporaryDirectory(dir=_uploads(ctx)) as tmp:
-            _extract_tar(path, Path(tmp), limits)
+        with tempfile.TemporaryDirectory(dir=transfer._uploads(ctx)) as tmp:
+            transfer._extract_tar(path, Path(tmp), limits)
             with ctx.db.session() as s:
-                checked = check_upload(ctx, s, Path(tmp), base_model)
-                before = {v.digest for v in _safe_versions(s, namespace, name)}
+                checked = transfer.check_upload(ctx, s, Path(tmp), base_model)
+                before = {v.digest for v in transfer._safe_versions(s, namespace, name)}
                 rv = register_adapter(
                     s,
                     ctx.store,
@@ -204,7 +194,7 @@ async def register_model_route(
                     model_registered(ctx, s, namespace.strip().lower(), rv)
                 return rv, rv.digest not in before
 
-    return _answer(*await _with_upload(path, work))
+    return _answer(*await transfer._with_upload(path, work))
 
 
 @router.post("/images", status_code=201, **answers(ImagePush, 201, "The stored image."))
@@ -213,8 +203,8 @@ async def push_image_route(
 ) -> JSONResponse:
     """Store one streamed image (``registry images push``); answers its ``sha256:`` digest.
     A project token's push makes the image its project's."""
-    limits = _limits(ctx)
-    path = await _spool(request, ctx, limits.uploadBytes, "image", "uploadBytes")
+    limits = transfer._limits(ctx)
+    path = await transfer._spool(request, ctx, limits.uploadBytes, "image", "uploadBytes")
 
     def work() -> dict[str, Any]:
         with ctx.db.session() as s:
@@ -222,7 +212,7 @@ async def push_image_route(
             access.record_images(s, access.scope(principal), [digest])
             return {"digest": digest, "filename": Path(filename).name, "size": path.stat().st_size}
 
-    return JSONResponse(await _with_upload(path, work), status_code=201)
+    return JSONResponse(await transfer._with_upload(path, work), status_code=201)
 
 
 @router.get("/images/{digest}", **binary("The image's bytes.", "application/octet-stream"))
@@ -235,7 +225,7 @@ def get_image(digest: str, ctx: CtxDep, principal: PrincipalDep) -> StreamingRes
         readable = bool(key) and access.can_read_image(principal, s, f"sha256:{hexd}")
     if not readable or not ctx.store.exists(key):
         raise NotFound(f"Image {digest} is not in the registry.", field="digest")
-    return _stream(ctx.store.open(key), "application/octet-stream")
+    return transfer._stream(ctx.store.open(key), "application/octet-stream")
 
 
 @router.get("/{kinds}", **answers(NameList))
@@ -307,7 +297,7 @@ def dataset_object(
         rv = access.resolve(principal, s, "dataset", f"{namespace}/{name}")
     zipped = rv.metadata.get("format") in ("zip", "prepared")
     media = "application/zip" if zipped else "application/x-ndjson"
-    resp = _stream(open_object(ctx.store, rv), media)
+    resp = transfer._stream(open_object(ctx.store, rv), media)
     resp.headers["X-Akka-Ref"] = rv.pinned
     return resp
 
@@ -325,13 +315,13 @@ def model_object(
 
     with ctx.db.session() as s:
         rv = access.resolve(principal, s, "model", f"{namespace}/{name}")
-    tmp = Path(tempfile.mkdtemp(dir=_uploads(ctx)))
+    tmp = Path(tempfile.mkdtemp(dir=transfer._uploads(ctx)))
     try:
         folder = download_model_files(ctx.store, rv, tmp / "adapter")
-        f = _tar_of(folder, tmp / "adapter.tar")
+        f = transfer._tar_of(folder, tmp / "adapter.tar")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    resp = _stream(f, "application/x-tar")
+    resp = transfer._stream(f, "application/x-tar")
     resp.headers["X-Akka-Ref"] = rv.pinned
     return resp
 
@@ -357,14 +347,14 @@ def model_merged(
                 f"{rv.pinned} is not an adapter; only adapters merge.", field="ref"
             )
         base_dir, _ = ready_model_dir(s, ctx.settings, rv.base_model)
-    tmp = Path(tempfile.mkdtemp(dir=_uploads(ctx)))
+    tmp = Path(tempfile.mkdtemp(dir=transfer._uploads(ctx)))
     try:
         adapter = download_model_files(ctx.store, rv, tmp / "adapter")
         folder = merge_adapter(base_dir, adapter, tmp / "merged")
-        f = _tar_of(folder, tmp / "merged.tar")
+        f = transfer._tar_of(folder, tmp / "merged.tar")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    resp = _stream(f, "application/x-tar")
+    resp = transfer._stream(f, "application/x-tar")
     resp.headers["X-Akka-Ref"] = rv.pinned
     return resp
 
@@ -415,5 +405,9 @@ def annotate_route(
     access.check_namespace_write(principal, namespace, "annotations.set")
     with ctx.db.session() as s:
         return annotate(
-            s, kind, f"{namespace}/{name}", body.annotations, limit=_limits(ctx).annotationBytes
+            s,
+            kind,
+            f"{namespace}/{name}",
+            body.annotations,
+            limit=transfer._limits(ctx).annotationBytes,
         ).to_dict()
