@@ -42,7 +42,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
     from akka_optimize.evals.rows import eval_rows
     from akka_optimize.evals.sandbox.pool import GraderPool, Limits
-    from akka_optimize.evals.worker import _prompt_ids, answer_all
+    from akka_optimize.evals.worker import answer_all, prompt_ids
     from akka_optimize.serving.engine import SamplingParams
     from akka_optimize.serving.transformers_engine import TransformersEngine
 
@@ -82,7 +82,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
         def sequential() -> float:
             t0 = time.perf_counter()
             for r in rows:
-                ids = torch.tensor([_prompt_ids(tok, r)], device=engine.device)
+                ids = torch.tensor([prompt_ids(tok, r)], device=engine.device)
                 with torch.no_grad():
                     out = model.generate(
                         ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,

@@ -318,13 +318,13 @@ class ForkedProcess:
     def _code(self, timeout: float) -> int | None:
         if self.returncode is None:
             self.returncode = self.server.exit_code(self.pid, timeout)
-        if self.returncode is None and not _exists(self.pid):  # reaped: its report is due
+        if self.returncode is None and not pid_exists(self.pid):  # reaped: its report is due
             code = self.server.exit_code(self.pid, REPORT_WAIT_S)
             self.returncode = -signal.SIGKILL if code is None else code
         return self.returncode
 
 
-def _exists(pid: int) -> bool:
+def pid_exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -20,7 +20,7 @@ from akka_optimize.engine.rl.loop import (
     update_prompts,
 )
 from akka_optimize.engine.rl.offpolicy import RolloutSide, rollout_version
-from akka_optimize.engine.rollout import _sample_rollouts, per_sample
+from akka_optimize.engine.rollout import per_sample, sample_rollouts
 from akka_optimize.engine.session.training import TrainingSession
 
 PROMPTS = [RLPrompt([1, 2045, 314, 1930, 28, 17, 1789, 5]), RLPrompt([1, 45, 14, 190, 28])]
@@ -89,7 +89,7 @@ def _today(session: TrainingSession, settings: RLSettings, steps: int) -> list[f
     for u in range(1, steps + 1):
         batch = update_prompts(PROMPTS, u, 2)
         gen = torch.Generator().manual_seed(settings.seed * 1_000_003 + u)
-        samples = _sample_rollouts(session, batch, settings, set(), [gen] * 2, session.step)
+        samples = sample_rollouts(session, batch, settings, set(), [gen] * 2, session.step)
         _score(batch, samples)
         for g in range(len(batch)):
             group = [s for s in samples if s.group == g]

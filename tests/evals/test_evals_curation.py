@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import akka_optimize.service  # noqa: F401 (the service's modules first, as the service imports them)
-from akka_optimize.core.pipelines.records import _references, _shape
+from akka_optimize.core.pipelines.records import references, shape
 from akka_optimize.errors import InvalidRequest
 from akka_optimize.evals.curation.kind import (
     Keep,
@@ -95,17 +95,17 @@ def _pipeline(*stages: dict) -> dict:
 )
 def test_a_descriptor_of_the_wrong_shape_is_refused_naming_the_field(raw, field) -> None:
     with pytest.raises(InvalidRequest) as err:
-        _shape(raw)
+        shape(raw)
     assert err.value.field == field
 
 
 def test_stage_references_name_an_earlier_stage_with_the_right_output() -> None:
-    ok = _shape(_pipeline(
+    ok = shape(_pipeline(
         {"kind": "curate", "dataset": "demo/c"},
         {"kind": "train", "config": {"dataset": "stage:curate"}},
         {"kind": "evaluate", "modelId": "stage:train", "dataset": "stage:curate"},
     ))[1]  # fmt: skip
-    assert _references(ok) == [{}, {("config", "dataset"): 0},
+    assert references(ok) == [{}, {("config", "dataset"): 0},
                                {("modelId",): 1, ("dataset",): 0}]  # fmt: skip
     for stages, field in (
         ([{"kind": "train", "config": {"dataset": "stage:train"}}], "stages[0].config.dataset"),
@@ -113,7 +113,7 @@ def test_stage_references_name_an_earlier_stage_with_the_right_output() -> None:
         ([{"kind": "train"}, {"kind": "evaluate", "dataset": "stage:train"}], "stages[1].dataset"),
     ):
         with pytest.raises(InvalidRequest) as err:
-            _references(_shape(_pipeline(*stages))[1])
+            references(shape(_pipeline(*stages))[1])
         assert err.value.field == field
 
 

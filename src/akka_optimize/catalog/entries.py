@@ -47,7 +47,7 @@ from pydantic import (
     model_validator,
 )
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, NotFound
 
 SHIPPED_FILE = Path(__file__).with_name("catalog.yaml")
 
@@ -247,7 +247,6 @@ class Catalog:
             NotFound: the catalog does not allow it; the sentence names the catalog and
                 a few repositories it does allow.
         """
-        from ..errors import NotFound
 
         e = self.get(repository)
         if e is None:

@@ -17,6 +17,11 @@ import json
 import sys
 from pathlib import Path
 
+from ..deployment import load_deployment
+from ..errors import AkkaError
+from .entries import load_catalog
+from .sources import FetchError, materialize
+
 
 def _emit(obj: dict[str, str]) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
@@ -26,10 +31,6 @@ def _emit(obj: dict[str, str]) -> None:
 def run(repository: str, weights_dir: Path, deployment: Path | None) -> int:
     """Fetch ``repository`` into ``weights_dir``; print the protocol above. Returns the exit
     status (0 on success, 1 with an ``error`` line on failure)."""
-    from ..deployment import load_deployment
-    from ..errors import AkkaError
-    from .entries import load_catalog
-    from .sources import FetchError, materialize
 
     try:
         catalog = load_catalog(load_deployment(deployment))

@@ -33,13 +33,7 @@ from ..errors import AkkaError, Conflict, InvalidRequest
 from ..refs import repository_ref
 from .entries import Catalog, CatalogEntry
 from .selection_manager import SelectionManager as SelectionManager
-from .selection_manager import log as log
-from .selection_rows import FAILED as FAILED
-from .selection_rows import FETCHING as FETCHING
-from .selection_rows import PENDING as PENDING
-from .selection_rows import READY as READY
-from .selection_rows import STATES as STATES
-from .selection_rows import cached as cached
+from .selection_rows import FAILED, PENDING, READY, cached
 from .selection_rows import get_selection as get_selection
 from .selection_rows import settings_catalog as settings_catalog
 from .sources import source_commit
@@ -219,7 +213,7 @@ def _check_version(
     if at and not after.lower().startswith("sha256:"):
         commit: str | None = after  # repository@commit, as base-models list shows it
     else:
-        from ..registry import resolve
+        from ..registry import resolve  # lazy: guarded
 
         commit = (resolve(session, "model", text, field="baseModel").metadata or {}).get("commit")
     if commit != row.commit:

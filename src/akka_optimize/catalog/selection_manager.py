@@ -21,6 +21,7 @@ from sqlalchemy import select, update
 from ..db import Database, utcnow
 from ..db.models.catalog import BaseModelSelection
 from ..errors import AkkaError
+from ..registry import register_base_model
 from ..settings import Settings
 from .selection_rows import FAILED, FETCHING, PENDING, READY, settings_catalog
 
@@ -164,7 +165,6 @@ class SelectionManager:
         return result
 
     def _register(self, selection_id: str, repository: str, result: dict[str, str]) -> None:
-        from ..registry import register_base_model
 
         catalog = settings_catalog(self.settings)
         entry = catalog.require(repository)

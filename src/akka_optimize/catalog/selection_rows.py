@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.models.catalog import BaseModelSelection
+from ..deployment import load_deployment
 from ..settings import Settings
 from .entries import Catalog, load_catalog
 
@@ -20,7 +21,6 @@ STATES = (PENDING, FETCHING, READY, FAILED)
 
 def settings_catalog(settings: Settings) -> Catalog:
     """The catalog of the deployment file ``settings`` points at (shipped when none)."""
-    from ..deployment import load_deployment
 
     return load_catalog(load_deployment(settings.resolved_deployment_file()))
 

@@ -30,6 +30,7 @@ from ..errors import InvalidRequest
 from ..testhooks import hold
 from . import gguf as gguf_mod
 from .entries import Catalog, CatalogEntry, GgufSource, HubSource, LocalSource, TinySource
+from .tiny import build_tiny_model
 
 Progress = Callable[[str], None]
 _HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -233,7 +234,6 @@ def _build_tiny(
     dest: Path,
     progress: Progress,
 ) -> None:
-    from .tiny import build_tiny_model
 
     if src.tokenizer:
         tok = Path(src.tokenizer).expanduser()

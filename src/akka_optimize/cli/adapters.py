@@ -23,7 +23,15 @@ import typer
 from .client import Client
 from .context import CliError, prog
 from .output import OutputOpt, check_format, console, emit, wait_for
-from .registry import AliasOpt, TimeoutOpt, _path, _ref, _show_version, _tar_dir, upload
+from .registry import (
+    AliasOpt,
+    TimeoutOpt,
+    registry_path,
+    registry_transfer_ref,
+    show_version,
+    tar_dir,
+    upload,
+)
 
 app = typer.Typer(
     help="Adapters trained elsewhere: import a PEFT folder, follow an import.",
@@ -90,10 +98,10 @@ def import_adapter(
     Example: {prog} training adapters import triage/ext --base akka-optimize/tiny-smollm2 -d ./adapter
     """
     check_format(output)
-    r = _ref(name, bare=True)
+    r = registry_transfer_ref(name, bare=True)
     params = {"baseModel": base, "alias": alias}
     with tempfile.TemporaryDirectory() as tmp:
-        archive = _tar_dir(folder, Path(tmp) / "adapter.tar.gz")
+        archive = tar_dir(folder, Path(tmp) / "adapter.tar.gz")
         started = upload(f"{ROUTE}/{r.namespace}/{r.name}", archive, params, timeout)
     iid = started["id"]
     print(
@@ -119,8 +127,8 @@ def import_adapter(
     if output == "json":
         emit(last, output, _show)
         return
-    model = Client("registry").get(_path("model", _ref(last["model"])))
-    _show_version(model, output == "wide")
+    model = Client("registry").get(registry_path("model", registry_transfer_ref(last["model"])))
+    show_version(model, output == "wide")
 
 
 @app.command("get")

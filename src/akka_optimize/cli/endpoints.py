@@ -224,7 +224,7 @@ def proxy(
     """
     import uvicorn
 
-    from ..serving.proxy import build_proxy_app
+    from ..serving.proxy import build_proxy_app  # lazy: starlette
 
     c = Client()
     ep = c.get(f"{BASE}/{endpoint}")

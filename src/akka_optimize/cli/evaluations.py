@@ -13,6 +13,7 @@ import typer
 
 from .client import Client
 from .context import CliError
+from .openai_grader import grader_spec
 from .output import OutputOpt, console, emit, print_kv, print_table, wait_for
 
 app = typer.Typer(
@@ -232,7 +233,6 @@ def start(
     Example: {prog} training evaluations start --model gsm8k/smollm2:v1 --dataset gsm8k/val
     --grader bundle:gsm8k/scoring#reward --limit 50 --wait
     """
-    from .openai_grader import grader_spec
 
     sampling = sampling_body(temperature, top_p, max_tokens, seed)
     grader = grader_spec(grader, model, project) if grader else None

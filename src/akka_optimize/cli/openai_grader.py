@@ -19,7 +19,7 @@ from pathlib import Path
 from ..core.openai_ft.bundle import has_model_grader, reward_bundle
 from ..core.openai_ft.grading import GraderError, check_grader
 from .context import CliError
-from .registry_packing import _tar_dir
+from .registry_packing import tar_dir
 from .registry_transfer import upload
 
 PREFIX = "openai:"
@@ -55,6 +55,6 @@ def grader_spec(spec: str, model: str | None, project: str | None) -> str:
     if not owner:
         raise CliError(f"--grader {spec}: give --project, where the grader is registered.")
     with tempfile.TemporaryDirectory() as tmp:
-        archive = _tar_dir(reward_bundle(grader, Path(tmp) / "b"), Path(tmp) / "grader.tar.gz")
+        archive = tar_dir(reward_bundle(grader, Path(tmp) / "b"), Path(tmp) / "grader.tar.gz")
         out = upload(f"/v1/registry/bundles/{owner}/openai-grader", archive, {}, None)
     return f"bundle:{owner}/openai-grader:{out['version']}#reward"

@@ -24,22 +24,14 @@ import typer
 from .client import Client, decode
 from .context import CliError, prog
 from .output import OutputOpt, emit, print_table
-from .registry_output import _kv as _kv
-from .registry_output import _show_list as _show_list
-from .registry_output import _show_version as _show_version
-from .registry_output import _show_versions as _show_versions
-from .registry_packing import _image_paths as _image_paths
-from .registry_packing import _prepared_zip as _prepared_zip
-from .registry_packing import _tar_dir as _tar_dir
-from .registry_packing import _with_images as _with_images
-from .registry_transfer import ANSWER_S as ANSWER_S
-from .registry_transfer import CHUNK as CHUNK
-from .registry_transfer import PROGRESS_BYTES as PROGRESS_BYTES
-from .registry_transfer import STALL_S as STALL_S
-from .registry_transfer import _download_folder as _download_folder
-from .registry_transfer import _path as _path
-from .registry_transfer import _progress_chunks as _progress_chunks
-from .registry_transfer import _ref as _ref
+from .registry_output import kv, show_list, show_versions
+from .registry_output import show_version as show_version
+from .registry_packing import prepared_zip
+from .registry_packing import tar_dir as tar_dir
+from .registry_packing import with_images as with_images
+from .registry_transfer import ANSWER_S, CHUNK, download_folder
+from .registry_transfer import registry_path as registry_path
+from .registry_transfer import registry_transfer_ref as registry_transfer_ref
 from .registry_transfer import upload as upload
 
 app = typer.Typer(
@@ -92,20 +84,24 @@ def _add_read_commands(sub: typer.Typer, kind: str) -> None:
     ) -> None:
         """List named {kind}s with their latest version and aliases."""
         params = {"namespace": namespace} if namespace else None
-        emit(Client("registry").get(f"/v1/registry/{kind}s", params=params), output, _show_list)
+        emit(Client("registry").get(f"/v1/registry/{kind}s", params=params), output, show_list)
 
     @sub.command("get")
     def get(ref: Annotated[str, typer.Argument(help="NS/NAME[:vN|:ALIAS|@sha256:…]")],
             output: OutputOpt = "text") -> None:  # fmt: skip
         """Show one version; NS/NAME resolves through latest."""
-        emit(Client("registry").get(_path(kind, _ref(ref))), output, _show_version)
+        emit(
+            Client("registry").get(registry_path(kind, registry_transfer_ref(ref))),
+            output,
+            show_version,
+        )
 
     @sub.command("versions")
     def versions(ref: Annotated[str, typer.Argument(help="NS/NAME")],
                  output: OutputOpt = "text") -> None:  # fmt: skip
         """List every version of a named artifact."""
-        path = _path(kind, _ref(ref, bare=True)) + "/versions"
-        emit(all_versions(Client("registry"), path), output, _show_versions)
+        path = registry_path(kind, registry_transfer_ref(ref, bare=True)) + "/versions"
+        emit(all_versions(Client("registry"), path), output, show_versions)
 
     alias_app = typer.Typer(help="Aliases such as candidate and champion.", no_args_is_help=True)
     sub.add_typer(alias_app, name="alias")
@@ -118,11 +114,11 @@ def _add_read_commands(sub: typer.Typer, kind: str) -> None:
     ) -> None:
         """Point an alias at a version, e.g. {prog} registry models alias set
         triage/qwen3-0.6b:champion --version v3."""
-        r = _ref(target)
+        r = registry_transfer_ref(target)
         if not r.alias:
             raise CliError(f"Name the alias as NS/NAME:ALIAS, such as {r.repo}:champion.")
         path = f"/v1/registry/{kind}s/{r.namespace}/{r.name}/aliases/{r.alias}"
-        emit(Client("registry").put(path, json={"version": version}), output, _show_version)
+        emit(Client("registry").put(path, json={"version": version}), output, show_version)
 
     for cmd in (list_, get, versions):
         cmd.__doc__ = (cmd.__doc__ or "").replace("{kind}", kind)
@@ -139,7 +135,7 @@ def info(output: OutputOpt = "text") -> None:
 
     def text(d: dict[str, Any], _wide: bool) -> None:
         limits = [(f"limits.{k}", v) for k, v in d.get("limits", {}).items()]
-        _kv([("version", d["version"]), ("url", Client("registry").url), *limits])
+        kv([("version", d["version"]), ("url", Client("registry").url), *limits])
 
     emit(Client("registry").get("/v1/registry/info"), output, text)
 
@@ -165,18 +161,18 @@ def datasets_register(
 
     Example: {prog} registry datasets register triage/train -f train.jsonl --alias candidate
     """
-    r = _ref(name, bare=True)
+    r = registry_transfer_ref(name, bare=True)
     if not (file.is_file() or file.is_dir()):
         raise CliError(f"{file} is not a file or a folder.")
     with tempfile.TemporaryDirectory() as tmp:
         if file.is_dir():
-            send = _prepared_zip(file, Path(tmp))
+            send = prepared_zip(file, Path(tmp))
             params = {"alias": alias, "filename": file.name + ".zip"}
         else:
-            send = _with_images(file, Path(tmp))
+            send = with_images(file, Path(tmp))
             params = {"alias": alias, "filename": file.name}
-        out = upload(_path("dataset", r), send, params, timeout)
-    emit(out, output, _show_version)
+        out = upload(registry_path("dataset", r), send, params, timeout)
+    emit(out, output, show_version)
 
 
 @datasets_app.command("object")
@@ -187,7 +183,7 @@ def datasets_object(
     """Write the bytes registered for a dataset version to stdout or FILE."""
     c = Client("registry")
     try:
-        with httpx.stream("GET", c.url + _path("dataset", _ref(ref)) + "/object",
+        with httpx.stream("GET", c.url + registry_path("dataset", registry_transfer_ref(ref)) + "/object",
                           headers=c.headers(), timeout=ANSWER_S) as resp:  # fmt: skip
             if resp.status_code >= 400:
                 resp.read()
@@ -219,11 +215,11 @@ def bundles_register(
 
     Example: {prog} registry bundles register gsm8k/scoring -f scoring/
     """
-    r = _ref(name, bare=True)
+    r = registry_transfer_ref(name, bare=True)
     with tempfile.TemporaryDirectory() as tmp:
-        archive = _tar_dir(folder, Path(tmp) / "bundle.tar.gz")
-        out = upload(_path("bundle", r), archive, {"alias": alias}, timeout)
-    emit(out, output, _show_version)
+        archive = tar_dir(folder, Path(tmp) / "bundle.tar.gz")
+        out = upload(registry_path("bundle", r), archive, {"alias": alias}, timeout)
+    emit(out, output, show_version)
 
 
 @models_app.command("register")
@@ -254,7 +250,7 @@ def models_register(
 ) -> None:
     """Register an adapter folder (or, with --from, a Tinker checkpoint: its run gives the
     base model) as the next version of a named model."""
-    r = _ref(name, bare=True)
+    r = registry_transfer_ref(name, bare=True)
     if from_:
         if folder or base_model or run_id or parent_model:
             raise CliError(
@@ -264,9 +260,9 @@ def models_register(
             )
         body = {"path": from_, "alias": alias}
         emit(
-            Client("registry").post(_path("model", r) + "/from-tinker", json=body),
+            Client("registry").post(registry_path("model", r) + "/from-tinker", json=body),
             output,
-            _show_version,
+            show_version,
         )
         return
     if folder is None or not base_model:
@@ -274,9 +270,9 @@ def models_register(
     params = {"base_model": base_model, "alias": alias, "run_id": run_id}
     params["parent_model"] = parent_model
     with tempfile.TemporaryDirectory() as tmp:
-        archive = _tar_dir(folder, Path(tmp) / "model.tar.gz")
-        out = upload(_path("model", r), archive, params, timeout)
-    emit(out, output, _show_version)
+        archive = tar_dir(folder, Path(tmp) / "model.tar.gz")
+        out = upload(registry_path("model", r), archive, params, timeout)
+    emit(out, output, show_version)
 
 
 @models_app.command("annotate")
@@ -302,8 +298,8 @@ def models_annotate(
         notes[key] = None
     if not notes:
         raise CliError("Give at least one --set KEY=VALUE or --remove KEY.", exit_code=2)
-    path = _path("model", _ref(ref)) + "/annotations"
-    emit(Client("registry").put(path, json={"annotations": notes}), output, _show_version)
+    path = registry_path("model", registry_transfer_ref(ref)) + "/annotations"
+    emit(Client("registry").put(path, json={"annotations": notes}), output, show_version)
 
 
 @images_app.command("push")
@@ -336,7 +332,7 @@ def models_object(
 
     Example: {prog} registry models object triage/tiny:v1 -o ./adapter
     """
-    _download_folder(ref, "object", out)
+    download_folder(ref, "object", out)
 
 
 @models_app.command("export")
@@ -358,4 +354,4 @@ def models_export(
             "object REF -o DIR` for the adapter folder.",
             exit_code=2,
         )
-    _download_folder(ref, "merged", out, timeout=600)
+    download_folder(ref, "merged", out, timeout=600)

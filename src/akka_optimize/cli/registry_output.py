@@ -10,14 +10,14 @@ from typing import Any
 from .output import print_table
 
 
-def _kv(pairs: list[tuple[str, Any]]) -> None:
+def kv(pairs: list[tuple[str, Any]]) -> None:
     """``key  value`` lines, never wrapped (references and digests must stay copyable)."""
     w = max((len(k) for k, _ in pairs), default=0)
     for k, v in pairs:
         print(f"{k.ljust(w)}  {'' if v is None else v}")
 
 
-def _show_version(d: dict[str, Any], wide: bool) -> None:
+def show_version(d: dict[str, Any], wide: bool) -> None:
     pairs = [
         ("ref", d.get("ref")),
         ("name", d.get("name")),
@@ -43,17 +43,17 @@ def _show_version(d: dict[str, Any], wide: bool) -> None:
         pairs.insert(0, ("registered", "new version" if d["created"] else "existing version"))
     if wide:
         pairs.append(("metadata", json.dumps(meta, sort_keys=True)))
-    _kv(pairs)
+    kv(pairs)
 
 
-def _show_versions(d: dict[str, Any], wide: bool) -> None:
+def show_versions(d: dict[str, Any], wide: bool) -> None:
     cols = [("VERSION", "version"), ("DIGEST", "digest"), ("ALIASES", "aliasText")]
     cols += [("CREATED", "createdAt")] + ([("REF", "ref")] if wide else [])
     rows = [{**v, "aliasText": ", ".join(v.get("aliases") or [])} for v in d["items"]]
     print_table(rows, cols)
 
 
-def _show_list(d: dict[str, Any], wide: bool) -> None:
+def show_list(d: dict[str, Any], wide: bool) -> None:
     rows = [
         {**v, "aliasText": ", ".join(f"{a}→{x}" for a, x in (v.get("aliases") or {}).items())}
         for v in d["items"]

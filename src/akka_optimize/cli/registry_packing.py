@@ -14,7 +14,7 @@ from typing import Any
 from .context import CliError
 
 
-def _tar_dir(folder: Path, dest: Path) -> Path:
+def tar_dir(folder: Path, dest: Path) -> Path:
     if not folder.is_dir():
         raise CliError(f"{folder} is not a folder.")
     with tarfile.open(dest, "w:gz") as tf:
@@ -55,7 +55,7 @@ def _image_paths(file: Path) -> list[str]:
     return found
 
 
-def _with_images(file: Path, tmp: Path) -> Path:
+def with_images(file: Path, tmp: Path) -> Path:
     """``file`` itself, or a ZIP of it plus the local images its examples name."""
     if zipfile.is_zipfile(file):
         return file
@@ -73,7 +73,7 @@ def _with_images(file: Path, tmp: Path) -> Path:
     return out
 
 
-def _prepared_zip(folder: Path, tmp: Path) -> Path:
+def prepared_zip(folder: Path, tmp: Path) -> Path:
     """A folder of prepared token rows as a ZIP: ``prepared.json`` and the files it lists
     (stored, not compressed again: Parquet is compressed)."""
     desc = folder / "prepared.json"

@@ -26,7 +26,7 @@ PROGRESS_BYTES = 8 * 1024**2
 CHUNK = 1 << 20
 
 
-def _ref(text: str, *, bare: bool = False) -> Ref:
+def registry_transfer_ref(text: str, *, bare: bool = False) -> Ref:
     try:
         r = parse_ref(text)
     except Exception as exc:  # InvalidRequest: print its sentence
@@ -36,7 +36,7 @@ def _ref(text: str, *, bare: bool = False) -> Ref:
     return r
 
 
-def _path(kind: str, r: Ref) -> str:
+def registry_path(kind: str, r: Ref) -> str:
     sel = f":v{r.version}" if r.version is not None else (f":{r.alias}" if r.alias else "")
     if r.digest:
         sel += f"@{r.digest}"
@@ -119,7 +119,7 @@ def upload(path_: str, file: Path, params: dict[str, Any], timeout: float | None
     return box["answer"]
 
 
-def _download_folder(ref: str, route: str, out: Path, timeout: float | None = None) -> None:
+def download_folder(ref: str, route: str, out: Path, timeout: float | None = None) -> None:
     """GET ``…/models/NS/NAME[:SEL]/{route}`` (a tar) and unpack it into ``out`` (new or
     empty)."""
     import io
@@ -130,7 +130,7 @@ def _download_folder(ref: str, route: str, out: Path, timeout: float | None = No
     try:
         resp = retrying_503(
             lambda: httpx.get(
-                c.url + _path("model", _ref(ref)) + f"/{route}",
+                c.url + registry_path("model", registry_transfer_ref(ref)) + f"/{route}",
                 headers=c.headers(),
                 timeout=timeout or ANSWER_S,
             )

@@ -9,7 +9,7 @@ import typer
 
 from .client import Client
 from .context import CliError
-from .evaluations import MaxTokensOpt, SeedOpt, TemperatureOpt, TopPOpt, sampling_body
+from .evaluations import DONE, MaxTokensOpt, SeedOpt, TemperatureOpt, TopPOpt, sampling_body
 from .output import OutputOpt, console, emit, print_table, wait_for
 from .runs import app
 from .runs_follow import follow_run
@@ -113,7 +113,6 @@ def compare(
 
 def follow_comparison(client: Client, comparison_id: str, output: str) -> dict:
     """Poll a comparison until it ends (one line per change on standard error)."""
-    from .evaluations import DONE
 
     last: dict = {}
 

@@ -9,6 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
+from ..devtoken import ensure_dev_secret, mint_dev_token
+from ..errors import AkkaError
+from ..settings import Settings
 from .client import save_login, service_url
 from .context import CliError
 from .output import OutputOpt, emit, print_table
@@ -50,9 +53,8 @@ def start(
         return
     import uvicorn
 
-    from ..service import create_app
-    from ..service.connections import protocol_class
-    from ..settings import Settings
+    from ..service import create_app  # lazy: torch
+    from ..service.connections import protocol_class  # lazy: uvicorn
 
     # Everything the service creates (home, state.db, blobs, logs) is private to
     # its user: folders 0700, files 0600.
@@ -75,9 +77,7 @@ def _start_workers(host: str, port: int, workers: int, log_level: str) -> None:
     """``server start --workers N`` with N > 1 (:mod:`akka_optimize.service.supervisor`)."""
     import os
 
-    from ..devtoken import ensure_dev_secret
-    from ..service.supervisor import serve
-    from ..settings import Settings
+    from ..service.supervisor import serve  # lazy: starlette
 
     os.umask(0o077)
     settings = Settings.from_env()
@@ -96,7 +96,6 @@ def dashboard_lines(host: str, port: int, dev_secret: bytes) -> str:
     """Where the dashboard is; on a loopback address also a login link carrying the
     development token in its ``#fragment`` (browsers never send a fragment, so the token
     reaches no request log; whoever reads this output could read the secret anyway)."""
-    from ..devtoken import mint_dev_token
 
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     lines = [f"Dashboard: http://{shown}:{port}/ui/"]
@@ -109,10 +108,8 @@ def dashboard_lines(host: str, port: int, dev_secret: bytes) -> str:
 @contextmanager
 def _home_db() -> Iterator[Any]:
     """The state store of $AKKA_OPTIMIZE_HOME (migrated); a refusal becomes a CLI error."""
-    from ..db import Database
-    from ..db.migrate import upgrade
-    from ..errors import AkkaError
-    from ..settings import Settings
+    from ..db import Database  # lazy: sqlalchemy
+    from ..db.migrate import upgrade  # lazy: sqlalchemy
 
     settings = Settings.from_env()
     settings.ensure_dirs()
@@ -148,7 +145,7 @@ def token_create(
 
     Example: {prog} server token create --project triage --tinker
     """
-    from ..core.auth import issue_token_row
+    from ..core.auth import issue_token_row  # lazy: sqlalchemy
 
     with _home_db() as db:
         token, row = issue_token_row(db, project, tinker=tinker)
@@ -163,7 +160,7 @@ def token_list(output: OutputOpt = "text") -> None:
 
     Example: {prog} server token list
     """
-    from ..core.auth import list_tokens
+    from ..core.auth import list_tokens  # lazy: sqlalchemy
 
     with _home_db() as db:
         rows = list_tokens(db)
@@ -184,7 +181,7 @@ def token_revoke(
 
     Example: {prog} server token revoke 3f2a9c1e
     """
-    from ..core.auth import revoke_token
+    from ..core.auth import revoke_token  # lazy: sqlalchemy
 
     with _home_db() as db:
         row = revoke_token(db, token_id)

@@ -6,7 +6,7 @@ import typer
 
 from .client import Client
 from .context import CliError, prog
-from .output import OutputOpt, emit, print_kv
+from .output import OutputOpt, emit, print_kv, print_table
 
 app = typer.Typer(help="Training: runs, projects, base models, endpoints.", no_args_is_help=True)
 
@@ -53,7 +53,6 @@ def capacity(
 
     Example: {prog} training capacity --project gsm8k
     """
-    from .output import print_table
 
     data = Client("trainer").get(
         "/v1/training/capacity", params={"project": project} if project else None

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import bindparam, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..db import Database
 from ..db.base import utcnow, write_intent
 from ..db.models.auth import ApiToken, hash_token
 from ..db.models.projects import Project
@@ -65,7 +66,6 @@ def issue_token_row(
     ctx_db: object, project: str | None = None, *, tinker: bool = False
 ) -> tuple[str, dict[str, Any]]:
     """As :func:`issue_token`, also returning the stored row as :func:`token_view` shows it."""
-    from ..db import Database
 
     assert isinstance(ctx_db, Database)
     token = (TINKER_PREFIX if tinker else TOKEN_PREFIX) + secrets.token_urlsafe(32)
@@ -102,7 +102,6 @@ def token_view(row: ApiToken) -> dict[str, Any]:
 
 def list_tokens(ctx_db: object) -> list[dict[str, Any]]:
     """Every issued token (not the per-attempt worker tokens), oldest first."""
-    from ..db import Database
 
     assert isinstance(ctx_db, Database)
     with ctx_db.session() as s:
@@ -121,7 +120,6 @@ def revoke_token(ctx_db: object, key: str) -> dict[str, Any]:
     Raises:
         NotFound: (field ``id``) no issued token matches. InvalidRequest: several do.
     """
-    from ..db import Database
 
     assert isinstance(ctx_db, Database)
     key = key.strip().lower()

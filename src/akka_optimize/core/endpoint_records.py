@@ -22,7 +22,7 @@ from .auth import Principal
 from .context import ServiceContext
 
 
-def _limits(ctx: ServiceContext) -> Any:
+def limits(ctx: ServiceContext) -> Any:
     return load_deployment(ctx.settings.resolved_deployment_file()).serving
 
 
@@ -41,7 +41,7 @@ def manager(ctx: ServiceContext) -> EndpointManager:
     """The service's endpoint manager (created on first use)."""
     m = ctx.endpoints
     if m is None:
-        m = ctx.endpoints = EndpointManager(ctx.db, ctx.settings, ctx.store, _limits(ctx))
+        m = ctx.endpoints = EndpointManager(ctx.db, ctx.settings, ctx.store, limits(ctx))
         m.placement = lambda: _placement(ctx)
         m.admit = lambda endpoint_id: capacity.endpoint_may_start(
             ctx.db, load_deployment(ctx.settings.resolved_deployment_file()), endpoint_id
@@ -94,7 +94,7 @@ def find_endpoint(s: Session, key: str, principal: Principal | None = None) -> E
     return found[0]
 
 
-def _models(s: Session, ep: Endpoint) -> list[EndpointModel]:
+def models(s: Session, ep: Endpoint) -> list[EndpointModel]:
     return list(
         s.scalars(
             select(EndpointModel)
@@ -107,7 +107,7 @@ def _models(s: Session, ep: Endpoint) -> list[EndpointModel]:
 def view(s: Session, ep: Endpoint, ctx: ServiceContext) -> dict[str, Any]:
     """The API shape of an endpoint."""
     proj = s.get(Project, ep.project_id)
-    rows = _models(s, ep)
+    rows = models(s, ep)
     # a STARTING endpoint says what its model is doing (F111); its queue position is
     # only news while it waits
     activity = ep.activity
@@ -142,7 +142,7 @@ def view(s: Session, ep: Endpoint, ctx: ServiceContext) -> dict[str, Any]:
     }
 
 
-def _new_endpoint(
+def new_endpoint(
     s: Session, ctx: ServiceContext, project_id: str, base_key: str, row: dict[str, Any]
 ) -> Endpoint:
     """Add an endpoint record (``QUEUED``) serving the one model ``row`` describes."""
@@ -151,7 +151,7 @@ def _new_endpoint(
         project_id=project_id,
         state="QUEUED",
         base_model=base_key,
-        engine=_limits(ctx).engine,
+        engine=limits(ctx).engine,
     )
     s.add(ep)
     s.flush()

@@ -50,7 +50,7 @@ def whole_number(value: Any, field: str, *, low: int = 0, high: int = MAX_INT) -
 
 def known_event_types() -> tuple[str, ...]:
     """:data:`EVENT_TYPES` and the event types of every registered job kind."""
-    from ..jobs.kinds import job_kind, registered_kinds
+    from ..jobs.kinds import job_kind, registered_kinds  # lazy: sqlalchemy
 
     extra = sorted({t for k in registered_kinds() for t in job_kind(k).events})
     return (*EVENT_TYPES, *(t for t in extra if t not in EVENT_TYPES))

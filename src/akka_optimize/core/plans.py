@@ -14,10 +14,18 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..catalog import load_catalog
+from ..data.policy import LossPolicy
 from ..db.models.projects import Project
 from ..deployment import Deployment, cuda_available, load_deployment
+from ..errors import AkkaError
+from ..jobs.branches import branch_origin, branch_settings
+from ..jobs.warmstart import warm_start_source
 from ..plan import CatalogEntryView, ResolvedPlan, resolve_plan
 from ..plan.dryrun import dry_run_report
+from ..plan.hashing import config_hash
+from ..registry import dataset_rows_view, is_prepared, resolve
+from ..testhooks import hold
 from .access import rules as access
 from .auth import Principal
 from .context import ServiceContext
@@ -81,7 +89,6 @@ class ServicePlanEnvironment:
 
     def catalog_entry(self, repository: str) -> CatalogEntryView | None:
         """The base model's catalog entry, or None when the catalog does not allow it."""
-        from ..catalog import load_catalog
 
         if self._catalog is None:
             self._catalog = load_catalog(self.deployment)
@@ -103,9 +110,6 @@ def resolve_run_plan(
     ``step-N``), so a dry run and the run it previews hash alike. A branch resolves against
     its source's frozen settings (F021): only what it states differs from the source's.
     """
-    from ..jobs.branches import branch_origin, branch_settings
-    from ..jobs.warmstart import warm_start_source
-    from ..plan.hashing import config_hash
 
     frozen = None
     if isinstance(raw, dict):
@@ -150,10 +154,7 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
         (the pinned reference) and ``tokenFindings`` (``true`` or the reason they are
         missing).
     """
-    from ..data import findings as F
-    from ..errors import AkkaError
-    from ..registry import dataset_rows_view, is_prepared, resolve
-    from ..testhooks import hold
+    from ..data import findings as F  # lazy: numpy
 
     cfg = resolved.plan["config"]
     version = resolve(session, "dataset", cfg["dataset"], resolved.project)
@@ -178,8 +179,8 @@ def dataset_findings(ctx: ServiceContext, session: Session, resolved: ResolvedPl
         reason = "token findings are computed for supervised and preference runs"
     else:
         try:
-            from ..catalog.cache import load_tokenizer, tokenizer_dir
-            from ..jobs.trainable import image_inputs
+            from ..catalog.cache import load_tokenizer, tokenizer_dir  # lazy: guarded
+            from ..jobs.trainable import image_inputs  # lazy: guarded
 
             model = resolved.plan["baseModel"]
             folder = tokenizer_dir(session, ctx.settings, model)
@@ -202,13 +203,11 @@ def _token_findings(
     (:func:`akka_optimize.data.preference.pair_findings`, with duplicates). Rows of the
     other method's shape give no token findings and say why: admission refuses them,
     naming the dataset, as the start does."""
-    from ..data import findings as F
-    from ..data.policy import LossPolicy
-    from ..errors import AkkaError
+    from ..data import findings as F  # lazy: numpy
 
     try:
         if method == "dpo":
-            from ..data.preference import pair_findings
+            from ..data.preference import pair_findings  # lazy: guarded
 
             out = pair_findings(tokenizer, rows, cfg["maxSeqLength"], numbers)
             return True, out | F.duplicates(rows, numbers, listed=F.MAX_LISTED)
@@ -232,7 +231,7 @@ def dry_run(
     refused. A plan that resolves but that a start would refuse (:mod:`akka_optimize.jobs.
     admission`) gets the report with ``accepted: false`` and ``refusals``: every such
     refusal as ``{code, field, message, status}``, the first being the start's error."""
-    from ..jobs.admission import admission_refusals, refusal_entry
+    from ..jobs.admission import admission_refusals, refusal_entry  # lazy: torch
 
     resolved = resolve_run_plan(ctx, session, raw, principal)
     report = dry_run_report(resolved, dataset_findings(ctx, session, resolved))

@@ -10,6 +10,7 @@ from ..errors import InvalidRequest
 from ..evals import kind as evals
 from ..evals.curation import kind as curation
 from ..evals.settings import grader_text
+from ..refs import parse_ref
 from .access import rules as access
 from .context import ServiceContext
 
@@ -24,7 +25,6 @@ def check_request(
     Raises:
         InvalidRequest / NotFound / Forbidden: refused, the field named; nothing is created.
     """
-    from ..refs import parse_ref
 
     access.check_project_key_write(principal, s, body["project"], action)
     project = access.find_project(s, body["project"], principal)

@@ -7,7 +7,9 @@ from typing import Any
 
 from sqlalchemy import select
 
+from ..db.models.projects import Project
 from ..errors import InvalidRequest
+from ..plan.pipeline import Sampling
 
 SWEEP_FIELDS = frozenset(
     {"snapshot", "steps", "grid", "dataset", "compare", "grader", "graderInstructions", "sampling"}
@@ -15,7 +17,7 @@ SWEEP_FIELDS = frozenset(
 """The fields of ``POST /v1/training/runs/RUN/sweep``."""
 
 
-def _sweep_scoring(session: Any, source: Any, body: dict[str, Any]) -> dict[str, Any]:
+def sweep_scoring(session: Any, source: Any, body: dict[str, Any]) -> dict[str, Any]:
     """What a sweep's comparison scores with: ``dataset`` (required), ``grader`` (else the
     project's evaluation settings' grader and instructions), ``sampling`` (the settings',
     then the body's, over the defaults).
@@ -25,10 +27,8 @@ def _sweep_scoring(session: Any, source: Any, body: dict[str, Any]) -> dict[str,
     """
     from pydantic import ValidationError
 
-    from ..db.models.projects import Project
-    from ..evals.kind import DEFAULT_SAMPLING
-    from ..evals.settings import grader_text
-    from ..plan.pipeline import Sampling
+    from ..evals.kind import DEFAULT_SAMPLING  # lazy: httpx
+    from ..evals.settings import grader_text  # lazy: httpx
 
     if not body.get("dataset"):
         raise InvalidRequest(

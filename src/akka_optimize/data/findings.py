@@ -31,7 +31,7 @@ from typing import Any, overload
 import numpy as np
 
 from akka_optimize import cancel
-from akka_optimize.data.masks import _stats, encode_rows
+from akka_optimize.data.masks import encode_rows, length_stats
 from akka_optimize.data.policy import LossPolicy
 from akka_optimize.data.render import RenderError
 
@@ -361,9 +361,9 @@ def findings(
         "rows": len(rows),
         "trainable_rows": len(kept),
         "max_seq_length": max_seq_length,
-        "supervised_tokens": _stats([sup for _, _, sup in kept])
+        "supervised_tokens": length_stats([sup for _, _, sup in kept])
         | {"total": sum(sup for _, _, sup in kept)},
-        "total_tokens": _stats([total for _, total, _ in kept])
+        "total_tokens": length_stats([total for _, total, _ in kept])
         | {"total": sum(total for _, total, _ in kept)},
     }
     lists = {

@@ -218,7 +218,7 @@ def tokenize_row(
     return enc.example
 
 
-def _stats(values: list[int]) -> dict[str, float]:
+def length_stats(values: list[int]) -> dict[str, float]:
     if not values:
         return {"min": 0, "median": 0, "max": 0}
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
@@ -258,9 +258,9 @@ def examples_report(
         "max_seq_length": max_seq_length,
         "dropped_too_long": list(too_long or []),
         "no_supervised": list(empty or []),
-        "supervised_tokens": _stats([e.supervised_tokens for e in kept])
+        "supervised_tokens": length_stats([e.supervised_tokens for e in kept])
         | {"total": sum(e.supervised_tokens for e in kept)},
-        "total_tokens": _stats([len(e.input_ids) for e in kept])
+        "total_tokens": length_stats([len(e.input_ids) for e in kept])
         | {"total": sum(len(e.input_ids) for e in kept)},
         "warnings": [],
     }
@@ -300,15 +300,15 @@ def prepare_examples(
     kept, too_long, empty, warnings = [], [], [], []
     for enc in encoded:
         warnings += enc.rendered.warnings
-        if _trains(enc.example, max_seq_length, too_long, empty):
+        if trains(enc.example, max_seq_length, too_long, empty):
             kept.append(enc.example)
     report = examples_report(len(rows), kept, max_seq_length, [r for r, _ in too_long], empty)
     report["warnings"] = warnings
-    _refuse_untrainable(len(rows), too_long, empty, len(kept), max_seq_length, on_too_long, report)
+    refuse_untrainable(len(rows), too_long, empty, len(kept), max_seq_length, on_too_long, report)
     return Prepared(kept, report)
 
 
-def _trains(
+def trains(
     ex: Example, max_seq_length: int, too_long: list[tuple[int, int]], empty: list[int]
 ) -> bool:
     """Whether ``ex`` trains: it fits ``max_seq_length`` and supervises a token; otherwise
@@ -322,7 +322,7 @@ def _trains(
     return True
 
 
-def _refuse_untrainable(
+def refuse_untrainable(
     rows: int,
     too_long: list[tuple[int, int]],
     empty: list[int],
@@ -397,8 +397,8 @@ def check_trainable(
             else list(range(b + 1, b + len(chunk) + 1))
         )
         for enc in encode_rows(tokenizer, chunk, policy, names, images=images):
-            kept += _trains(enc.example, max_seq_length, too_long, empty)
-    _refuse_untrainable(len(rows), too_long, empty, kept, max_seq_length, on_too_long)
+            kept += trains(enc.example, max_seq_length, too_long, empty)
+    refuse_untrainable(len(rows), too_long, empty, kept, max_seq_length, on_too_long)
     return kept
 
 

@@ -40,16 +40,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .masks import _refuse_untrainable, _trains, encode_rows, examples_report
+from .masks import encode_rows, examples_report, length_stats, refuse_untrainable, trains
 from .policy import LossPolicy
-from .preference_rows import OPENAI_KEYS as OPENAI_KEYS
-from .preference_rows import TRL_KEYS as TRL_KEYS
-from .preference_rows import is_preference_row as is_preference_row
 from .preference_rows import parse_preference_row as parse_preference_row
 from .render import RenderError
 from .row_fields import RowError
-from .types import Example as Example
-from .types import PreferencePair as PreferencePair
+from .types import PreferencePair
 
 SIDE_NAMES = {"chosen": "preferred answer", "rejected": "non-preferred answer"}
 
@@ -162,14 +158,14 @@ def prepare_pairs(
     empty: list[int] = []
     for p in pairs:
         long_before, empty_before = len(too_long), len(empty)
-        ok = [_trains(ex, max_seq_length, too_long, empty) for ex in (p.chosen, p.rejected)]
+        ok = [trains(ex, max_seq_length, too_long, empty) for ex in (p.chosen, p.rejected)]
         del too_long[long_before + 1 :], empty[empty_before + 1 :]  # a pair is named once
         if all(ok):
             kept.append(p)
     examples = [ex for p in kept for ex in (p.chosen, p.rejected)]
     report = examples_report(len(rows), examples, max_seq_length, [r for r, _ in too_long], empty)
     report["pairs"] = len(kept)
-    _refuse_untrainable(len(rows), too_long, empty, len(kept), max_seq_length, on_too_long)
+    refuse_untrainable(len(rows), too_long, empty, len(kept), max_seq_length, on_too_long)
     return PreparedPairs(kept, report)
 
 
@@ -186,7 +182,6 @@ def pair_findings(
 
     Raises:
         RowError: a row that is not a preference pair (named)."""
-    from .masks import _stats
 
     errors: list[RenderError] = []
     pairs = encode_pairs(tokenizer, rows, numbers, errors)
@@ -201,8 +196,8 @@ def pair_findings(
         "trainable_pairs": len(kept),
         "trainable_rows": len(kept),
         "max_seq_length": max_seq_length,
-        "supervised_tokens": _stats(sup) | {"total": sum(sup)},
-        "total_tokens": _stats(total) | {"total": sum(total)},
+        "supervised_tokens": length_stats(sup) | {"total": sum(sup)},
+        "total_tokens": length_stats(total) | {"total": sum(total)},
         "truncated_rows": truncated,
         "no_supervised_rows": empty,
         "refused_rows": [{"row": e.row, "message": e.message} for e in errors],

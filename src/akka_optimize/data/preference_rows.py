@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .row_fields import RowError, _kind
+from .row_fields import RowError, value_kind
 
 OPENAI_KEYS = ("input", "preferred_output", "non_preferred_output")
 TRL_KEYS = ("prompt", "chosen", "rejected")
@@ -55,7 +55,7 @@ def _shape(obj: dict[str, Any], line: int) -> tuple[Any, Any, Any, Any, dict[str
 def _side(value: Any, line: int, name: str) -> None:
     if not isinstance(value, list):
         raise RowError(
-            line, name, f"must be a list holding one assistant message, not {_kind(value)}"
+            line, name, f"must be a list holding one assistant message, not {value_kind(value)}"
         )
     if not value:
         raise RowError(line, name, "is empty; each side of a pair needs an assistant answer")

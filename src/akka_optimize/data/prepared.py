@@ -45,24 +45,24 @@ import json
 from pathlib import Path
 from typing import Any
 
+from akka_optimize.data.jsonl import iter_jsonl_rows
+from akka_optimize.data.policy import LossPolicy
 from akka_optimize.data.prepared_canonical import check_counts as check_counts
 from akka_optimize.data.prepared_canonical import (
     examples_from_canonical as examples_from_canonical,
 )
 from akka_optimize.data.prepared_canonical import header_of as header_of
 from akka_optimize.data.prepared_descriptor import DESCRIPTOR as DESCRIPTOR
-from akka_optimize.data.prepared_descriptor import FORMAT as FORMAT
+from akka_optimize.data.prepared_descriptor import (
+    FORMAT,
+    read_descriptor,
+    template_fingerprint,
+    tokenizer_fingerprint,
+)
 from akka_optimize.data.prepared_descriptor import check_length as check_length
 from akka_optimize.data.prepared_descriptor import check_prepared as check_prepared
 from akka_optimize.data.prepared_descriptor import check_tokenizer as check_tokenizer
 from akka_optimize.data.prepared_descriptor import parse_descriptor as parse_descriptor
-from akka_optimize.data.prepared_descriptor import read_descriptor as read_descriptor
-from akka_optimize.data.prepared_descriptor import (
-    template_fingerprint as template_fingerprint,
-)
-from akka_optimize.data.prepared_descriptor import (
-    tokenizer_fingerprint as tokenizer_fingerprint,
-)
 from akka_optimize.data.types import Example
 from akka_optimize.errors import InvalidRequest
 
@@ -240,9 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     from transformers import AutoTokenizer
 
-    from akka_optimize.data.jsonl import iter_jsonl_rows
-    from akka_optimize.data.masks import prepare_examples
-    from akka_optimize.data.policy import LossPolicy
+    from akka_optimize.data.masks import prepare_examples  # lazy: numpy
 
     ap = argparse.ArgumentParser(
         prog="python -m akka_optimize.data.prepared", description=main.__doc__

@@ -12,7 +12,7 @@ from typing import Any
 
 from akka_optimize import cancel
 from akka_optimize.data.policy import LossPolicy
-from akka_optimize.data.sentinels import _render, _sentinel_row
+from akka_optimize.data.sentinels import render_messages, sentinel_row
 
 
 def prompt_mismatches(
@@ -41,7 +41,7 @@ def prompt_mismatches(
     for r, row in enumerate(rows):
         if r % 256 == 0:
             cancel.check()
-        real, _sent, tools, _sent_tools, _fields = _sentinel_row(row)
+        real, _sent, tools, _sent_tools, _fields = sentinel_row(row)
         turns = [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"]
         for i in turns if policy.assistant_turns == "all" else turns[-1:]:
             checks.append((r, i, True, real[:i], tools))
@@ -95,7 +95,7 @@ def _render_checks(
         plain = [k for k, c in enumerate(checks) if c[2] is gp and not c[4]]
         if plain:
             try:
-                batch = _render(
+                batch = render_messages(
                     tokenizer, [checks[k][3] for k in plain], None, add_generation_prompt=gp
                 )
                 for k, text in zip(plain, batch, strict=True):
@@ -106,7 +106,7 @@ def _render_checks(
         if isinstance(texts[k], str):
             continue
         try:
-            texts[k] = _render(tokenizer, conv, tools, add_generation_prompt=gp)
+            texts[k] = render_messages(tokenizer, conv, tools, add_generation_prompt=gp)
         except Exception as exc:  # the template's own refusal (raise_exception, TypeError…)
             texts[k] = exc
     return texts

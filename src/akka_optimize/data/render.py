@@ -35,8 +35,13 @@ from typing import Any
 from akka_optimize.data.policy import LossPolicy
 from akka_optimize.data.prompt_checks import prompt_mismatches as prompt_mismatches
 from akka_optimize.data.sentinels import RenderError as RenderError
-from akka_optimize.data.sentinels import TemplateMarkers as TemplateMarkers
-from akka_optimize.data.sentinels import _Field, _image_fields, _locate, _render_all, _sentinel_row
+from akka_optimize.data.sentinels import (
+    SentinelField,
+    image_fields,
+    locate,
+    render_all,
+    sentinel_row,
+)
 from akka_optimize.data.sentinels import template_markers as template_markers
 
 
@@ -58,7 +63,7 @@ class Rendered:
 
 
 def _dropped(
-    row: dict[str, Any], fields: list[_Field], trained_turn: set[int]
+    row: dict[str, Any], fields: list[SentinelField], trained_turn: set[int]
 ) -> tuple[list[str], list[str]]:
     dropped, warnings = [], []
     roles = [m["role"] for m in row["messages"]]
@@ -92,7 +97,7 @@ def _dropped(
 
 
 def _part_intervals(
-    f: _Field, default: bool, row: int, warnings: list[str]
+    f: SentinelField, default: bool, row: int, warnings: list[str]
 ) -> list[tuple[int, int, bool]]:
     out = []
     for j, (a, b, flag) in enumerate(f.parts):
@@ -147,13 +152,13 @@ def render_rows(
         errors: when given, a row's :class:`RenderError` is appended here and its entry in
             the result is ``None``; otherwise the first one is raised.
     """
-    prepared = [_sentinel_row(r) for r in rows]
+    prepared = [sentinel_row(r) for r in rows]
     out: list[Rendered | None] = []
     for row, n, p, texts in zip(
-        rows, row_numbers, prepared, _render_all(tokenizer, prepared), strict=True
+        rows, row_numbers, prepared, render_all(tokenizer, prepared), strict=True
     ):
         try:
-            images = _image_fields(row)
+            images = image_fields(row)
             if images:
                 raise RenderError(
                     n,
@@ -181,9 +186,9 @@ def _spans(
     row_number: int,
     text: str,
     sent_text: str,
-    fields: list[_Field],
+    fields: list[SentinelField],
 ) -> Rendered:
-    _locate(sent_text, text, fields, row_number)
+    locate(sent_text, text, fields, row_number)
     messages = row["messages"]
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     trained_turn = set(assistants if policy.assistant_turns == "all" else assistants[-1:])
@@ -196,7 +201,7 @@ def _spans(
             "chat template renders them",
             dropped,
         )
-    by_msg: dict[int, list[_Field]] = {}
+    by_msg: dict[int, list[SentinelField]] = {}
     for f in fields:
         if f.start >= 0 and f.msg >= 0:
             by_msg.setdefault(f.msg, []).append(f)

@@ -65,7 +65,7 @@ class DataFileError(InvalidRequest):
     code = "invalid_data_file"
 
 
-def _kind(value: Any) -> str:
+def value_kind(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -81,7 +81,7 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def _refuse_unknown(obj: dict[str, Any], allowed: tuple[str, ...], line: int, field: str) -> None:
+def refuse_unknown(obj: dict[str, Any], allowed: tuple[str, ...], line: int, field: str) -> None:
     """Refuse the first key of ``obj`` not in ``allowed`` (see ``ROW_FIELDS``)."""
     for key in obj:
         if key not in allowed:
@@ -94,7 +94,7 @@ def _refuse_unknown(obj: dict[str, Any], allowed: tuple[str, ...], line: int, fi
             )
 
 
-def _maybe_json(value: Any, line: int, field: str, want: type) -> Any:
+def maybe_json(value: Any, line: int, field: str, want: type) -> Any:
     """Parse ``value`` when it is a JSON string holding a ``want`` (list or dict)."""
     if isinstance(value, str):
         try:
@@ -107,5 +107,7 @@ def _maybe_json(value: Any, line: int, field: str, want: type) -> Any:
             raise RowError(line, field, f"is a JSON string with {exc}") from None
     if not isinstance(value, want):
         name = "an array" if want is list else "an object"
-        raise RowError(line, field, f"must be {name} (or a JSON string of one), not {_kind(value)}")
+        raise RowError(
+            line, field, f"must be {name} (or a JSON string of one), not {value_kind(value)}"
+        )
     return value

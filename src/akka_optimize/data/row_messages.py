@@ -18,8 +18,8 @@ from .row_fields import (
     TEXT_PART_FIELDS,
     TOOL_CALL_FIELDS,
     RowError,
-    _kind,
-    _refuse_unknown,
+    refuse_unknown,
+    value_kind,
 )
 
 
@@ -29,7 +29,7 @@ def _image_part(part: dict[str, Any], line: int, where: str) -> dict[str, Any]:
     Kept for the registry (which uploads local images, F031); a text-only chat template
     cannot render them, so ``data.render`` refuses a row that has one.
     """
-    _refuse_unknown(part, ("type", part["type"]), line, where)
+    refuse_unknown(part, ("type", part["type"]), line, where)
     if part["type"] == "image":
         if not isinstance(part.get("image"), str) or not part["image"]:
             raise RowError(
@@ -39,7 +39,7 @@ def _image_part(part: dict[str, Any], line: int, where: str) -> dict[str, Any]:
     url = part.get("image_url")
     if not isinstance(url, dict) or not isinstance(url.get("url"), str) or not url["url"]:
         raise RowError(line, f"{where}.image_url", "an image_url part needs image_url.url")
-    _refuse_unknown(url, ("url",), line, f"{where}.image_url")
+    refuse_unknown(url, ("url",), line, f"{where}.image_url")
     return {"type": "image_url", "image_url": {"url": url["url"]}}
 
 
@@ -48,7 +48,9 @@ def _parse_parts(value: Any, line: int, field: str) -> str | list[dict[str, Any]
     if isinstance(value, str):
         return value
     if not isinstance(value, list):
-        raise RowError(line, field, f"must be a string or a list of text parts, not {_kind(value)}")
+        raise RowError(
+            line, field, f"must be a string or a list of text parts, not {value_kind(value)}"
+        )
     parts: list[dict[str, Any]] = []
     for j, part in enumerate(value):
         where = f"{field}[{j}]"
@@ -56,7 +58,7 @@ def _parse_parts(value: Any, line: int, field: str) -> str | list[dict[str, Any]
             parts.append({"type": "text", "text": part, "train": None})
             continue
         if not isinstance(part, dict):
-            raise RowError(line, where, f"a content part must be an object, not {_kind(part)}")
+            raise RowError(line, where, f"a content part must be an object, not {value_kind(part)}")
         if part.get("type") in ("image", "image_url"):
             parts.append(_image_part(part, line, where))
             continue
@@ -66,16 +68,18 @@ def _parse_parts(value: Any, line: int, field: str) -> str | list[dict[str, Any]
                 f"{where}.type",
                 f'must be "text", "image" or "image_url" (got {excerpt(part.get("type"))})',
             )
-        _refuse_unknown(part, TEXT_PART_FIELDS, line, where)
+        refuse_unknown(part, TEXT_PART_FIELDS, line, where)
         texts = [k for k in ("text", "content", "value") if k in part]
         if len(texts) != 1:
             raise RowError(line, where, "a text part needs exactly one of text, content or value")
         text = part[texts[0]]
         if not isinstance(text, str):
-            raise RowError(line, f"{where}.{texts[0]}", f"must be a string, not {_kind(text)}")
+            raise RowError(line, f"{where}.{texts[0]}", f"must be a string, not {value_kind(text)}")
         train = part.get("train")
         if train is not None and not isinstance(train, bool):
-            raise RowError(line, f"{where}.train", f"must be true or false, not {_kind(train)}")
+            raise RowError(
+                line, f"{where}.train", f"must be true or false, not {value_kind(train)}"
+            )
         if "weight" in part and part["weight"] is not None:
             weight = part["weight"]
             if isinstance(weight, bool) or weight not in (0, 1):
@@ -89,16 +93,16 @@ def _parse_parts(value: Any, line: int, field: str) -> str | list[dict[str, Any]
 
 def _parse_tool_calls(value: Any, line: int, field: str) -> list[dict[str, Any]]:
     if not isinstance(value, list):
-        raise RowError(line, field, f"must be an array of tool calls, not {_kind(value)}")
+        raise RowError(line, field, f"must be an array of tool calls, not {value_kind(value)}")
     calls = []
     for k, call in enumerate(value):
         where = f"{field}[{k}]"
         if not isinstance(call, dict):
-            raise RowError(line, where, f"a tool call must be an object, not {_kind(call)}")
-        _refuse_unknown(call, TOOL_CALL_FIELDS, line, where)
+            raise RowError(line, where, f"a tool call must be an object, not {value_kind(call)}")
+        refuse_unknown(call, TOOL_CALL_FIELDS, line, where)
         call_id = call.get("id")
         if call_id is not None and not isinstance(call_id, str):
-            raise RowError(line, f"{where}.id", f"must be a string, not {_kind(call_id)}")
+            raise RowError(line, f"{where}.id", f"must be a string, not {value_kind(call_id)}")
         if call.get("type", "function") != "function":
             raise RowError(
                 line, f"{where}.type", f'must be "function", not {excerpt(call.get("type"))}'
@@ -108,9 +112,9 @@ def _parse_tool_calls(value: Any, line: int, field: str) -> list[dict[str, Any]]
             raise RowError(
                 line,
                 f"{where}.function",
-                f"must be an object with name and arguments, not {_kind(fn)}",
+                f"must be an object with name and arguments, not {value_kind(fn)}",
             )
-        _refuse_unknown(fn, ("name", "arguments"), line, f"{where}.function")
+        refuse_unknown(fn, ("name", "arguments"), line, f"{where}.function")
         name = fn.get("name")
         if not isinstance(name, str) or not name:
             raise RowError(line, f"{where}.function.name", "must be a non-empty string")
@@ -130,7 +134,7 @@ def _parse_tool_calls(value: Any, line: int, field: str) -> list[dict[str, Any]]
             raise RowError(
                 line,
                 f"{where}.function.arguments",
-                f"must be a JSON object (or a string of one), not {_kind(args)}",
+                f"must be a JSON object (or a string of one), not {value_kind(args)}",
             )
         calls.append(
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
@@ -138,11 +142,11 @@ def _parse_tool_calls(value: Any, line: int, field: str) -> list[dict[str, Any]]
     return calls
 
 
-def _parse_message(msg: Any, i: int, line: int, call_ids: set[str]) -> dict[str, Any]:
+def parse_message(msg: Any, i: int, line: int, call_ids: set[str]) -> dict[str, Any]:
     field = f"messages[{i}]"
     if not isinstance(msg, dict):
-        raise RowError(line, field, f"a message must be an object, not {_kind(msg)}")
-    _refuse_unknown(msg, MESSAGE_FIELDS, line, field)
+        raise RowError(line, field, f"a message must be an object, not {value_kind(msg)}")
+    refuse_unknown(msg, MESSAGE_FIELDS, line, field)
     role = msg.get("role")
     if role not in ROLES:
         raise RowError(

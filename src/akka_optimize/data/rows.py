@@ -47,15 +47,11 @@ from typing import Any
 
 from .preference_rows import is_preference_row, parse_preference_row
 from .row_fields import MAX_LISTED_ERRORS as MAX_LISTED_ERRORS
-from .row_fields import MESSAGE_FIELDS as MESSAGE_FIELDS
-from .row_fields import ROLES as ROLES
-from .row_fields import ROW_FIELDS as ROW_FIELDS
-from .row_fields import TEXT_PART_FIELDS as TEXT_PART_FIELDS
-from .row_fields import TOOL_CALL_FIELDS as TOOL_CALL_FIELDS
+from .row_fields import ROW_FIELDS, maybe_json, refuse_unknown, value_kind
 from .row_fields import DataFileError as DataFileError
 from .row_fields import RowError as RowError
-from .row_fields import _kind, _maybe_json, _refuse_unknown
-from .row_messages import _parse_message
+from .row_messages import parse_message
+from .shapes import foreign_shape
 
 _SINGLE_TURN_KEYS = ("prompt", "completion")
 
@@ -75,7 +71,7 @@ def _messages_of(obj: dict[str, Any], line: int) -> Any:
         return obj["messages"]
     if single == ["prompt"] and obj.get("ground_truth") is not None:  # a prompt row
         if not isinstance(obj["prompt"], str):
-            raise RowError(line, "prompt", f"must be a string, not {_kind(obj['prompt'])}")
+            raise RowError(line, "prompt", f"must be a string, not {value_kind(obj['prompt'])}")
         return [{"role": "user", "content": obj["prompt"]}]
     if single:
         for key in _SINGLE_TURN_KEYS:
@@ -83,13 +79,12 @@ def _messages_of(obj: dict[str, Any], line: int) -> Any:
                 raise RowError(
                     line,
                     key,
-                    f"a single-turn row needs prompt and completion strings ({key} is {_kind(obj.get(key))})",
+                    f"a single-turn row needs prompt and completion strings ({key} is {value_kind(obj.get(key))})",
                 )
         return [
             {"role": "user", "content": obj["prompt"]},
             {"role": "assistant", "content": obj["completion"]},
         ]
-    from .shapes import foreign_shape
 
     hint = foreign_shape(obj)
     if hint is not None:
@@ -121,24 +116,24 @@ def parse_row(obj: Any, line: int) -> dict[str, Any]:
         RowError: the first thing wrong with the row, naming the line and field.
     """
     if not isinstance(obj, dict):
-        raise RowError(line, "", f"a row must be a JSON object, not {_kind(obj)}")
+        raise RowError(line, "", f"a row must be a JSON object, not {value_kind(obj)}")
     if is_preference_row(obj):  # a preference pair (config.method dpo; data/preference.py)
         return parse_preference_row(obj, line, parse_row)
     if "messages" not in obj and "prompt" not in obj:
-        from .shapes import foreign_shape
+        from .shapes import foreign_shape  # lazy: guarded
 
         # a ShareGPT or Alpaca row is named as such (with its messages form), not as
         # carrying unknown fields
         if (hint := foreign_shape(obj)) is not None:
             raise RowError(line, "messages", hint)
-    _refuse_unknown(obj, ROW_FIELDS, line, "")
-    messages = _maybe_json(_messages_of(obj, line), line, "messages", list)
+    refuse_unknown(obj, ROW_FIELDS, line, "")
+    messages = maybe_json(_messages_of(obj, line), line, "messages", list)
     if not messages:
         raise RowError(
             line, "messages", "is empty; a row needs at least a user and an assistant message"
         )
     call_ids: set[str] = set()
-    out_messages = [_parse_message(m, i, line, call_ids) for i, m in enumerate(messages)]
+    out_messages = [parse_message(m, i, line, call_ids) for i, m in enumerate(messages)]
     last = out_messages[-1]["role"]
     prompt_row = last == "user" and obj.get("ground_truth") is not None
     if last != "assistant" and not prompt_row:
@@ -151,10 +146,12 @@ def parse_row(obj: Any, line: int) -> dict[str, Any]:
         )
     row: dict[str, Any] = {"messages": out_messages}
     if obj.get("tools") is not None:
-        tools = _maybe_json(obj["tools"], line, "tools", list)
+        tools = maybe_json(obj["tools"], line, "tools", list)
         for t, tool in enumerate(tools):
             if not isinstance(tool, dict):
-                raise RowError(line, f"tools[{t}]", f"a tool must be an object, not {_kind(tool)}")
+                raise RowError(
+                    line, f"tools[{t}]", f"a tool must be an object, not {value_kind(tool)}"
+                )
             fn = tool.get("function", tool)
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                 raise RowError(line, f"tools[{t}]", "a tool needs a function with a name")
@@ -165,11 +162,13 @@ def parse_row(obj: Any, line: int) -> dict[str, Any]:
     if obj.get("data_source") is not None:
         if not isinstance(obj["data_source"], str):
             raise RowError(
-                line, "data_source", f"must be a string, not {_kind(obj['data_source'])}"
+                line, "data_source", f"must be a string, not {value_kind(obj['data_source'])}"
             )
         row["data_source"] = obj["data_source"]
     if obj.get("extra_info") is not None:
         if not isinstance(obj["extra_info"], dict):
-            raise RowError(line, "extra_info", f"must be an object, not {_kind(obj['extra_info'])}")
+            raise RowError(
+                line, "extra_info", f"must be an object, not {value_kind(obj['extra_info'])}"
+            )
         row["extra_info"] = obj["extra_info"]
     return row

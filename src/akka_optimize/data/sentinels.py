@@ -52,7 +52,7 @@ class TemplateMarkers:
 
 
 @dataclass
-class _Field:
+class SentinelField:
     msg: int
     kind: str  # content | reasoning | tool_call | tool_decl
     text: str
@@ -78,7 +78,7 @@ def _flatten(value: str | list[dict[str, Any]]) -> tuple[str, list[tuple[int, in
     return "".join(pieces), parts
 
 
-def _image_fields(row: dict[str, Any]) -> list[str]:
+def image_fields(row: dict[str, Any]) -> list[str]:
     out = []
     for i, m in enumerate(row["messages"]):
         for key in ("content", "reasoning_content"):
@@ -88,7 +88,7 @@ def _image_fields(row: dict[str, Any]) -> list[str]:
     return out
 
 
-def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, **kw: Any) -> str:
+def render_messages(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, **kw: Any) -> str:
     return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **kw)
 
 
@@ -104,10 +104,12 @@ def template_markers(tokenizer: Any) -> TemplateMarkers:
     if key in _MARKERS:
         return _MARKERS[key]
     probe = [{"role": "user", "content": _sentinel(0)}]
-    without = _render(tokenizer, probe, None)
-    with_gp = _render(tokenizer, probe, None, add_generation_prompt=True)
+    without = render_messages(tokenizer, probe, None)
+    with_gp = render_messages(tokenizer, probe, None, add_generation_prompt=True)
     gp = with_gp[len(without) :] if with_gp.startswith(without) else ""
-    reply = _render(tokenizer, [*probe, {"role": "assistant", "content": _sentinel(1)}], None)
+    reply = render_messages(
+        tokenizer, [*probe, {"role": "assistant", "content": _sentinel(1)}], None
+    )
     after = reply[reply.find(_sentinel(1)) + len(_sentinel(1)) :]
     specials = sorted(
         {t for t in tokenizer.all_special_tokens if t}
@@ -125,16 +127,16 @@ def template_markers(tokenizer: Any) -> TemplateMarkers:
     return markers
 
 
-def _sentinel_row(
+def sentinel_row(
     row: dict[str, Any],
-) -> tuple[list[dict], list[dict], list[dict] | None, list[dict] | None, list[_Field]]:
+) -> tuple[list[dict], list[dict], list[dict] | None, list[dict] | None, list[SentinelField]]:
     """Real messages/tools for the template, the same with sentinels, and the field table."""
-    fields: list[_Field] = []
+    fields: list[SentinelField] = []
 
     def put(msg: int, kind: str, text: str, parts: list) -> str:
         if not text:
             return text
-        fields.append(_Field(msg, kind, text, parts))
+        fields.append(SentinelField(msg, kind, text, parts))
         return _sentinel(len(fields) - 1)
 
     real, sent = [], []
@@ -173,7 +175,7 @@ def _sentinel_row(
     return real, sent, tools, sent_tools, fields
 
 
-def _locate(sent_text: str, real_text: str, fields: list[_Field], row: int) -> None:
+def locate(sent_text: str, real_text: str, fields: list[SentinelField], row: int) -> None:
     """Set each field's ``start``/``end`` in ``real_text`` (``-1`` when the template dropped it)."""
     found = list(_SENTINEL_RE.finditer(sent_text))
     seen: set[int] = set()
@@ -227,7 +229,7 @@ def _render_sentinels(tokenizer: Any, messages: list[dict[str, Any]], tools: Any
             _compile_jinja_template,
         )
     except ImportError:  # pragma: no cover - other transformers versions
-        return _render(tokenizer, messages, tools)
+        return render_messages(tokenizer, messages, tools)
     template = tokenizer.get_chat_template(None, tools)
     return _compile_jinja_template(template).render(
         **tokenizer.special_tokens_map,
@@ -238,20 +240,20 @@ def _render_sentinels(tokenizer: Any, messages: list[dict[str, Any]], tools: Any
     )
 
 
-def _render_all(tokenizer: Any, prepared: list[tuple]) -> list[tuple[str, str] | Exception]:
+def render_all(tokenizer: Any, prepared: list[tuple]) -> list[tuple[str, str] | Exception]:
     """Real and sentinel texts of every row; the real texts of rows without tools in one call."""
     out: list[tuple[str, str] | Exception] = [ValueError("not rendered")] * len(prepared)
     plain = [i for i, p in enumerate(prepared) if not p[2]]
     real: dict[int, str] = {}
     if plain:
         try:
-            texts = _render(tokenizer, [prepared[i][0] for i in plain], None)
+            texts = render_messages(tokenizer, [prepared[i][0] for i in plain], None)
             real = dict(zip(plain, texts, strict=True))
         except Exception:  # one row made the template raise: find it below, row by row
             real = {}
     for i, (messages, sent, tools, sent_tools, _) in enumerate(prepared):
         try:
-            text = real[i] if i in real else _render(tokenizer, messages, tools)
+            text = real[i] if i in real else render_messages(tokenizer, messages, tools)
             out[i] = (text, _render_sentinels(tokenizer, sent, sent_tools))
         except Exception as exc:  # the template's own refusal (raise_exception, TypeError…)
             out[i] = exc

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..data.render import template_markers
+
 #: The fixed prompts (user messages) of the served = trained check (behaviours.md 7).
 CHECK_PROMPTS = (
     "Say hello.",
@@ -31,7 +33,6 @@ def stop_token_ids(tokenizer: Any, generation_config: dict[str, Any] | None = No
     an endpoint stops where training taught the model to stop, whatever the template.
     A tokenizer without a chat template stops on its EOS ids only.
     """
-    from ..data.render import template_markers
 
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 import torch
 from torch import Tensor
 
+from ..forkserver import exit_now
 from .errors import EngineError
 
 SHARDINGS = ("full", "none")
@@ -92,7 +93,7 @@ def all_sum(values: list[float]) -> list[float]:
 
     if world()[1] == 1:
         return list(values)
-    out = torch.tensor(values, dtype=torch.float64, device=_comm_device())
+    out = torch.tensor(values, dtype=torch.float64, device=comm_device())
     dist.all_reduce(out)
     return [float(v) for v in out.cpu()]
 
@@ -108,12 +109,12 @@ def max_over_ranks(value: int) -> int:
 
     if world()[1] == 1:
         return value
-    t = torch.tensor([value], dtype=torch.int64, device=_comm_device())
+    t = torch.tensor([value], dtype=torch.int64, device=comm_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
 
 
-def _comm_device() -> torch.device:
+def comm_device() -> torch.device:
     import torch.distributed as dist
 
     if dist.get_backend() == "nccl":
@@ -258,7 +259,7 @@ def replica_difference(flat: Tensor) -> float:
 
     if world()[1] == 1:
         return 0.0
-    dev = _comm_device()
+    dev = comm_device()
     mine = flat.to(dev)
     first = mine.clone()
     dist.broadcast(first, src=0)
@@ -283,7 +284,6 @@ def exit_rank(code: int) -> NoReturn:
     in CI on two CPU ranks under load, torch 2.13; pytorch/pytorch#179291 describes
     gloo's worker threads outliving the interpreter), and ``torch.distributed.run`` then
     reports a finished launch as failed."""
-    from ..forkserver import exit_now
 
     exit_now(code)
 

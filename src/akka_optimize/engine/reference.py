@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..data.types import Example, Pass
+from .session.passes import vision_tensors
 from .session.training import TrainingSession
 
 REFERENCE_TOLERANCE = 1e-4
@@ -50,7 +51,6 @@ def model_logprobs(session: TrainingSession, example: Example) -> torch.Tensor:
     """log p(input_ids[t] | input_ids[:t]) from the model's own forward, float32 [L]
     (0.0 at position 0), for one conversation alone, adapter included, in eval mode; an
     image row with its vision inputs."""
-    from .session.passes import vision_tensors
 
     ids = torch.tensor(example.input_ids, dtype=torch.long)[None].to(session.device)
     vision = vision_tensors(example.vision, session.device, session.weight_dtype)

@@ -161,7 +161,7 @@ def per_sample(values: list[torch.Tensor], passes: list[Pass]) -> list[list[floa
     return out
 
 
-def _sample_rollouts(
+def sample_rollouts(
     session: Any,
     prompts: list[RLPrompt],
     settings: RLSettings,

@@ -25,20 +25,17 @@ from ..data.types import Example
 from .config import EngineConfig
 from .distributed import any_rank
 from .errors import EngineError
-from .phases import end_phase as end_phase
-from .phases import training_phase as training_phase
+from .phases import end_phase, training_phase
 from .sanity import first_loss_warning, start_warnings
 from .session.training import TrainingSession
-from .sft_order import epoch_order as epoch_order
-from .sft_order import passes_of as passes_of
+from .sft_order import passes_of
 from .sft_order import total_updates as total_updates
 from .sft_order import update_passes as update_passes
 from .sft_order import update_rows as update_rows
-from .snapshots import BRANCH_SETTINGS as BRANCH_SETTINGS
-from .snapshots import ORDER_SETTINGS as ORDER_SETTINGS
+from .snapshots import BRANCH_SETTINGS, ORDER_SETTINGS, save_snapshot
 from .snapshots import recoverable_steps as recoverable_steps
-from .snapshots import save_snapshot as save_snapshot
 from .snapshots import state_path as state_path
+from .start_checks import StartCheckFailed, start_checks
 
 Emit = Callable[[dict[str, Any]], None]
 _DEFAULTS = {f.name: f.default for f in fields(EngineConfig)}
@@ -125,7 +122,7 @@ def run_sft(
     total = total_updates(cfg, len(train))
 
     # ---- build
-    session, log = _start_session(
+    session, log = start_session(
         cfg, model_dir, state_dir, len(train), total, emit, resume_step, branch, init_adapter
     )
     result = SftResult(0, total, False, None, None, None, None, session.adapted_modules)
@@ -137,7 +134,7 @@ def run_sft(
     # ---- loop
     for update in range(session.step + 1, total + 1):
         epoch, epoch_end = _train_update(session, cfg, train, update, log, emit, resume_step)
-        if validation and _validation_due(cfg, update, total, epoch_end):
+        if validation and validation_due(cfg, update, total, epoch_end):
             log["validation"] = _validate(session, validation, cfg, update, emit)
 
         ends = UpdateEnd(model_dir, state_dir, len(train), stop_after_step, should_stop, until)
@@ -145,7 +142,7 @@ def run_sft(
             break
 
     # ---- result
-    return _finish(result, session, log, emit)
+    return finish_run(result, session, log, emit)
 
 
 @dataclass(frozen=True)
@@ -199,7 +196,6 @@ def _start_checks(
     least two, at most one pass's worth); emits a ``phase`` event first, and a ``checks``
     event with every value when one fails (then re-raised). None when the
     settings have none (``checks.start`` false, one device) or the run has trained."""
-    from .start_checks import StartCheckFailed, start_checks
 
     if cfg.start_checks is None or session.step != 0:
         return None
@@ -234,7 +230,7 @@ def _save_due(cfg: EngineConfig, update: int, total: int, epoch_end: bool, endin
     return bool(update == total or ending or every or (cfg.save_each_epoch and epoch_end))
 
 
-def _finish(
+def finish_run(
     result: SftResult, session: TrainingSession, log: dict[str, Any], emit: Emit
 ) -> SftResult:
     """Fill ``result`` from the session and the loss log, emit the last ``phase`` event
@@ -247,7 +243,7 @@ def _finish(
     return result
 
 
-def _validation_due(cfg: EngineConfig, update: int, total: int, epoch_end: bool) -> bool:
+def validation_due(cfg: EngineConfig, update: int, total: int, epoch_end: bool) -> bool:
     """Whether the validation set is scored after ``update``: every
     ``validation_frequency_steps``, at each epoch's end with ``validate_each_epoch``, and
     always after the last update (a run given a validation set always ends measured)."""
@@ -257,7 +253,7 @@ def _validation_due(cfg: EngineConfig, update: int, total: int, epoch_end: bool)
     )
 
 
-def _start_session(
+def start_session(
     cfg: EngineConfig,
     model_dir: Path,
     state_dir: Path,

@@ -21,7 +21,7 @@ from ..jobs.views import project_fields
 from .eval_request import COMPARE, METHOD
 
 
-def _iso(t: Any) -> str | None:
+def iso_time(t: Any) -> str | None:
     return t.isoformat() if t is not None else None
 
 
@@ -58,9 +58,9 @@ def evaluation_view(
         else None,
         "maxErrorShare": r.get("maxErrorShare"),
         "failureReason": run.failure_reason,
-        "createdAt": _iso(run.created_at),
-        "startedAt": _iso(run.started_at),
-        "finishedAt": _iso(run.finished_at),
+        "createdAt": iso_time(run.created_at),
+        "startedAt": iso_time(run.started_at),
+        "finishedAt": iso_time(run.finished_at),
     }
     if examples is not None:
         out["examples"] = examples

@@ -14,7 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import AkkaError
+from .judges import (
+    PAIR_CHOICES,
+    judge_messages,
+    judge_request,
+    pair_messages,
+    parse_preference,
+    parse_score,
+)
 from .rows import EvalRow
+from .sandbox.pool import GradeResult
 
 
 class JudgeUnavailable(AkkaError):
@@ -57,7 +66,7 @@ def ask_judge(
     return (r.json()["choices"][0]["message"].get("content") or "").strip(), None
 
 
-def _open_judge(events: Any, grader: dict[str, Any], count: int) -> None:
+def open_judge(events: Any, grader: dict[str, Any], count: int) -> None:
     """Ask the service for the judge's endpoint (created and started when needed) and
     report it in the evaluation's phase.
 
@@ -117,11 +126,9 @@ def judge_all(
     Raises:
         JudgeUnavailable: the judge's endpoint failed to start or was refused.
     """
-    from .judges import judge_messages, judge_request, parse_score
-    from .sandbox.pool import GradeResult
 
     if announce:
-        _open_judge(events, grader, len(answers))
+        open_judge(events, grader, len(answers))
 
     def one(i: int) -> Any:
         ex = examples[i]
@@ -156,10 +163,8 @@ def judge_pairs(
     Raises:
         JudgeUnavailable: the judge's endpoint failed to start or was refused.
     """
-    from .judges import PAIR_CHOICES, judge_request, pair_messages, parse_preference
-    from .sandbox.pool import GradeResult
 
-    _open_judge(events, grader, 2 * len(candidate))
+    open_judge(events, grader, 2 * len(candidate))
 
     def one(i: int) -> tuple[Any, Any]:
         ex = examples[i]

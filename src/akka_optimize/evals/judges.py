@@ -103,7 +103,7 @@ def judge_instructions(
     return (built_in + (_CONTEXT + system if system else "")), "built-in"
 
 
-def _conversation(prompt: list[dict[str, Any]]) -> str:
+def conversation_text(prompt: list[dict[str, Any]]) -> str:
     lines = []
     for m in prompt:
         if m.get("role") == "system":
@@ -125,7 +125,7 @@ def judge_messages(
     """
     truth = ground_truth if isinstance(ground_truth, str) else json.dumps(ground_truth)
     user = (
-        f"Task:\n{_conversation(prompt)}\n\nReference answer:\n{truth}\n\n"
+        f"Task:\n{conversation_text(prompt)}\n\nReference answer:\n{truth}\n\n"
         f"Answer to grade:\n{answer}\n\n"
         f"Score the answer from 0 to {MAX_SCORE}; reply with the number only."
     )
@@ -179,7 +179,7 @@ def pair_messages(
     """The chat messages that ask a judge which of answers ``a`` and ``b`` is better."""
     truth = ground_truth if isinstance(ground_truth, str) else json.dumps(ground_truth)
     user = (
-        f"Task:\n{_conversation(prompt)}\n\nReference answer:\n{truth}\n\n"
+        f"Task:\n{conversation_text(prompt)}\n\nReference answer:\n{truth}\n\n"
         f"Answer A:\n{a}\n\nAnswer B:\n{b}\n\n"
         "Which answer is better? Reply A, B or tie."
     )

@@ -26,29 +26,30 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ..catalog.cache import ready_model_dir
 from ..db.models.jobs import Run, RunAttempt
+from ..deployment import cuda_available, load_deployment
+from ..errors import Conflict
 from ..jobs import states as S
+from ..jobs.capacity import usage as capacity
 from ..jobs.context import JobContext
 from ..jobs.kinds import JobKind, Launch
 from ..jobs.records import end_attempt
 from ..jobs.scheduler import wake
 from ..jobs.spec import JobSpec
+from ..registry import resolve
 from .eval_request import COMPARE as COMPARE
 from .eval_request import DEFAULT_SAMPLING as DEFAULT_SAMPLING
 from .eval_request import MAX_ERROR_SHARE as MAX_ERROR_SHARE
 from .eval_request import METHOD as METHOD
 from .eval_request import EvalRequest as EvalRequest
-from .eval_views import _iso as _iso
 from .eval_views import comparison_view as comparison_view
 from .eval_views import evaluation_view as evaluation_view
-from .eval_views import fan_view as fan_view
 from .eval_views import find_evaluation as find_evaluation
+from .eval_views import iso_time as iso_time
 from .eval_views import list_evaluations as list_evaluations
-from .eval_views import most_different as most_different
+from .eval_views import most_different
 from .eval_views import read_examples as read_examples
-from .scoring import Scoring as Scoring
-from .scoring import _bundle_sources as _bundle_sources
-from .scoring import _check_judge as _check_judge
 from .scoring import base_key_of as base_key_of
 from .scoring import check_scoring as check_scoring
 
@@ -64,7 +65,6 @@ def _side(model: Any) -> dict[str, Any]:
 def eval_device_kind(settings: Any) -> str:
     """Where answers are generated: the deployment's default device profile's kind, else
     ``cuda`` when this machine has a CUDA device, else ``cpu``."""
-    from ..deployment import cuda_available, load_deployment
 
     dep = load_deployment(settings.resolved_deployment_file())
     prof = dep.profile(dep.defaultDeviceProfile) if dep.defaultDeviceProfile else None
@@ -74,12 +74,11 @@ def eval_device_kind(settings: Any) -> str:
 def serving_precision(ctx: JobContext) -> str:
     """The deployment's ``serving.precision``: the dtype an evaluation's answers are
     generated in (pinned in its resolved settings when it is created)."""
-    from ..deployment import load_deployment
 
     return load_deployment(ctx.settings.resolved_deployment_file()).serving.precision
 
 
-def _resolved(ctx: JobContext, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
+def kind_resolved(ctx: JobContext, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
     """The evaluation's pinned settings (what the worker runs and ``get`` shows)."""
     sc = check_scoring(
         ctx, s, req.grader, req.grader_instructions, req.dataset, resolve, limit=req.limit
@@ -107,7 +106,9 @@ def _resolved(ctx: JobContext, s: Session, req: EvalRequest, resolve: Any) -> di
     }
 
 
-def _claims(ctx: JobContext, project: str, device_kind: str, judged: bool) -> list[dict[str, Any]]:
+def evaluation_claims(
+    ctx: JobContext, project: str, device_kind: str, judged: bool
+) -> list[dict[str, Any]]:
     """The evaluation's claims (one device, and its judge endpoint when judged), as its
     record shows them; refused when no quota or pool could ever admit them (issue 22;
     :mod:`akka_optimize.jobs.capacity.usage`).
@@ -115,8 +116,6 @@ def _claims(ctx: JobContext, project: str, device_kind: str, judged: bool) -> li
     Raises:
         InvalidRequest: ``quota_exceeded``, naming the quota or the pool.
     """
-    from ..deployment import load_deployment
-    from ..jobs.capacity import usage as capacity
 
     dep = load_deployment(ctx.settings.resolved_deployment_file())
     devices = capacity.run_devices(dep, None, device_kind, 0, judged)
@@ -144,11 +143,12 @@ def start_evaluation(ctx: JobContext, s: Session, req: EvalRequest, resolve: Any
         InvalidRequest / NotFound / Forbidden / Conflict: the request is refused (the field
             named); nothing is created.
     """
-    from ..catalog.cache import ready_model_dir
 
     ready_model_dir(s, ctx.settings, req.base_key)  # refuses a base model that is not READY
-    resolved = _resolved(ctx, s, req, resolve)
-    claims = _claims(ctx, req.project, req.device_kind, bool(resolved["grader"].get("judge")))
+    resolved = kind_resolved(ctx, s, req, resolve)
+    claims = evaluation_claims(
+        ctx, req.project, req.device_kind, bool(resolved["grader"].get("judge"))
+    )
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
     resolved["claims"] = claims  # not hashed: the same evaluation on another deployment
     run = Run(
@@ -178,7 +178,6 @@ def start_evaluation(ctx: JobContext, s: Session, req: EvalRequest, resolve: Any
 def _grader_spec(s: Session, r: dict[str, Any]) -> dict[str, Any]:
     """What the worker needs of the pinned grader: a bundle's record, or a judge's
     instructions (the judge itself is reached through its endpoint)."""
-    from ..registry import resolve
 
     g = dict(r["grader"])
     if g.get("judge"):
@@ -194,7 +193,6 @@ def sweep_sides(s: Session, r: dict[str, Any]) -> dict[str, Any]:
     Raises:
         Conflict: no branch succeeded, so there is nothing to score against the source.
     """
-    from ..errors import Conflict
 
     sides, left_out = [r["sides"][0]], []
     for b in r["branches"]:
@@ -216,8 +214,6 @@ def sweep_sides(s: Session, r: dict[str, Any]) -> dict[str, Any]:
 
 def build_spec(launch: Launch) -> JobSpec:
     """The job spec of an evaluation attempt (the ``eval`` kind's ``build_spec``)."""
-    from ..deployment import load_deployment
-    from ..registry import resolve
 
     s, run = launch.session, launch.run
     r = run.resolved
@@ -257,7 +253,7 @@ def build_spec(launch: Launch) -> JobSpec:
     )
 
 
-def _progress(
+def record_progress(
     ctx: JobContext, s: Session, run: Run, att: RunAttempt, event: dict[str, Any]
 ) -> None:
     run.current_step = int(event.get("completed") or 0)
@@ -300,7 +296,7 @@ EVALUATION = JobKind(
     name=METHOD,
     worker="akka_optimize.evals.worker:evaluate",
     build_spec=build_spec,
-    events={"progress": _progress, "completed": _completed},
+    events={"progress": record_progress, "completed": _completed},
 )
 """The evaluation kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
 
@@ -308,6 +304,6 @@ COMPARISON = JobKind(
     name=COMPARE,
     worker="akka_optimize.evals.worker:evaluate",
     build_spec=build_spec,
-    events={"progress": _progress, "completed": _completed},
+    events={"progress": record_progress, "completed": _completed},
 )
 """The comparison kind: both models answer on one engine, one grader scores both."""

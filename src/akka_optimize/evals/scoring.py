@@ -14,10 +14,17 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ..errors import InvalidRequest
+from ..catalog.cache import ready_model_dir
+from ..deployment import load_deployment
+from ..errors import AkkaError, InvalidRequest
 from ..jobs.context import JobContext
+from ..jobs.readable import check_readable
+from ..refs import parse_ref
+from ..registry import load_dataset_rows
 from ..store import content_key
 from .graders import check_bundle_entry, parse_grader
+from .judges import judge_instructions
+from .rows import eval_rows
 
 
 def _bundle_sources(store: Any, rv: Any) -> dict[str, bytes]:
@@ -76,12 +83,9 @@ class Scoring:
         }
 
 
-def _check_judge(ctx: JobContext, s: Session, judge: Any, grader: str) -> None:
+def check_judge(ctx: JobContext, s: Session, judge: Any, grader: str) -> None:
     """Refuse (field ``grader``) a judge its endpoint could not serve: a base model that is
     not ready, an adapter above the serving rank limit."""
-    from ..catalog.cache import ready_model_dir
-    from ..deployment import load_deployment
-    from ..errors import AkkaError
 
     try:
         ready_model_dir(s, ctx.settings, base_key_of(judge))
@@ -128,16 +132,12 @@ def check_scoring(
             ground truth a grader needs (the row named).
         NotFound: a bundle, judge or dataset reference that does not resolve.
     """
-    from ..jobs.readable import check_readable
-    from ..registry import load_dataset_rows
-    from .judges import judge_instructions
-    from .rows import eval_rows
 
     spec = parse_grader(grader, field="grader")
     bundle = judge = None
     if spec.kind == "model":
         judge = resolve("model", spec.ref, field="grader")
-        _check_judge(ctx, s, judge, grader)
+        check_judge(ctx, s, judge, grader)
     else:
         if grader_instructions is not None:
             raise InvalidRequest(
@@ -176,7 +176,6 @@ def check_scoring(
 def base_key_of(model: Any) -> str:
     """The catalog key (``ns/name:vN``) of the base model that ``model`` (a resolved model
     version: a base model or an adapter) runs on."""
-    from ..refs import parse_ref
 
     if model.source == "adapter":
         b = parse_ref(model.base_model or "")

@@ -34,6 +34,7 @@ from ..db.models.projects import Project
 from ..errors import Conflict
 from ..jobs import states as S
 from ..jobs.context import JobContext
+from ..registry import resolve as registry_resolve
 from .kind import METHOD, EvalRequest, base_key_of, check_scoring, eval_device_kind
 from .kind import start_evaluation as start
 
@@ -113,7 +114,6 @@ def queue_for_registered(ctx: JobContext, s: Session, project: str, model: Any) 
     cannot be queued (its base model not ready, a refused reference) is logged and kept as
     the sentence in ``lastQueued.error``, and the registration stands.
     """
-    from ..registry import resolve as registry_resolve
 
     p = s.scalar(select(Project).where(Project.name == project))
     cfg = p.evaluation if p is not None else None
@@ -167,7 +167,6 @@ def _matches(r: dict[str, Any], cfg: dict[str, Any]) -> bool:
 
 
 def _repository(s: Session, base_key: str) -> str | None:
-    from ..registry import resolve as registry_resolve
 
     try:
         return (registry_resolve(s, "model", base_key).metadata or {}).get("repository")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .stats import paired
+
 
 def summary(scores: list[float | None]) -> dict[str, Any]:
     """Mean score with its standard error over the examples that scored.
@@ -41,7 +43,7 @@ def summary(scores: list[float | None]) -> dict[str, Any]:
     }
 
 
-def _records(
+def summary_records(
     examples: list[Any], answers: list[list[str | None]], per_side: list[list[Any]]
 ) -> list[dict[str, Any]]:
     """One record per example: prompt, ground truth, and each side's answer, score,
@@ -64,10 +66,9 @@ def _records(
     return records
 
 
-def _result(ev: dict[str, Any], per_side: list[list[Any]]) -> dict[str, Any]:
+def summary_result(ev: dict[str, Any], per_side: list[list[Any]]) -> dict[str, Any]:
     """The summary: an evaluation's, a comparison's paired difference (with each side's
     summary), or a sweep's fan (every branch against the source snapshot, side 0)."""
-    from .stats import paired
 
     scores = [[g.score for g in got] for got in per_side]
     if ev.get("fan"):

@@ -20,19 +20,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ..jobs.blobs import download_prefix
 from ..jobs.spec import JobSpec
+from ..jobs.training import spec_version as version
+from ..serving.engine import SamplingParams
+from ..serving.transformers_engine import TransformersEngine
 from ..store import BlobStore
 from ..testhooks import hold
-from .judge_client import JudgeUnavailable as JudgeUnavailable
-from .judge_client import _in_parallel as _in_parallel
-from .judge_client import _open_judge as _open_judge
-from .judge_client import ask_judge as ask_judge
 from .judge_client import judge_all as judge_all
-from .judge_client import judge_pairs as judge_pairs
+from .judge_client import judge_pairs
 from .rows import EvalRow, eval_rows
-from .summaries import _records as _records
-from .summaries import _result as _result
+from .sandbox.pool import GraderPool, Limits
 from .summaries import summary as summary
+from .summaries import summary_records, summary_result
 
 ADAPTER = "candidate"
 """The name the evaluated adapter is loaded under in the engine."""
@@ -41,13 +41,12 @@ PROGRESS_EVERY = 8
 """Answers (or grades) between two progress events."""
 
 
-def _version(kind: str, record: dict[str, Any]) -> Any:
-    from ..jobs.training import _version as version
+def worker_version(kind: str, record: dict[str, Any]) -> Any:
 
     return version(kind, record)
 
 
-def _prompt_ids(tokenizer: Any, row: EvalRow) -> list[int]:
+def prompt_ids(tokenizer: Any, row: EvalRow) -> list[int]:
     kw: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
     if row.tools:
         kw["tools"] = row.tools
@@ -80,7 +79,7 @@ def answer_all(
     def one(i: int) -> None:
         if stop():
             return
-        ids = _prompt_ids(engine.tokenizer, rows[i])
+        ids = prompt_ids(engine.tokenizer, rows[i])
         answers[i] = "".join(ev.delta for ev in engine.stream(ids, adapter, params))
         with lock:
             done[0] += 1
@@ -92,8 +91,7 @@ def answer_all(
     return answers
 
 
-def _limits(ev: dict[str, Any]) -> Any:
-    from .sandbox.pool import Limits
+def sandbox_limits(ev: dict[str, Any]) -> Any:
 
     lim = ev.get("limits") or {}
     keys = ("cpu_seconds", "wall_seconds", "memory_bytes", "workers")
@@ -110,13 +108,12 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     evaluation was created) and ``hidden`` (folders the grader must not see: the service's
     home). Every side answers every row on one engine (the sides share a base model).
     """
-    from ..registry import download_bundle, load_dataset_rows
-    from ..serving.transformers_engine import TransformersEngine
+    from ..registry import download_bundle, load_dataset_rows  # lazy: sqlalchemy
 
     ev = spec.extra["evaluation"]
     sides = ev.get("sides") or [{"model": ev["model"], "adapter": ev.get("adapter")}]
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
-    dataset = _version("dataset", spec.dataset)
+    dataset = worker_version("dataset", spec.dataset)
     rows = load_dataset_rows(store, dataset)
     if ev.get("limit"):
         rows = rows[: int(ev["limit"])]
@@ -125,7 +122,9 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     grader = ev["grader"]
     bundle_dir = None
     if grader.get("kind") != "model":
-        bundle_dir = download_bundle(store, _version("bundle", grader["bundle"]), work / "bundle")
+        bundle_dir = download_bundle(
+            store, worker_version("bundle", grader["bundle"]), work / "bundle"
+        )
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "loading the model"})
     rows_at_once = int(ev.get("batchRows") or 16)
@@ -147,11 +146,12 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     per_side = [graded[i * n : (i + 1) * n] for i in range(len(sides))]
     key = f"runs/{spec.run_id}/evaluation/examples.jsonl"
     body = "".join(
-        json.dumps(r, ensure_ascii=False) + "\n" for r in _records(examples, answers, per_side)
+        json.dumps(r, ensure_ascii=False) + "\n"
+        for r in summary_records(examples, answers, per_side)
     )
     store.put_bytes(key, body.encode())
     events.send({"type": "progress", "completed": total, "total": total, "stage": "graded"})
-    result = _result(ev, per_side)
+    result = summary_result(ev, per_side)
     result["examplesKey"] = key
     result["batchSizes"] = engine.batch_sizes[:200]
     return {"type": "completed", "result": result}
@@ -159,8 +159,7 @@ def evaluate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
 
 def _load_sides(engine: Any, sides: list[dict[str, Any]], store: BlobStore, work: Path) -> list:
     """Load each side's adapter on ``engine``; the served name per side (None: the base)."""
-    from ..jobs.blobs import download_prefix
-    from ..registry import download_model_files
+    from ..registry import download_model_files  # lazy: sqlalchemy
 
     names: list[str | None] = []
     for i, side in enumerate(sides):
@@ -168,7 +167,7 @@ def _load_sides(engine: Any, sides: list[dict[str, Any]], store: BlobStore, work
             folder = download_prefix(store, side["adapterKey"], work / f"adapter-{i}")
         elif side.get("adapter"):
             folder = work / f"adapter-{i}"
-            download_model_files(store, _version("model", side["adapter"]), folder)
+            download_model_files(store, worker_version("model", side["adapter"]), folder)
         else:
             names.append(None)
             continue
@@ -186,7 +185,6 @@ def _answer_sides(
     rows_at_once: int,
 ) -> list[list[str | None]] | None:
     """Every side's answer to every example, with progress events; None when cancelled."""
-    from ..serving.engine import SamplingParams
 
     sp = ev["sampling"]
     params = SamplingParams(
@@ -246,7 +244,6 @@ def _grade(
 ) -> list[Any]:
     """Grade every answer, side after side: a bundle in the sandbox, or a ``model:`` judge
     (a comparison's judge sees both answers of a pair)."""
-    from .sandbox.pool import GraderPool
 
     grader = ev["grader"]
     judged = grader.get("kind") == "model"
@@ -290,6 +287,6 @@ def _grade(
     assert bundle_dir is not None  # a bundle grader was downloaded by evaluate
     hidden = [Path(p) for p in spec.extra.get("hidden", [])]
     with GraderPool(
-        bundle_dir, grader["module"], grader["function"], _limits(ev), hidden=hidden
+        bundle_dir, grader["module"], grader["function"], sandbox_limits(ev), hidden=hidden
     ) as pool:
         return pool.score(calls)

@@ -22,13 +22,25 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ..catalog.cache import load_tokenizer, ready_model_dir, tokenizer_dir
+from ..data.prepared import check_length, check_tokenizer
+from ..deployment import load_deployment
+from ..engine.attention import flash_attention_device_refusal
 from ..errors import AkkaError, Conflict, InvalidRequest
+from ..registry import is_prepared, resolve
+from ..registry.models import trained_name_refusal
+from .capacity import usage as capacity
+from .capacity.usage import observed_devices
 from .context import JobContext
+from .kinds import job_kind, registered_kinds
+from .lora_targets import refuse_unmatched_targets
 from .mapping import job_fields
+from .multi_device import multi_device_refusal
+from .readable import check_readable
+from .trainable import rows_refusal
 
 
 def _method(f: dict[str, Any]) -> AkkaError | None:
-    from .kinds import registered_kinds
 
     if f["method"] in registered_kinds():
         return None
@@ -42,7 +54,6 @@ def _method(f: dict[str, Any]) -> AkkaError | None:
 
 def _kind(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError | None:
     """The refusal of the kind's own ``accept`` (a reinforcement run's reward and rows)."""
-    from .kinds import job_kind, registered_kinds
 
     if f["method"] not in registered_kinds() or job_kind(f["method"]).accept is None:
         return None
@@ -60,7 +71,6 @@ def accepted(ctx: JobContext, session: Session, f: dict[str, Any]) -> dict[str, 
     Raises:
         AkkaError: the kind refuses the plan (as :func:`admission_refusals` reports it).
     """
-    from .kinds import job_kind
 
     kind = job_kind(f["method"])
     return kind.accept(ctx, session, f) if kind.accept is not None else {}
@@ -69,7 +79,6 @@ def accepted(ctx: JobContext, session: Session, f: dict[str, Any]) -> dict[str, 
 def _gpus(ctx: JobContext, f: dict[str, Any]) -> AkkaError | None:
     """A run on several devices with a setting it cannot honour
     (:mod:`akka_optimize.jobs.multi_device`)."""
-    from .multi_device import multi_device_refusal
 
     return multi_device_refusal(ctx, f)
 
@@ -83,8 +92,6 @@ def _schedulable(ctx: JobContext, f: dict[str, Any]) -> AkkaError | None:
     devices per node and the devices observed (as ``training capacity`` shows them). A
     stated profile is the plan's choice, and a Ray cluster's devices are not observed here.
     """
-    from ..deployment import load_deployment
-    from .capacity.usage import observed_devices
 
     r = f["resolved"]
     if "execution.deviceProfile" in (r.get("stated") or []):
@@ -124,7 +131,6 @@ def _attention(f: dict[str, Any]) -> AkkaError | None:
     """``config.model.attentionImplementation`` the run's device cannot run (issue 47:
     flash_attention_2 on CPU was accepted and failed in the worker); the sentence is the
     engine's (:func:`akka_optimize.engine.attention.flash_attention_device_refusal`)."""
-    from ..engine.attention import flash_attention_device_refusal
 
     model = (f["resolved"].get("config") or {}).get("model") or {}
     if model.get("attentionImplementation") != "flash_attention_2":
@@ -140,8 +146,6 @@ def _base_model(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaErr
     ``QUEUED`` for a selection no one started; one still fetching is fine (the run
     waits). The message names the select command. A READY model whose catalog LoRA
     targets match none of its modules is refused too (jobs/lora_targets.py)."""
-    from ..catalog.cache import ready_model_dir
-    from .lora_targets import refuse_unmatched_targets
 
     try:
         path, entry = ready_model_dir(session, ctx.settings, f["base_model"])
@@ -157,7 +161,6 @@ def _base_model(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaErr
 
 
 def _claim_args(ctx: JobContext, f: dict[str, Any]) -> tuple[Any, str | None, str, int, bool]:
-    from ..deployment import load_deployment
 
     dep = load_deployment(ctx.settings.resolved_deployment_file())
     r = f["resolved"]
@@ -171,7 +174,6 @@ def claims(ctx: JobContext, f: dict[str, Any]) -> list[dict[str, Any]]:
     """The claims the run of fields ``f`` will make, as its record shows them
     (:func:`akka_optimize.jobs.capacity.usage.claim_list`): its training devices, and its judge
     endpoint when its reward is a ``model:`` judge."""
-    from .capacity import usage as capacity
 
     return capacity.claim_list(*_claim_args(ctx, f))
 
@@ -180,7 +182,6 @@ def _capacity(ctx: JobContext, f: dict[str, Any]) -> AkkaError | None:
     """A claim no quota or pool could ever admit (issue 22; seeds/000 "a judged
     reinforcement run needs quota for two claims"): a judged run (``reward: model:…``)
     claims its training devices and its judge endpoint."""
-    from .capacity import usage as capacity
 
     dep, profile, kind, gpus, judged = _claim_args(ctx, f)
     try:
@@ -194,7 +195,6 @@ def _capacity(ctx: JobContext, f: dict[str, Any]) -> AkkaError | None:
 
 
 def _model_name(session: Session, f: dict[str, Any]) -> AkkaError | None:
-    from ..registry.models import trained_name_refusal
 
     return trained_name_refusal(session, f["project"], f["model_name"], f["base_model"])
 
@@ -202,8 +202,6 @@ def _model_name(session: Session, f: dict[str, Any]) -> AkkaError | None:
 def _readable(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError | None:
     """A dataset, validation dataset or reward bundle the jobs cannot read (F019;
     :mod:`akka_optimize.jobs.readable`)."""
-    from ..registry import resolve
-    from .readable import check_readable
 
     cfg = f["resolved"].get("config") or {}
     todo = [("dataset", "config.dataset", cfg.get("dataset"))]
@@ -224,7 +222,6 @@ def _readable(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError
 def _rows(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError | None:
     """A dataset or validation dataset whose rows the worker could not train (issue 47;
     :mod:`akka_optimize.jobs.trainable`)."""
-    from .trainable import rows_refusal
 
     return rows_refusal(ctx, session, f)
 
@@ -241,9 +238,6 @@ def _prepared(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaError
     tokenizer and chat template must be the ones the rows were made with (checked once
     the base model is READY; the worker checks again), and ``maxSeqLength`` must hold the
     longest row."""
-    from ..catalog.cache import load_tokenizer, tokenizer_dir
-    from ..data.prepared import check_length, check_tokenizer
-    from ..registry import is_prepared, resolve
 
     todo = [("config.dataset", f["dataset"]),
             ("config.data.validationDataset", f["validation_dataset"])]  # fmt: skip

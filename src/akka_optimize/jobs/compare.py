@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
 from ..errors import InvalidRequest
+from ..plan.hashing import hashed_view
 from .views import metrics
 
 DEFAULT_WINDOW = 10
@@ -161,7 +162,6 @@ def compare_runs(
         InvalidRequest: a run is not supervised, or the two were trained with different
             configurations (the sentence names up to five differing settings).
     """
-    from ..plan.hashing import hashed_view
 
     if run.id == baseline.id:
         raise InvalidRequest(

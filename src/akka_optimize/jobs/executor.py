@@ -146,7 +146,7 @@ def make_executor(settings: Any) -> Executor:
     """The executor the deployment's ``executor`` section names (``local`` by default;
     ``ray``: :class:`akka_optimize.jobs.ray_executor.RayExecutor`)."""
     if settings is not None and settings.kind == "ray":
-        from .ray_executor import RayExecutor
+        from .ray_executor import RayExecutor  # lazy: guarded
 
         return RayExecutor(settings)
     return LocalExecutor()

@@ -67,6 +67,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run, RunAttempt
+from ..deployment import load_deployment
 from ..errors import InvalidRequest
 from .context import JobContext
 from .spec import JobSpec
@@ -103,7 +104,6 @@ class Launch:
 
         ``extra`` given in ``fields`` is merged with the attempt's ``work_dir``.
         """
-        from ..deployment import load_deployment
 
         dep = load_deployment(self.ctx.settings.resolved_deployment_file())
         extra = {

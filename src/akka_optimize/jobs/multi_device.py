@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..deployment import load_deployment
 from ..engine_settings import BY_KEY
 from ..errors import AkkaError, InvalidRequest
 from .context import JobContext
@@ -160,6 +161,5 @@ def _engine_setting_refusal(
 
 
 def _executor_kind(ctx: JobContext) -> str:
-    from ..deployment import load_deployment
 
     return load_deployment(ctx.settings.resolved_deployment_file()).executor.kind

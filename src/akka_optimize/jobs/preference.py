@@ -23,7 +23,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ..catalog.cache import load_tokenizer, tokenizer_dir
+from ..engine.dpo.loss import DpoSettings
 from ..errors import AkkaError
+from ..registry import resolve
+from ..registry.datasets import dataset_rows_view
 from .context import JobContext
 from .kinds import JobKind, Launch
 from .mapping import build_spec as supervised_spec
@@ -41,12 +45,9 @@ def accept(ctx: JobContext, s: Session, f: dict[str, Any]) -> dict[str, Any]:
         InvalidRequest: (``config.dataset`` / ``config.data.validationDataset``) a row that
             is not a pair, or whose side the template cannot render, named.
     """
-    from ..catalog.cache import load_tokenizer, tokenizer_dir
-    from ..data.findings import Picked, sample
-    from ..data.masks import naming_dataset
-    from ..data.preference import encode_pairs
-    from ..registry import resolve
-    from ..registry.datasets import dataset_rows_view
+    from ..data.findings import Picked, sample  # lazy: numpy
+    from ..data.masks import naming_dataset  # lazy: numpy
+    from ..data.preference import encode_pairs  # lazy: numpy
 
     try:
         tokenizer = load_tokenizer(tokenizer_dir(s, ctx.settings, f["base_model"]))
@@ -73,7 +74,6 @@ def accept(ctx: JobContext, s: Session, f: dict[str, Any]) -> dict[str, Any]:
 
 def build_spec(launch: Launch) -> JobSpec:
     """The supervised spec with the preference loss (``extra["dpo"]``) and whole replicas."""
-    from ..engine.dpo.loss import DpoSettings
 
     spec = supervised_spec(launch)
     hp = ((launch.run.resolved or {}).get("config") or {}).get("dpoHyperparams") or {}

@@ -13,8 +13,9 @@ from ..store import BlobStore
 from .spec import JobSpec
 from .training import (
     CancelledWhileTokenizing,
-    _load_rows,
     answering,
+    first_system_message,
+    load_rows,
     result_fields,
     starting_state,
     stop_event,
@@ -25,7 +26,6 @@ from .training import (
 
 def first_prompt_instructions(rows: list[dict[str, Any]]) -> str | None:
     """The model's training instructions: the first system message of the pairs' prompts."""
-    from .training import first_system_message
 
     return first_system_message([{"messages": r.get("prompt") or []} for r in rows])
 
@@ -35,19 +35,19 @@ def _prepare_pairs(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, 
     events (:func:`akka_optimize.data.preference.prepare_pairs`)."""
     from transformers import AutoTokenizer
 
-    from ..data.masks import naming_dataset
-    from ..data.preference import prepare_pairs
+    from ..data.masks import naming_dataset  # lazy: numpy
+    from ..data.preference import prepare_pairs  # lazy: numpy
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the pairs"})
     tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
-    rows = _load_rows(store, spec.dataset)
+    rows = load_rows(store, spec.dataset)
     progress = tokenizing_progress(events, len(rows))
     progress(0)
     train = prepare_pairs(tokenizer, rows, spec.max_seq_length, spec.on_too_long, progress=progress)
     val = None
     if spec.validation_dataset:
         try:
-            val_rows = _load_rows(store, spec.validation_dataset)
+            val_rows = load_rows(store, spec.validation_dataset)
             val = prepare_pairs(tokenizer, val_rows, spec.max_seq_length, "drop")
         except InvalidRequest as exc:
             field = "config.data.validationDataset"
@@ -59,10 +59,10 @@ def _prepare_pairs(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, 
 def train_dpo(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     """Train one attempt of a preference run; returns the final event (``completed``,
     ``paused`` or ``cancelled``)."""
-    from ..engine import distributed
-    from ..engine.config import EngineConfig
-    from ..engine.dpo.loop import run_dpo
-    from ..engine.dpo.loss import DpoSettings
+    from ..engine import distributed  # lazy: torch
+    from ..engine.config import EngineConfig  # lazy: torch
+    from ..engine.dpo.loop import run_dpo  # lazy: torch
+    from ..engine.dpo.loss import DpoSettings  # lazy: torch
 
     distributed.init_ranks(int(spec.engine.get("ranks", 1)), spec.device)
     try:

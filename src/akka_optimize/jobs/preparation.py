@@ -29,10 +29,11 @@ from ..db.base import utcnow
 from ..db.models.jobs import Run, RunAttempt
 from ..store import BlobStore
 from . import states as S
-from .capacity.claims import UNCLAIMED, _as_aware
+from .capacity.claims import UNCLAIMED, as_aware
 from .context import JobContext
 from .records import end_attempt, finish
 from .spec import JobSpec
+from .training import CancelledWhileTokenizing, prepare
 
 WORKER = "akka_optimize.jobs.preparation:prepare_rows"
 """The preparation attempt's worker function."""
@@ -95,7 +96,7 @@ def fail_stalled(
 ) -> None:
     """Stop every preparation attempt whose last event (or start) is more than
     ``timeout_s`` seconds old and fail its run with :func:`stall_sentence`."""
-    now = _as_aware(now or utcnow())
+    now = as_aware(now or utcnow())
     for run in s.scalars(select(Run).where(Run.state == S.PREPARING)):
         if (run.results or {}).get("preparation") != UNCLAIMED:
             continue
@@ -107,7 +108,7 @@ def fail_stalled(
         if att is None:
             finish(run, S.FAILED, stall_sentence(timeout_s))
             continue
-        last = _as_aware(att.last_event_at or att.started_at)
+        last = as_aware(att.last_event_at or att.started_at)
         if (now - last).total_seconds() <= timeout_s:
             continue
         if att.pid is not None:
@@ -119,10 +120,9 @@ def prepare_rows(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> di
     """The preparation attempt's worker: tokenizes the rows as a rank would and stores them
     at ``spec.extra["prepared_rows"]``; returns the final event, ``prepared`` (or
     ``cancelled`` when the service cancelled meanwhile)."""
-    from .training import CancelledWhileTokenizing, _prepare
 
     try:
-        prepared = _prepare(spec, store, events)
+        prepared = prepare(spec, store, events)
     except CancelledWhileTokenizing:
         return {"type": "cancelled"}
     if events.control == "cancel":

@@ -19,6 +19,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..deployment import load_deployment
 from ..errors import InvalidRequest
 from ..store import content_key
 from .context import JobContext
@@ -83,7 +84,6 @@ def check_readable(ctx: JobContext, field: str, version: Any) -> None:
         InvalidRequest: ``storage_unreadable`` (field ``field``), naming the location and
             the part that did not match.
     """
-    from ..deployment import load_deployment
 
     readable = load_deployment(ctx.settings.resolved_deployment_file()).jobStorage.readable
     if readable is None:

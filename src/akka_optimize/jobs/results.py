@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run, RunAttempt, Snapshot
+from ..registry import register_adapter
 from . import states as S
 from .blobs import download_prefix
 from .context import JobContext
@@ -84,7 +85,6 @@ def register(
     ``model_name`` in the run's project) and tell the registration's listeners
     (:func:`akka_optimize.jobs.kinds.model_registered`: a project's evaluation settings
     queue its evaluation); returns its pinned ref."""
-    from ..registry import register_adapter
 
     adapter_dir = materialize_adapter(ctx.store, snap.adapter_key)
     try:

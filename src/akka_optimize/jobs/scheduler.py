@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..catalog.cache import ready_model_dir
 from ..db.base import utcnow
 from ..db.models.auth import hash_token
 from ..db.models.jobs import Run, RunAttempt, Snapshot
@@ -154,7 +155,6 @@ class Scheduler:
         return None
 
     def _model_dir(self, s: Session, run: Run) -> Path:
-        from ..catalog.cache import ready_model_dir
 
         path, _entry = ready_model_dir(s, self.ctx.settings, run.base_model)
         return Path(path)

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
 from ..errors import AkkaError, InvalidRequest
+from .admission import admit
 from .branches import parse_snapshot
 from .context import JobContext
 from .fields import setting as _get
@@ -147,7 +148,6 @@ def submit_sweep(
         InvalidRequest: a bad grid, or a point whose plan is refused (the sentence names
             the point); nothing is created.
     """
-    from .admission import admit
 
     points = grid_points(grid)
     resolved = []

@@ -27,7 +27,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ..catalog.cache import load_tokenizer, tokenizer_dir
+from ..data.policy import LossPolicy
+from ..data.vision import ImageInputs
 from ..errors import AkkaError, InvalidRequest
+from ..registry import is_prepared, resolve
+from ..registry.datasets import dataset_rows_view
+from ..registry.images import image_bytes
 from .context import JobContext
 
 _CACHE: dict[tuple, InvalidRequest | None] = {}
@@ -37,7 +43,7 @@ _LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=8)
 def _processor(path: str, _mtime: float) -> Any:
-    from ..data.processors import load_processor
+    from ..data.processors import load_processor  # lazy: transformers
 
     return load_processor(Path(path))
 
@@ -47,8 +53,6 @@ def image_inputs(store: Any, model_dir: Path, model: str) -> Any:
     folder ``model_dir``): its processor (None for a text-only model, cached while the
     folder is unchanged, loaded at the first image row) and the registry's stored images. The worker, the dry run's
     findings and admission's check use the same one (F031)."""
-    from ..data.vision import ImageInputs
-    from ..registry.images import image_bytes
 
     mtime = model_dir.stat().st_mtime
     loader = functools.partial(_processor, str(model_dir), mtime)
@@ -65,8 +69,8 @@ def check_rows(
     Raises:
         RenderError, InvalidRequest: as :func:`akka_optimize.data.masks.check_trainable`.
     """
-    from ..data.findings import Picked, sample
-    from ..data.masks import check_trainable
+    from ..data.findings import Picked, sample  # lazy: numpy
+    from ..data.masks import check_trainable  # lazy: numpy
 
     picked = sample(rows)
     numbers = None
@@ -86,8 +90,6 @@ def _refusal(
 ):
     """The refusal :func:`check_trainable` gives ``version``'s rows, or None (cached while
     the tokenizer folder is unchanged; the oldest answer goes past ``_CACHE_SIZE``)."""
-    from ..catalog.cache import load_tokenizer
-    from ..registry.datasets import dataset_rows_view
 
     mtime = tokenizer_path.stat().st_mtime
     key = (version.pinned, str(tokenizer_path), mtime, policy, length, on, model)
@@ -116,10 +118,7 @@ def rows_refusal(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaEr
     ``_prepared``), and while the base model is not READY (its tokenizer is not at hand:
     admission's ``_base_model`` says why, or the worker checks when it is).
     """
-    from ..catalog.cache import tokenizer_dir
-    from ..data.masks import naming_dataset
-    from ..data.policy import LossPolicy
-    from ..registry import is_prepared, resolve
+    from ..data.masks import naming_dataset  # lazy: numpy
 
     if f["method"] != "sft":
         return None

@@ -13,18 +13,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..data.policy import LossPolicy
+from ..data.prepared import check_prepared
 from ..engine.check_prompts import CHECK_PROMPTS, stop_token_ids
 from ..errors import InvalidRequest
+from ..refs import parse_ref
 from ..store import BlobStore
 from ..testhooks import hold
 from .blobs import download_prefix, upload_dir
 from .spec import JobSpec
 
 
-def _version(kind: str, record: dict[str, Any]) -> Any:
+def spec_version(kind: str, record: dict[str, Any]) -> Any:
     """A :class:`ResolvedVersion` from its API record (a job spec holds records)."""
-    from ..refs import parse_ref
-    from ..registry import ResolvedVersion
+    from ..registry import ResolvedVersion  # lazy: sqlalchemy
 
     ref = parse_ref(record["ref"])
     return ResolvedVersion(
@@ -40,10 +42,10 @@ def _version(kind: str, record: dict[str, Any]) -> Any:
     )
 
 
-def _load_rows(store: BlobStore, record: dict[str, Any]) -> list[dict[str, Any]]:
-    from ..registry import load_dataset_rows
+def load_rows(store: BlobStore, record: dict[str, Any]) -> list[dict[str, Any]]:
+    from ..registry import load_dataset_rows  # lazy: sqlalchemy
 
-    return load_dataset_rows(store, _version("dataset", record))
+    return load_dataset_rows(store, spec_version("dataset", record))
 
 
 def first_system_message(rows: list[dict[str, Any]]) -> str | None:
@@ -68,11 +70,10 @@ def _prepared_set(
     """A prepared dataset's examples, trained as given (F029): the tokens and masks as
     registered, checked again against the base model's tokenizer and ``maxSeqLength``
     (F030; the start checked them from the version's metadata)."""
-    from ..data.masks import Prepared, examples_report
-    from ..data.prepared import check_prepared
-    from ..registry import load_prepared_examples
+    from ..data.masks import Prepared, examples_report  # lazy: numpy
+    from ..registry import load_prepared_examples  # lazy: sqlalchemy
 
-    header, examples = load_prepared_examples(store, _version("dataset", record))
+    header, examples = load_prepared_examples(store, spec_version("dataset", record))
     check_prepared(header, tokenizer, max_seq_length)
     return Prepared(examples, examples_report(len(examples), examples, max_seq_length))
 
@@ -104,16 +105,15 @@ def tokenizing_progress(events: Any, total: int) -> Any:
     return progress
 
 
-def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, Any]:
+def prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, Any]:
     """Rows, tokenized training set and validation set (or None), with their phase events.
 
     A dataset of prepared token rows gives no rows (``[]``) and its examples as given; rows
     a preparation attempt stored (``spec.extra["prepared_rows"]``) are read as stored."""
     from transformers import AutoTokenizer
 
-    from ..data.masks import naming_dataset, prepare_examples
-    from ..data.policy import LossPolicy
-    from .trainable import image_inputs
+    from ..data.masks import naming_dataset, prepare_examples  # lazy: numpy
+    from .trainable import image_inputs  # lazy: sqlalchemy
 
     stored = spec.extra.get("prepared_rows")
     if stored and Path(stored).is_file():  # tokenized before the claim (jobs/preparation.py, F071)
@@ -127,7 +127,7 @@ def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, A
         rows: list[dict[str, Any]] = []
         train_set = _prepared_set(store, spec.dataset, tokenizer, spec.max_seq_length)
     else:
-        rows = _load_rows(store, spec.dataset)
+        rows = load_rows(store, spec.dataset)
         progress = tokenizing_progress(events, len(rows))
         progress(0)
         policy = LossPolicy.from_config(spec.loss)
@@ -138,7 +138,7 @@ def _prepare(spec: JobSpec, store: BlobStore, events: Any) -> tuple[list, Any, A
     if _is_prepared(spec.validation_dataset):
         val_set = _prepared_set(store, spec.validation_dataset, tokenizer, spec.max_seq_length)
     elif spec.validation_dataset:
-        val_rows = _load_rows(store, spec.validation_dataset)
+        val_rows = load_rows(store, spec.validation_dataset)
         policy = LossPolicy.from_config(spec.loss)
         try:
             val_set = prepare_examples(
@@ -162,7 +162,7 @@ def starting_state(
 ) -> tuple[int | None, Path | None]:
     """The step a resumed attempt starts from (its state downloaded into ``state_dir``) and
     the warm-start adapter folder of a fresh one; each None when it does not apply."""
-    from ..engine.sft import state_path
+    from ..engine.sft import state_path  # lazy: torch
 
     resume_step = None
     if spec.resume_state_key:
@@ -174,10 +174,10 @@ def starting_state(
         resume_step = spec.resume_step
     warm_dir = None
     if spec.warm_start and resume_step is None:  # a resumed attempt has its own state
-        from ..registry import download_model_files
+        from ..registry import download_model_files  # lazy: guarded
 
         warm_dir = download_model_files(
-            store, _version("model", spec.warm_start), work / "warm-start"
+            store, spec_version("model", spec.warm_start), work / "warm-start"
         )
     return resume_step, warm_dir
 
@@ -313,7 +313,7 @@ def answering(instructions: str | None, into: dict[str, Any], until: Any = None)
 def _trained_answers(session: Any, instructions: str | None) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from ..engine.sampling import answer_logprobs, answer_text, check_answer_ids
+    from ..engine.sampling import answer_logprobs, answer_text, check_answer_ids  # lazy: torch
 
     tok = AutoTokenizer.from_pretrained(session.model_dir)
     gen = getattr(session.model, "generation_config", None)
@@ -332,7 +332,7 @@ def _trained_answers(session: Any, instructions: str | None) -> dict[str, Any]:
 
 def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     """Train one attempt; returns the final event (``completed``, ``paused`` or ``cancelled``)."""
-    from ..engine import distributed
+    from ..engine import distributed  # lazy: torch
 
     ranks = int(spec.engine.get("ranks", 1))
     distributed.init_ranks(ranks, spec.device)  # several devices: every rank joins first
@@ -345,10 +345,10 @@ def train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
 def _prepared_or_cancelled(spec: JobSpec, store: BlobStore, events: Any) -> tuple | None:
     """:func:`_prepare`, or None when the service cancelled while it tokenized (on several
     ranks: when rank 0 heard the cancel, so every rank stops)."""
-    from ..engine.distributed import any_rank, world
+    from ..engine.distributed import any_rank, world  # lazy: torch
 
     try:
-        prepared = _prepare(spec, store, events)
+        prepared = prepare(spec, store, events)
     except CancelledWhileTokenizing:
         prepared = None
     if world()[1] > 1 and any_rank(prepared is None):
@@ -357,8 +357,8 @@ def _prepared_or_cancelled(spec: JobSpec, store: BlobStore, events: Any) -> tupl
 
 
 def _train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
-    from ..engine.config import EngineConfig
-    from ..engine.sft import run_sft
+    from ..engine.config import EngineConfig  # lazy: torch
+    from ..engine.sft import run_sft  # lazy: torch
 
     prepared = _prepared_or_cancelled(spec, store, events)
     if prepared is None:
@@ -372,6 +372,7 @@ def _train(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str
     emit = uploading(spec, store, events, speed)
     meter = None
     if spec.extra.get("smoke"):  # a smoke run: its slice, until reproduced (engine/smoke.py)
+        # lazy: guarded
         from ..engine.smoke import SmokeCheck, SmokeMeter, smoke_config, smoke_slice
 
         check = SmokeCheck.from_plan(spec.extra["smoke"])

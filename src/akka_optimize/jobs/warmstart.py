@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from ..errors import InvalidRequest
 from ..refs import parse_ref
+from ..registry import resolve
 from ..store import content_key
 from .fields import setting as _get
 
@@ -35,7 +36,6 @@ def warm_start_source(session: Session, store: Any, plan: dict[str, Any]) -> Any
     ref = plan.get("warmStartModelId")
     if not ref:
         return None
-    from ..registry import resolve
 
     rv = resolve(session, "model", ref)
     if rv.source != "adapter" or "adapter_config.json" not in rv.files:

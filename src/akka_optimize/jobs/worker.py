@@ -25,10 +25,9 @@ from typing import Any
 import httpx
 
 from ..store import BlobStore
-from ..worker_events import RETRY_FOR_S as RETRY_FOR_S
 from ..worker_events import EventClient as EventClient
 from ..worker_events import ServiceUnreachable as ServiceUnreachable
-from ..worker_events import failure_sentence as failure_sentence
+from ..worker_events import failure_sentence
 from .address import UNREACHABLE_EXIT, record_gave_up
 from .spec import JobSpec
 
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps({"run": spec.run_id, "attempt": spec.attempt}), flush=True)
     code = run(spec)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank of torch.distributed.run
-        from ..engine.distributed import exit_rank
+        from ..engine.distributed import exit_rank  # lazy: guarded
 
         exit_rank(code)
     sys.exit(code)

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(event, sort_keys=True) if fmt == "json" else event_line(event), flush=True)
 
     try:
-        from .train import Worker
+        from .train import Worker  # lazy: guarded
 
         worker = Worker(args.recipe, args.output, emit, device=args.device)
         worker.run(resume=args.resume, attempt=args.attempt)

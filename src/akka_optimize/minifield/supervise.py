@@ -208,7 +208,7 @@ def _outcome(worker: Any, job: dict[str, Any], forward: Forward) -> dict[str, An
             changed settings), or the direct worker refuses the recipe.
         Stopped: the service asked the run to stop.
     """
-    from . import checkpoint
+    from . import checkpoint  # lazy: safetensors
 
     want = job["computation"]["computationIdentity"]
     if worker.identity != want:
@@ -233,7 +233,7 @@ def _outcome(worker: Any, job: dict[str, Any], forward: Forward) -> dict[str, An
 def run_job(url: str, job: dict[str, Any], output: Path, device: str, say: Say) -> str:
     """Train one claimed job and report it; returns the state it ended in
     (``SUCCEEDED``, ``FAILED``, ``CANCELLED`` or ``PAUSED``)."""
-    from .train import Worker
+    from .train import Worker  # lazy: safetensors
 
     spec = Attempt(job["run"], int(job["attempt"]), url, job["token"])
     events = EventClient(spec)

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import engine_settings
 from . import defaults as D
+from . import pipeline as P
 from .schema.run import RunPlan
 
 _LOOP_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -112,7 +113,6 @@ def descriptor_schema(kind: str = "run") -> dict[str, Any]:
     Raises:
         KeyError: ``kind`` is not one of :data:`KINDS`.
     """
-    from . import pipeline as P
 
     if kind == "run":
         return plan_json_schema()

@@ -28,6 +28,7 @@ from ..store import CHUNK, BlobStore
 from .archives import open_tar
 from .core import ResolvedVersion, check_alias, register_version, sha256_json
 from .datasets import mib, store_file
+from .models import download_model_files
 
 
 def _check_path(name: str) -> str:
@@ -55,7 +56,7 @@ def _check_totals(files: int, expanded: int, limits: RegistryLimits) -> None:
         )
 
 
-def _scan_tar(tf: tarfile.TarFile, limits: RegistryLimits) -> list[tarfile.TarInfo]:
+def scan_tar(tf: tarfile.TarFile, limits: RegistryLimits) -> list[tarfile.TarInfo]:
     members, total = [], 0
     for m in tf:
         _check_path(m.name)
@@ -143,7 +144,7 @@ def register_bundle(
                 field="file",
             )
         with open_tar(path, limits, "bundle upload") as tf:
-            members = _scan_tar(tf, limits)
+            members = scan_tar(tf, limits)
             for m in members:
                 f = tf.extractfile(m)
                 assert f is not None
@@ -166,6 +167,5 @@ def register_bundle(
 
 def download_bundle(store: BlobStore, resolved: ResolvedVersion, dest: Path) -> Path:
     """Materialise a bundle version's files under ``dest`` (what graders import). Returns dest."""
-    from .models import download_model_files
 
     return download_model_files(store, resolved, dest)

@@ -27,23 +27,17 @@ from sqlalchemy.orm import Session
 from ..db.models.registry import RegistryName, RegistryVersion
 from ..errors import Conflict, InvalidRequest, TooLarge
 from ..refs import Ref
-from .aliases import RESERVED_ALIASES as RESERVED_ALIASES
-from .aliases import _upsert_alias as _upsert_alias
 from .aliases import check_alias as check_alias
 from .aliases import parse_version as parse_version
 from .aliases import set_alias as set_alias
-from .records import _LABEL as _LABEL
 from .records import KINDS as KINDS
 from .records import ResolvedVersion as ResolvedVersion
-from .records import _to_resolved as _to_resolved
-from .records import check_kind as check_kind
 from .records import find_name as find_name
 from .records import sha256_json as sha256_json
-from .resolution import _versions_phrase as _versions_phrase
+from .records import to_resolved
 from .resolution import list_names as list_names
 from .resolution import list_versions as list_versions
 from .resolution import resolve as resolve
-from .resolution import resolve_ref as resolve_ref
 
 
 def get_or_create_name(s: Session, kind: str, namespace: str, name: str) -> RegistryName:
@@ -121,7 +115,7 @@ def register_version(
     row, created = insert_version(session, n, digest, **fields)
     if alias:
         set_alias(session, kind, ref.namespace, ref.name, alias, row.version)
-    return _to_resolved(session, kind, n, row), created
+    return to_resolved(session, kind, n, row), created
 
 
 def annotate(
@@ -169,4 +163,4 @@ def annotate(
     meta["annotations"] = notes
     row.metadata_ = meta
     session.flush()
-    return _to_resolved(session, kind, n, row)
+    return to_resolved(session, kind, n, row)

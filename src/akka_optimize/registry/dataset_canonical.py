@@ -21,12 +21,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ..data import prepared as P
+from ..data.jsonl import read_rows
 from ..data.prepared import DESCRIPTOR
 from ..deployment import RegistryLimits
 from ..errors import InvalidRequest, TooLarge
 from ..store import CHUNK, BlobStore, content_key
 from .blobs import canonical_line, mib
-from .images import _no_files, _safe_member, _zip_uploader, rewrite_images
+from .images import no_files, rewrite_images, safe_member, zip_uploader
 
 
 def _zip_members(path: Path, limit: int) -> dict[str, bytes]:
@@ -45,7 +47,7 @@ def _zip_members(path: Path, limit: int) -> dict[str, bytes]:
         for info in zf.infolist():
             if info.is_dir():
                 continue
-            p = _safe_member(info.filename)
+            p = safe_member(info.filename)
             if p is None:
                 raise InvalidRequest(
                     f"ZIP member {info.filename!r} escapes the archive root.", field="file"
@@ -97,7 +99,6 @@ def _canonical_prepared(
 
     Returns ``(sha256:<hex>, rows, bytes, header)``; nothing is stored when a row fails.
     """
-    from ..data import prepared as P
 
     desc = P.parse_descriptor(members[P.DESCRIPTOR], f"{source}:{P.DESCRIPTOR}")
     vocab = desc["tokenizer"]["vocabSize"]
@@ -142,7 +143,6 @@ def _canonical_file(
     is stored only once every line has passed. Returns ``(sha256:<hex>, rows, bytes,
     image digests)``.
     """
-    from ..data.jsonl import read_rows
 
     h = hashlib.sha256()
     count = nbytes = 0
@@ -167,7 +167,7 @@ def _canonical_file(
     return f"sha256:{h.hexdigest()}", count, nbytes, images
 
 
-def _canonical_upload(
+def canonical_upload(
     session: Session,
     store: BlobStore,
     path: Path,
@@ -185,12 +185,12 @@ def _canonical_upload(
     """
     if not is_zip:
         with open(path, "rb") as f:
-            return (*_canonical_file(store, f, source, _no_files, path), None)
+            return (*_canonical_file(store, f, source, no_files, path), None)
     members = _zip_members(path, limits.uploadBytes)
     if DESCRIPTOR in members:
         digest, count, nbytes, prepared = _canonical_prepared(store, members, source, path)
         return digest, count, nbytes, set(), prepared
     data, inner, members = _jsonl_member(members)
-    uploader = _zip_uploader(session, store, members, inner)
+    uploader = zip_uploader(session, store, members, inner)
     canon = _canonical_file(store, io.BytesIO(data), f"{source}:{inner}", uploader, path)
     return (*canon, None)

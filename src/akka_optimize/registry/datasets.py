@@ -38,32 +38,21 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ..data.prepared import examples_from_canonical
 from ..deployment import RegistryLimits
 from ..errors import InvalidRequest, TooLarge
 from ..refs import parse_ref
 from ..store import BlobStore, content_key
-from .blobs import _CANONICAL as _CANONICAL
-from .blobs import _file_digest as _file_digest
 from .blobs import canonical_line as canonical_line
 from .blobs import mib as mib
-from .blobs import store_bytes as store_bytes
 from .blobs import store_file as store_file
 from .core import ResolvedVersion, check_alias, register_version
-from .dataset_canonical import _canonical_file as _canonical_file
-from .dataset_canonical import _canonical_prepared as _canonical_prepared
-from .dataset_canonical import _canonical_upload as _canonical_upload
-from .dataset_canonical import _jsonl_member as _jsonl_member
-from .dataset_canonical import _zip_members as _zip_members
-from .images import _REMOTE as _REMOTE
-from .images import IMAGE_TYPES as IMAGE_TYPES
-from .images import _dir_uploader as _dir_uploader
-from .images import _image_slots as _image_slots
-from .images import _no_files as _no_files
-from .images import _safe_member as _safe_member
-from .images import _zip_uploader as _zip_uploader
+from .dataset_canonical import canonical_upload
+from .images import dir_uploader as dir_uploader
 from .images import local_image_paths as local_image_paths
 from .images import push_image as push_image
 from .images import rewrite_images as rewrite_images
+from .images import zip_uploader as zip_uploader
 from .row_view import JsonlRows
 
 
@@ -116,7 +105,7 @@ def register_dataset(
         )
     with open(path, "rb") as f:
         is_zip = f.read(4) == b"PK\x03\x04"
-    digest, count, nbytes, images, prepared = _canonical_upload(
+    digest, count, nbytes, images, prepared = canonical_upload(
         session, store, path, source, is_zip, limits
     )
     obj_digest, obj_size = store_file(store, path)
@@ -204,7 +193,6 @@ def load_prepared_examples(
     Raises:
         NotFound: the version's blob is missing from the store.
     """
-    from ..data.prepared import examples_from_canonical
 
     data = store.get_bytes(content_key(resolved.digest.removeprefix("sha256:")))
     return examples_from_canonical(data)

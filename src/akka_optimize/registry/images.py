@@ -127,18 +127,18 @@ def rewrite_images(
     return out
 
 
-def _safe_member(name: str) -> PurePosixPath | None:
+def safe_member(name: str) -> PurePosixPath | None:
     p = PurePosixPath(name)
     if p.is_absolute() or ".." in p.parts or not p.parts:
         return None
     return p
 
 
-def _zip_uploader(session: Session, store: BlobStore, members: dict[str, bytes], base: str):
+def zip_uploader(session: Session, store: BlobStore, members: dict[str, bytes], base: str):
     def upload(path: str) -> str | None:
         key = str(PurePosixPath(base).parent / path) if base else path
         key = key.removeprefix("./")
-        p = _safe_member(key)
+        p = safe_member(key)
         data = members.get(str(p)) if p else None
         if data is None:
             return None
@@ -153,7 +153,7 @@ def _zip_uploader(session: Session, store: BlobStore, members: dict[str, bytes],
     return upload
 
 
-def _dir_uploader(session: Session, store: BlobStore, root: Path):
+def dir_uploader(session: Session, store: BlobStore, root: Path):
     """Images from a folder the client uploaded: only regular image files inside ``root``.
 
     Anything else (an absolute path, ``..``, a link leading out, a folder, a file that
@@ -162,7 +162,7 @@ def _dir_uploader(session: Session, store: BlobStore, root: Path):
     base = root.resolve()
 
     def upload(path: str) -> str | None:
-        rel = _safe_member(path.removeprefix("./"))
+        rel = safe_member(path.removeprefix("./"))
         if rel is None or PurePosixPath(rel).suffix.lower() not in IMAGE_TYPES:
             return None
         p = (base / rel).resolve()
@@ -173,6 +173,6 @@ def _dir_uploader(session: Session, store: BlobStore, root: Path):
     return upload
 
 
-def _no_files(_path: str) -> str | None:
+def no_files(_path: str) -> str | None:
     """A plain JSONL upload carries no files: every local image path is refused."""
     return None

@@ -26,7 +26,7 @@ from ..db.models.registry import RegistryName, RegistryVersion
 from ..errors import Conflict, InvalidRequest
 from ..refs import Ref, parse_ref, repository_ref, validate_name
 from ..store import BlobStore, content_key
-from .core import ResolvedVersion, check_alias, register_version, resolve, sha256_json
+from .core import ResolvedVersion, check_alias, find_name, register_version, resolve, sha256_json
 from .datasets import store_file
 
 
@@ -134,7 +134,6 @@ def trained_name_refusal(
     Returns:
         A :class:`Conflict` (``code`` ``model_name_taken``, field ``modelName``) or None.
     """
-    from .core import find_name
 
     n = find_name(session, "model", namespace.lower(), name.lower())
     if n is None:

@@ -18,7 +18,7 @@ from ..db.models.registry import RegistryAlias, RegistryName, RegistryVersion
 from ..errors import InvalidRequest
 
 KINDS = ("dataset", "bundle", "model")
-_LABEL = {"dataset": "Dataset", "bundle": "Scoring bundle", "model": "Model"}
+LABEL = {"dataset": "Dataset", "bundle": "Scoring bundle", "model": "Model"}
 
 
 @dataclass
@@ -96,7 +96,7 @@ def sha256_json(obj: Any) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def _to_resolved(
+def to_resolved(
     s: Session, kind: str, n: RegistryName, v: RegistryVersion, aliases: list[str] | None = None
 ) -> ResolvedVersion:
     if aliases is None:

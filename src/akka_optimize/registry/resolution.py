@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from ..db.models.registry import RegistryAlias, RegistryName, RegistryVersion
 from ..errors import NotFound
 from ..refs import Ref, parse_ref, validate_name
-from .records import _LABEL, ResolvedVersion, _to_resolved, check_kind, find_name
+from .records import LABEL, ResolvedVersion, check_kind, find_name, to_resolved
 
 
 def _versions_phrase(s: Session, n: RegistryName) -> str:
@@ -29,7 +29,7 @@ def _versions_phrase(s: Session, n: RegistryName) -> str:
 
 def resolve_ref(s: Session, kind: str, ref: Ref, *, field: str = "ref") -> ResolvedVersion:
     """Resolve a parsed reference to one version (see :func:`resolve`)."""
-    label = _LABEL[check_kind(kind)]
+    label = LABEL[check_kind(kind)]
     n = find_name(s, kind, ref.namespace, ref.name)
     if n is None:
         raise NotFound(f"{label} {ref.repo} is not in the registry.", field=field)
@@ -53,7 +53,7 @@ def resolve_ref(s: Session, kind: str, ref: Ref, *, field: str = "ref") -> Resol
             f"{label} {ref.repo} has no version {ref.selector}; {_versions_phrase(s, n)}.",
             field=field,
         )
-    return _to_resolved(s, kind, n, v)
+    return to_resolved(s, kind, n, v)
 
 
 def resolve(
@@ -94,7 +94,7 @@ def list_versions(
     (the ``(name_id, version)`` unique index serves both). Raises :class:`NotFound`."""
     n = find_name(session, check_kind(kind), namespace, name)
     if n is None:
-        raise NotFound(f"{_LABEL[kind]} {namespace}/{name} is not in the registry.", field="ref")
+        raise NotFound(f"{LABEL[kind]} {namespace}/{name} is not in the registry.", field="ref")
     q = (
         select(RegistryVersion)
         .where(RegistryVersion.name_id == n.id, RegistryVersion.version > after)
@@ -108,7 +108,7 @@ def list_versions(
         .order_by(RegistryAlias.alias)
     ):
         aliases.setdefault(vid, []).append(alias)
-    return [_to_resolved(session, kind, n, v, aliases.get(v.id, [])) for v in rows]
+    return [to_resolved(session, kind, n, v, aliases.get(v.id, [])) for v in rows]
 
 
 _LATEST = (

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from ..db.models.jobs import Run, RunAttempt, RunMetric
 from ..deployment import Deployment, load_deployment
 from ..errors import AkkaError, InvalidRequest
+from ..evals.rows import eval_rows
 from ..jobs.context import JobContext
 from ..jobs.kinds import JobKind, Launch
 from ..jobs.mapping import build_spec as supervised_spec
@@ -92,8 +93,7 @@ def accept(ctx: JobContext, s: Session, f: dict[str, Any]) -> dict[str, Any]:
             resolve or whose judge cannot serve; (``config.dataset``) a row without a
             prompt or a gold answer, named.
     """
-    from ..evals.kind import check_scoring
-    from ..evals.rows import eval_rows
+    from ..evals.kind import check_scoring  # lazy: httpx
 
     for path in f["resolved"].get("stated") or []:
         used = path.removeprefix("config.engineSettings.") in ROLLOUT_SETTINGS

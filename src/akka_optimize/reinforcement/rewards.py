@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from ..errors import AkkaError
+from ..evals.worker import judge_all
 
 BUILTIN_MATH = "builtin:math"
 """The built-in reward: the final answer against the gold answer."""
@@ -132,7 +133,7 @@ class Rewards:
 
     def __enter__(self) -> Rewards:
         if self.grader["kind"] == "bundle":
-            from ..evals.sandbox.pool import GraderPool
+            from ..evals.sandbox.pool import GraderPool  # lazy: guarded
 
             self.pool = GraderPool(
                 self.bundle_dir,
@@ -170,7 +171,6 @@ class Rewards:
                 for r, t in zip(rows, texts, strict=True)
             ]
             return [(g.score, g.error) for g in self.pool.score(calls)]
-        from ..evals.worker import judge_all
 
         graded = judge_all(
             self.events,

@@ -12,8 +12,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidRequest
+from ..evals.rows import content_text, eval_rows
+from ..evals.worker import prompt_ids, sandbox_limits
 from ..jobs.spec import JobSpec
+from ..jobs.training import (
+    first_system_message,
+    result_fields,
+    spec_version,
+    starting_state,
+    stop_event,
+    uploading,
+)
+from ..serving.engine import stop_token_ids
 from ..store import BlobStore
+from .rewards import Rewards
 
 
 def fitting_prompts(
@@ -32,13 +45,11 @@ def fitting_prompts(
         InvalidRequest: (``config.maxSeqLength``) a prompt too long under ``refuse``, or
             none left.
     """
-    from ..engine.rl.loop import RLPrompt
-    from ..errors import InvalidRequest
-    from ..evals.worker import _prompt_ids
+    from ..engine.rl.loop import RLPrompt  # lazy: torch
 
     kept, rows, too_long = [], [], []
     for ex in examples:
-        ids = _prompt_ids(tokenizer, ex)
+        ids = prompt_ids(tokenizer, ex)
         if len(ids) + max_new_tokens > max_seq_length:
             too_long.append((ex.index + 1, len(ids)))
             continue
@@ -69,7 +80,7 @@ def train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
     ``grader`` (the pinned reward), ``limits`` and ``hidden`` (a bundle's sandbox). On
     several devices every rank runs it (each scores its own groups; rank 0 sends the
     events and writes the saves, :mod:`akka_optimize.engine.rl.ranks`)."""
-    from ..engine import distributed
+    from ..engine import distributed  # lazy: torch
 
     distributed.init_ranks(int(spec.engine.get("ranks", 1)), spec.device)
     try:
@@ -81,17 +92,12 @@ def train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[s
 def _train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from ..engine.config import EngineConfig
-    from ..engine.rl.loop import run_rl
-    from ..evals.rows import eval_rows
-    from ..evals.worker import _limits
-    from ..jobs.training import _version, starting_state, stop_event, uploading
-    from ..registry import download_bundle, load_dataset_rows
-    from ..serving.engine import stop_token_ids
-    from .rewards import Rewards
+    from ..engine.config import EngineConfig  # lazy: torch
+    from ..engine.rl.loop import run_rl  # lazy: torch
+    from ..registry import download_bundle, load_dataset_rows  # lazy: sqlalchemy
 
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the dataset"})
-    dataset = _version("dataset", spec.dataset)
+    dataset = spec_version("dataset", spec.dataset)
     rows = load_dataset_rows(store, dataset)
     examples = eval_rows(rows, dataset.pinned, f"{dataset.namespace}/{dataset.name}")
     tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
@@ -103,7 +109,9 @@ def _train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[
     grader = spec.extra["grader"]
     bundle_dir = None
     if grader["kind"] == "bundle":
-        bundle_dir = download_bundle(store, _version("bundle", grader["bundle"]), work / "bundle")
+        bundle_dir = download_bundle(
+            store, spec_version("bundle", grader["bundle"]), work / "bundle"
+        )
     cfg = EngineConfig(**spec.engine)
     settings = rl_settings(spec)
     state_dir = work / "state"
@@ -125,7 +133,7 @@ def _train_rl(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[
         decode,
         events,
         bundle_dir=bundle_dir,
-        limits=_limits(spec.extra),
+        limits=sandbox_limits(spec.extra),
         hidden=[Path(p) for p in spec.extra.get("hidden", [])],
     ) as rewards:
         result = run_rl(
@@ -156,7 +164,7 @@ def rl_settings(spec: JobSpec) -> Any:
     aggregation, the advantages' normalisation, the rollout correction, the staleness
     bound, seed) and the
     stated ``execution.rollout`` settings in ``spec.extra["rollout"]``."""
-    from ..engine.rl.loop import RLSettings
+    from ..engine.rl.loop import RLSettings  # lazy: torch
 
     rl = spec.extra["rl"]
     known = {  # fields a spec written before they existed lacks: their defaults
@@ -180,7 +188,6 @@ def rl_settings(spec: JobSpec) -> Any:
 def _sample_texts(event: dict[str, Any], examples: list[Any], tokenizer: Any) -> None:
     """Give a ``samples`` event the text ``runs samples`` shows: each sample's last user
     message as ``prompt`` and its decoded ``tokens`` (removed) as ``completion``."""
-    from ..evals.rows import content_text
 
     for s in event["samples"]:
         ex = examples[s["row"]]
@@ -193,7 +200,6 @@ def _result(result: Any, grader: dict[str, Any], tokens: int, rows: list[dict]) 
     """A finished attempt's result: the supervised result fields, the reward's spec, the
     first and final update's mean reward, the adapted modules, the tokens trained and the
     dataset's instructions (its first system message)."""
-    from ..jobs.training import first_system_message, result_fields
 
     return {
         **result_fields(result),

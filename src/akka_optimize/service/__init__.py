@@ -16,7 +16,7 @@ __all__ = ["create_app"]
 
 def __getattr__(name: str) -> Any:
     if name == "create_app":
-        from .app import create_app
+        from .app import create_app  # lazy: guarded
 
         return create_app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

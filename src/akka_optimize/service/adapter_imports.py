@@ -30,7 +30,7 @@ from ..core.context import ServiceContext
 from ..db.base import utcnow
 from ..db.models.registry import AdapterImport
 from ..errors import AkkaError, InvalidRequest, NotFound
-from ..forkserver import _exists as pid_exists
+from ..forkserver import pid_exists
 from ..jobs.kinds import model_registered
 from ..registry import register_adapter
 
@@ -112,27 +112,27 @@ def run_import(ctx: ServiceContext, import_id: str, archive: Path) -> None:
     stages of :data:`STAGES`, recorded as they start; ``REGISTERED`` with the version's
     pinned reference, or ``FAILED`` with the sentence of what refused it."""
     from .routers.registry_transfer import (
-        _extract_tar,
-        _limits,
-        _safe_versions,
-        _uploads,
         check_upload,
-    )
+        extract_tar,
+        registry_limits,
+        safe_versions,
+        uploads_dir,
+    )  # lazy: torch
 
     try:
         with ctx.db.session() as s:
             imp = s.get(AdapterImport, import_id)
             ns, name, base, alias = imp.namespace, imp.name, imp.base_model, imp.alias
-        with tempfile.TemporaryDirectory(dir=_uploads(ctx)) as tmp:
+        with tempfile.TemporaryDirectory(dir=uploads_dir(ctx)) as tmp:
             _advance(ctx, import_id, 0)
-            _extract_tar(archive, Path(tmp), _limits(ctx))
+            extract_tar(archive, Path(tmp), registry_limits(ctx))
             _advance(ctx, import_id, 1)
             testhooks.hold("adapter-import")  # tests: an import stopped while it checks
             with ctx.db.session() as s:
                 checked = check_upload(ctx, s, Path(tmp), base)
             _advance(ctx, import_id, 2)
             with ctx.db.session() as s:
-                before = {v.digest for v in _safe_versions(s, ns, name)}
+                before = {v.digest for v in safe_versions(s, ns, name)}
                 rv = register_adapter(
                     s, ctx.store, ns, name, Path(tmp), base_model=base, run_id=None,
                     metadata={"registeredBy": "import", "importId": import_id, **checked},
@@ -155,7 +155,7 @@ def run_import(ctx: ServiceContext, import_id: str, archive: Path) -> None:
 def check_before(ctx: ServiceContext, s: Session, base_model: str) -> None:
     """What is refused before anything is recorded: a base model that is not selected and
     cached here (InvalidRequest naming the select command, as ``check_upload`` says it)."""
-    from .routers.registry_transfer import base_dir_for
+    from .routers.registry_transfer import base_dir_for  # lazy: torch
 
     base_dir_for(ctx, s, base_model)
 

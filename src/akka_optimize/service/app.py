@@ -29,6 +29,7 @@ from ..cancel import ClientGone
 from ..core.auth import authenticate
 from ..core.context import ServiceContext
 from ..db.migrate import upgrade
+from ..deployment import ServiceLimits, load_deployment
 from ..errors import AkkaError, Unavailable
 from ..settings import Settings
 from ..ui import Dashboard
@@ -199,7 +200,7 @@ def create_app(
     install_openapi(app)
     app.add_middleware(RequestTimer)  # outermost but Starlette's own: times every answer
     if role == "api":
-        from .controller_proxy import ControllerProxy
+        from .controller_proxy import ControllerProxy  # lazy: guarded
 
         app.add_middleware(ControllerProxy, url=controller_url or "")
     return app
@@ -280,7 +281,6 @@ def _install_error_handlers(app: FastAPI) -> None:
 def _json_body_limit(settings: Settings) -> int:
     """``service.jsonBodyBytes`` of the deployment file (its default when the file is bad:
     the file's error is reported by the routes that read it)."""
-    from ..deployment import ServiceLimits, load_deployment
 
     try:
         return load_deployment(settings.resolved_deployment_file()).service.jsonBodyBytes

@@ -31,6 +31,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from ..plan.pipeline import PipelinePlan
+from ..plan.schema.run import RunPlan
 from ..refs import MAX_NAME_LENGTH, NAME_PATTERN, REF_NAME_PATTERN
 from .openapi_bodies import hand_read_bodies, stored_values
 
@@ -143,7 +145,7 @@ REF_NAMES = {
 def _image_filename() -> dict[str, Any]:
     """The ``filename`` of an image push: a last path component with a stem and one of
     :data:`akka_optimize.registry.images.IMAGE_TYPES`' extensions, in any case."""
-    from ..registry.images import IMAGE_TYPES
+    from ..registry.images import IMAGE_TYPES  # lazy: sqlalchemy
 
     exts = "|".join(
         "".join(f"[{c.upper()}{c}]" if c.isalpha() else c for c in ext[1:])
@@ -174,8 +176,6 @@ def _name_parameters(method: str, path: str, op: dict[str, Any]) -> None:
 def _model_bodies(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """Request bodies of the raw JSON routes that take a descriptor, by (method, path); the
     descriptors' schemas go into ``schemas``."""
-    from ..plan.pipeline import PipelinePlan
-    from ..plan.schema.run import RunPlan
 
     bodies = {}
     for key, model in {

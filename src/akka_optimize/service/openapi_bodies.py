@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.inputs import EVENT_COUNTS, known_event_types
 from ..jsonvalues import MAX_INT
 from ..refs import MAX_NAME_LENGTH, NAME_PATTERN, REF_PATTERN
 
@@ -116,7 +117,6 @@ def _sweep() -> dict[str, Any]:
 
 
 def _event() -> dict[str, Any]:
-    from ..core.inputs import EVENT_COUNTS, known_event_types
 
     counts = {k: {**_COUNT, "description": "A whole number."} for k in EVENT_COUNTS}
     return {
@@ -130,7 +130,7 @@ def _event() -> dict[str, Any]:
 
 
 def _preview() -> dict[str, Any]:
-    from .routers.data import MAX_PREVIEW_ROWS
+    from .routers.data import MAX_PREVIEW_ROWS  # lazy: torch
 
     return _closed(
         {
@@ -165,7 +165,7 @@ def _preview() -> dict[str, Any]:
 
 
 def _claim() -> dict[str, Any]:
-    from ..core.recipes.runs import ADVERT_KEYS, MAX_WAIT_S
+    from ..core.recipes.runs import ADVERT_KEYS, MAX_WAIT_S  # lazy: sqlalchemy
 
     advert = {
         "type": "object",

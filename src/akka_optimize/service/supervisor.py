@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..settings import Settings
 from .metrics import MULTIPROC_ENV, fresh_shared_dir, process_gone
 
 CRASH_WINDOW_S = 10.0
@@ -183,9 +184,8 @@ def serve(host: str, port: int, workers: int, log_level: str) -> int:
     """Run the service as ``workers`` API processes and one controller (module docstring);
     blocks until stopped and returns the exit code. Raises OSError when ``host:port`` is
     taken."""
-    from ..settings import Settings
-    from .app import prepare_home
-    from .runtime import build_context
+    from .app import prepare_home  # lazy: torch
+    from .runtime import build_context  # lazy: torch
 
     settings = Settings.from_env()
     ctx = build_context(settings)
@@ -228,9 +228,8 @@ def child_main(argv: list[str] | None = None) -> None:
     the inherited listening socket ``N``."""
     import uvicorn
 
-    from ..settings import Settings
-    from .app import create_app
-    from .connections import protocol_class
+    from .app import create_app  # lazy: torch
+    from .connections import protocol_class  # lazy: uvicorn
 
     ap = argparse.ArgumentParser(prog="akka_optimize.service.supervisor")
     ap.add_argument("--role", choices=("api", "controller"), required=True)

@@ -20,6 +20,7 @@ import queue
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.lean_decode import LeanDecoder
 from .engine import SamplingParams, StepEvent, logprob_entry
 
 
@@ -280,8 +281,6 @@ def decode_batch(
         Whether the lean steps decoded this batch.
     """
     import torch
-
-    from ..engine.lean_decode import LeanDecoder
 
     fast = LeanDecoder.for_model(model) if lean else None
     rows, spans = _batch_rows(requests, tokenizer, device)

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..engine.check_prompts import CHECK_MAX_TOKENS, CHECK_PROMPTS, check_prompt_ids
+from ..engine.check_prompts import CHECK_MAX_TOKENS, CHECK_PROMPTS, check_prompt_ids, stop_token_ids
 from ..lazy_imports import transformers_names
 
 #: How far (nats) below the trainer's best token a served token may be and still count
@@ -71,8 +71,7 @@ def trainer_greedy(
         "AutoModelForCausalLM", "AutoTokenizer"
     )
 
-    from ..engine.check_prompts import stop_token_ids
-    from ..engine.sampling import check_answers
+    from ..engine.sampling import check_answers  # lazy: torch
 
     tok = AutoTokenizer.from_pretrained(base_dir)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32

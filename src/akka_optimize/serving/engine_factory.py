@@ -35,7 +35,7 @@ def make_engine(
         ValueError: an unknown precision.
     """
     if engine == "vllm":
-        from .vllm_engine import VLLMEngine
+        from .vllm_engine import VLLMEngine  # lazy: guarded
 
         if precision != "auto":
             raise RuntimeError(

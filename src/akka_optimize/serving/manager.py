@@ -24,10 +24,12 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
+from ..catalog.cache import ready_model_dir
 from ..db import Database
 from ..db.base import intent, utcnow
 from ..db.models.serving import Endpoint, EndpointModel
 from ..deployment import ServingLimits
+from ..registry import download_model_files, resolve
 from ..settings import Settings
 from ..store import BlobStore
 from .check import CHECK_MAX_TOKENS, CHECK_PROMPTS, compare
@@ -170,7 +172,6 @@ class EndpointManager:
 
     def adapter_dir(self, s: Any, pinned: str) -> Path:
         """The local folder of adapter version ``pinned`` (downloaded once, by digest)."""
-        from ..registry import download_model_files, resolve
 
         rv = resolve(s, "model", pinned)
         dest = self.settings.home / "serving" / "adapters" / rv.digest.replace(":", "-")
@@ -182,7 +183,6 @@ class EndpointManager:
         return dest
 
     def _start_now(self, endpoint_id: str) -> None:
-        from ..catalog.cache import ready_model_dir
 
         # a read: the status updates inside it (_set) write in their own transactions
         with intent(write=False), self.db.session() as s:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .batching import Request, decode_batch
+from .batching import Request, decode_batch, token_logprobs
 from .engine import (
     SamplingParams,
     StepEvent,
@@ -265,8 +265,6 @@ class TransformersEngine:
         :func:`~.engine.logprob_entry` per token from the second on): one forward pass of
         ``adapter`` (None: the base model) over the prompt, log-softmax in float32."""
         import torch
-
-        from .batching import token_logprobs
 
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
         with self.lock, self._select(adapter), torch.inference_mode():

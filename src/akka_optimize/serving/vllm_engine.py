@@ -23,6 +23,7 @@ from .engine import (
     read_architecture,
     stop_token_ids,
 )
+from .schema import OpenAIError
 
 
 class VLLMEngine:
@@ -130,7 +131,6 @@ class VLLMEngine:
         Raises:
             OpenAIError: 400 naming ``echo``.
         """
-        from .schema import OpenAIError
 
         raise OpenAIError(
             "echo with logprobs (prompt scoring) is served by the transformers engine only; "

@@ -20,14 +20,19 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ..catalog import load_catalog
+from ..catalog.cache import ready_model_dir
 from ..db.models.jobs import Run, RunAttempt
-from ..errors import InvalidRequest
+from ..deployment import cuda_available, load_deployment
+from ..errors import AkkaError, InvalidRequest
 from ..jobs import states as S
+from ..jobs.capacity import usage as capacity
 from ..jobs.context import JobContext
 from ..jobs.kinds import JobKind, Launch, model_registered
 from ..jobs.records import end_attempt
 from ..jobs.scheduler import wake
 from ..jobs.spec import JobSpec
+from .registering import register_blob
 
 METHOD = "tinker"
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -147,10 +152,6 @@ def create_training_run(
             ``READY`` (the catalog's sentence, field ``base_model``).
         InvalidRequest: a ``lora_config`` the model cannot honour (the option named).
     """
-    from ..catalog.cache import ready_model_dir
-    from ..deployment import load_deployment
-    from ..errors import AkkaError
-    from ..jobs.capacity import usage as capacity
 
     base = str(request.get("base_model") or "")
     try:
@@ -203,7 +204,6 @@ def create_training_run(
 def _device_kind(dep: Any) -> str:
     """The deployment's default device profile's kind, else ``cuda`` when this machine has
     a CUDA device, else ``cpu``."""
-    from ..deployment import cuda_available
 
     prof = dep.profile(dep.defaultDeviceProfile) if dep.defaultDeviceProfile else None
     return prof.kind if prof is not None else ("cuda" if cuda_available() else "cpu")
@@ -211,8 +211,6 @@ def _device_kind(dep: Any) -> str:
 
 def build_spec(launch: Launch) -> JobSpec:
     """The attempt's spec: engine settings from the run's LoRA choices (fp32 on a CPU)."""
-    from ..catalog import load_catalog
-    from ..deployment import load_deployment
 
     run = launch.run
     r = run.resolved
@@ -246,7 +244,6 @@ def register_sampler_weights(
     model (base model and run recorded); returns the pinned reference. The run's
     ``results.tinkerSaves["sampler_weights/NAME"]`` records the version and
     ``results.tinkerSamplerKeys[NAME]`` the blob key (what a sampling client loads)."""
-    from .registering import register_blob
 
     metadata = {
         "run": run.id,

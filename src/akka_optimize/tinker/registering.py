@@ -11,6 +11,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run
+from ..jobs.results import PROVENANCE_FILE, materialize_adapter
+from ..registry import register_adapter
 
 
 def register_blob(
@@ -30,8 +32,6 @@ def register_blob(
     first: ``base_model_name_or_path`` is the run's base model (not a worker's path) and
     ``target_modules`` are sorted (PEFT writes them in set order), and ``provenance`` is
     written beside them (:data:`~akka_optimize.jobs.results.PROVENANCE_FILE`)."""
-    from ..jobs.results import PROVENANCE_FILE, materialize_adapter
-    from ..registry import register_adapter
 
     adapter_dir = materialize_adapter(store, key)
     try:

@@ -23,10 +23,11 @@ from typing import Any
 
 from ..engine.config import EngineConfig
 from ..engine.errors import EngineError
-from ..jobs.blobs import upload_dir
+from ..jobs.blobs import download_prefix, upload_dir
 from ..jobs.spec import JobSpec
 from ..store import BlobStore
 from .datums import DatumError, adam_params, to_passes
+from .sampling import sample
 from .snapshots import Snapshots
 
 
@@ -110,7 +111,6 @@ class Calls:
     def op_load_weights(self, body: dict[str, Any]) -> dict[str, Any]:
         """Restore a saved state: adapter, step and RNG; the AdamW moments only with
         ``optimizer`` (otherwise they start fresh)."""
-        from ..jobs.blobs import download_prefix
 
         local = self.work / "load" / body["key"].rsplit("/", 1)[-1]
         download_prefix(self.store, body["key"], local)
@@ -125,7 +125,6 @@ class Calls:
     def op_sample(self, body: dict[str, Any]) -> dict[str, Any]:
         """Sample the weights of the snapshot's step: the session's own, or a kept earlier
         snapshot's swapped in for the call (:mod:`akka_optimize.tinker.snapshots`)."""
-        from .sampling import sample
 
         now = {**body, "snapshot_step": self.session.step}
         earlier = self.snapshots.call_at(
@@ -135,7 +134,7 @@ class Calls:
 
 
 def _build(spec: JobSpec) -> Any:
-    from ..engine.session.training import TrainingSession
+    from ..engine.session.training import TrainingSession  # lazy: safetensors
 
     cfg = EngineConfig(**spec.engine)
     return TrainingSession(Path(spec.model_dir), cfg)
@@ -158,7 +157,7 @@ def serve(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str,
         calls.op_load_weights(spec.extra["load"])
     sampler = spec.extra.get("sampler") or {}
     if sampler.get("key"):  # create_sampling_client(model_path=…): the saved adapter
-        from ..jobs.blobs import download_prefix
+        from ..jobs.blobs import download_prefix  # lazy: guarded
 
         session.load_adapter_weights(download_prefix(store, sampler["key"], work / "sampler"))
     idle_s = float(spec.extra.get("idle_seconds", 1800))

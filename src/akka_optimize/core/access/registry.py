@@ -12,8 +12,9 @@ from sqlalchemy.orm import Session
 from ...db.models.registry import RegistryImage, RegistryImageProject, RegistryName, RegistryVersion
 from ...errors import NotFound
 from ...refs import parse_ref
+from ...registry import resolve as registry_resolve
 from ..auth import Principal
-from .scope import _scoped_phrase, refusal, scope
+from .scope import refusal, scope, scoped_phrase
 
 _LABEL = {"dataset": "Dataset", "bundle": "Scoring bundle", "model": "Model"}
 
@@ -70,7 +71,6 @@ def resolve(
     field: str = "ref",
 ) -> Any:
     """:func:`akka_optimize.registry.resolve` among the artifacts the caller sees."""
-    from ...registry import resolve as registry_resolve
 
     check_visible_ref(principal, session, kind, ref, project, field)
     return registry_resolve(session, kind, ref, project, field=field)
@@ -84,7 +84,7 @@ def check_namespace_write(
     if mine is not None and namespace.strip().lower() != mine:
         raise refusal(
             action,
-            f"Namespace {namespace!r} belongs to another project; {_scoped_phrase(mine)}",
+            f"Namespace {namespace!r} belongs to another project; {scoped_phrase(mine)}",
             field=field,
         )
 

@@ -37,9 +37,7 @@ from sqlalchemy.orm import Session
 from ...db.models.projects import Project
 from ...errors import InvalidRequest, NotFound
 from ..auth import Principal
-from .registry import _LABEL as _LABEL
 from .registry import can_read_image as can_read_image
-from .registry import can_see_artifact as can_see_artifact
 from .registry import check_namespace_write as check_namespace_write
 from .registry import check_visible_ref as check_visible_ref
 from .registry import filter_names as filter_names
@@ -50,11 +48,9 @@ from .runs import check_compare as check_compare
 from .runs import check_warm_start as check_warm_start
 from .runs import find_run as find_run
 from .scope import ACTIONS as ACTIONS
-from .scope import PREFIX as PREFIX
-from .scope import _scoped_phrase as _scoped_phrase
-from .scope import action_name as action_name
 from .scope import refusal as refusal
 from .scope import scope as scope
+from .scope import scoped_phrase
 
 
 # -- projects ----------------------------------------------------------------------
@@ -78,7 +74,7 @@ def check_create_project(principal: Principal | None, name: str) -> None:
     if mine is not None:
         raise refusal(
             "create",
-            f"Creating training project {name!r} needs an admin token; {_scoped_phrase(mine)}",
+            f"Creating training project {name!r} needs an admin token; {scoped_phrase(mine)}",
             field="name",
         )
 
@@ -94,7 +90,7 @@ def check_project_write(
     if mine is not None and isinstance(project, str) and project.strip().lower() != mine:
         raise refusal(
             action,
-            f"{field} {project!r} is another training project; {_scoped_phrase(mine)}",
+            f"{field} {project!r} is another training project; {scoped_phrase(mine)}",
             field=field,
         )
 

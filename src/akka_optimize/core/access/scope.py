@@ -57,5 +57,5 @@ def scope(principal: Principal | None) -> str | None:
     return principal.project.lower()
 
 
-def _scoped_phrase(project: str) -> str:
+def scoped_phrase(project: str) -> str:
     return f"this token acts only in training project {project!r}"

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...db.models.projects import Project
 from ...errors import Forbidden, InvalidRequest, NotFound
 from ...tinker.broker import Broker, Model, Session, broker_of
 from ..auth import Principal
 from ..context import ServiceContext
 
 
-def _project(ctx: ServiceContext, p: Principal, wanted: str | None) -> str:
+def tinker_project(ctx: ServiceContext, p: Principal, wanted: str | None) -> str:
     """The project a session acts in: the key's own, else ``project_id`` (admin keys)."""
     if p.project:
         if wanted and wanted.strip().lower() != p.project:
@@ -31,8 +32,6 @@ def _project(ctx: ServiceContext, p: Principal, wanted: str | None) -> str:
         )
     from sqlalchemy import or_, select
 
-    from ...db.models.projects import Project
-
     key = wanted.strip()
     with ctx.db.session() as s:
         name = s.scalar(
@@ -43,12 +42,12 @@ def _project(ctx: ServiceContext, p: Principal, wanted: str | None) -> str:
     return name
 
 
-def _mine(p: Principal, project: str) -> bool:
+def mine(p: Principal, project: str) -> bool:
     """Whether key ``p`` acts on an object of ``project`` (an admin key acts on any)."""
     return not p.project or p.project == project
 
 
-def _int(body: dict[str, Any], key: str, default: int) -> int:
+def tinker_int(body: dict[str, Any], key: str, default: int) -> int:
     """``body[key]`` as a whole number ≥ 0 (``default`` when absent).
 
     Raises:
@@ -62,19 +61,21 @@ def _int(body: dict[str, Any], key: str, default: int) -> int:
     return value
 
 
-def _session(b: Broker, p: Principal, sid: str) -> Session:
+def session(b: Broker, p: Principal, sid: str) -> Session:
     """Session ``sid`` of the caller's project.
 
     Raises:
         NotFound: (``session_id``) no such session, or another project's.
     """
     sess = b.sessions.get(sid)
-    if sess is None or not _mine(p, sess.project):
+    if sess is None or not mine(p, sess.project):
         raise NotFound(f"session_id {sid!r}: no such session for this key.", field="session_id")
     return sess
 
 
-def _model(ctx: ServiceContext, p: Principal, model_id: str, sampler_ok: bool = False) -> Model:
+def tinker_model(
+    ctx: ServiceContext, p: Principal, model_id: str, sampler_ok: bool = False
+) -> Model:
     """Training client ``model_id`` of the caller's project (a sampling client too when
     ``sampler_ok``).
 
@@ -82,6 +83,6 @@ def _model(ctx: ServiceContext, p: Principal, model_id: str, sampler_ok: bool = 
         NotFound: (``model_id``) no such client, another project's, or a sampling client.
     """
     m = broker_of(ctx).model_of(model_id)
-    if m is None or not _mine(p, m.project) or (m.sampler and not sampler_ok):
+    if m is None or not mine(p, m.project) or (m.sampler and not sampler_ok):
         raise NotFound(f"model_id {model_id!r}: no such training client.", field="model_id")
     return m

@@ -16,9 +16,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ...db.models.registry import RegistryName, RegistryVersion
-from ...errors import NotFound
-from ...store import BlobStore
-from .errors import OpenAIError
+from ...errors import AkkaError, NotFound
+from ...registry.blobs import store_bytes
+from ...registry.core import annotate
+from ...registry.datasets import register_dataset
+from ...store import BlobStore, content_key
+from .errors import OpenAIError, from_platform
 from .files import ANNOTATION, DATASET, PURPOSES, convert_file, file_object, parse_file_id
 
 
@@ -44,12 +47,6 @@ def register_file(
             upload limit: 413).
     """
     import json
-
-    from ...errors import AkkaError
-    from ...registry.blobs import store_bytes
-    from ...registry.core import annotate
-    from ...registry.datasets import register_dataset
-    from .errors import from_platform
 
     if purpose not in PURPOSES:
         raise OpenAIError(
@@ -130,7 +127,6 @@ def get_file(session: Session, fid: str, visible: str | None) -> dict[str, Any]:
 
 def file_bytes(session: Session, store: BlobStore, fid: str, visible: str | None) -> bytes:
     """The bytes of ``fid`` as uploaded."""
-    from ...store import content_key
 
     _, note = find_file(session, fid, visible)
     try:

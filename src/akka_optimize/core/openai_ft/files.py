@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ...data.rows import RowError, parse_row
 from .errors import OpenAIError
 
 DATASET = "openai-files"
@@ -133,7 +134,6 @@ def convert_file(data: bytes) -> tuple[str, list[dict[str, Any]]]:
         OpenAIError: ``invalid_file_format``: not UTF-8, a line that is not JSON, a bad row,
             rows of two formats, or no rows.
     """
-    from ...data.rows import RowError, parse_row
 
     try:
         text = data.decode("utf-8")

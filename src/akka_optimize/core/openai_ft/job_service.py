@@ -18,7 +18,7 @@ from ...jobs.context import JobContext
 from . import hyper
 from .errors import OpenAIError
 from .file_store import page
-from .jobs import _rename, build_plan
+from .jobs import build_plan, rename_field
 from .views import job_view, record, run_id_of
 
 
@@ -31,7 +31,7 @@ def start_job(
         OpenAIError: a field that cannot be honoured (:func:`.jobs.build_plan`), or the
             plan's refusal renamed to the OpenAI field that set it.
     """
-    from ...jobs.supervised import start_run
+    from ...jobs.supervised import start_run  # lazy: torch
 
     plan, job = build_plan(ctx, s, project, body)
     kind, stated = job["type"], job["stated"]
@@ -41,7 +41,7 @@ def start_job(
         resolved = resolve(plan)
         view = start_run(ctx, s, resolved, None)
     except AkkaError as exc:
-        raise _rename(exc, job["hpParam"]) from None
+        raise rename_field(exc, job["hpParam"]) from None
     run = s.get(Run, view["id"])
     assert run is not None
     job["hyperparameters"] = hyper.resolved(resolved.plan, kind, job["rows"], default_lr)
@@ -99,7 +99,7 @@ def list_jobs(
 def control(ctx: JobContext, s: Session, run: Run, action: str) -> dict[str, Any]:
     """``cancel``, ``pause`` or ``resume`` the job's run (:mod:`akka_optimize.jobs.control`);
     a run that cannot (a finished one, a paused one resumed twice) is a 400 naming the job."""
-    from ...jobs import control as ctl
+    from ...jobs import control as ctl  # lazy: httpx
 
     try:
         if action == "resume":

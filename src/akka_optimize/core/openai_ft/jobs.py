@@ -26,8 +26,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ...deployment import load_deployment
 from ...errors import AkkaError
 from ...jobs.context import JobContext
+from ...registry.bundles import register_bundle
 from . import hyper
 from .bundle import has_model_grader, reward_bundle
 from .errors import OpenAIError, from_platform
@@ -127,7 +129,6 @@ def _reinforcement(
             "validation_file",
         )
     job["grader"] = g
-    from ...deployment import load_deployment
 
     rollout = load_deployment(ctx.settings.resolved_deployment_file()).openaiFineTuning
     rl = {"seed": job["seed"], "reward": _reward(ctx, s, job["project"], g)}
@@ -149,7 +150,6 @@ def _reward(ctx: JobContext, s: Session, project: str, g: dict[str, Any]) -> str
             param,
             "unsupported_grader",
         )
-    from ...registry.bundles import register_bundle
 
     with tempfile.TemporaryDirectory() as tmp:
         rv, _ = register_bundle(
@@ -184,7 +184,7 @@ def _file(s: Session, fid: Any, project: str, param: str, kind: str) -> tuple[st
     return pinned, int((row.metadata_ or {}).get("rows") or 0)
 
 
-def _rename(exc: AkkaError, hp_param: str) -> OpenAIError:
+def rename_field(exc: AkkaError, hp_param: str) -> OpenAIError:
     params = {k: v.replace("hyperparameters", hp_param) for k, v in hyper.PARAMS.items()}
     err = from_platform(exc, params)
     if err.param and err.param.startswith(("config", "execution")):

@@ -59,21 +59,17 @@ from sqlalchemy.orm import Session
 from ...db.models.jobs import Pipeline
 from ...errors import AkkaError, Conflict
 from ...jobs import states as S
+from ...jobs.scheduler import wake
 from ..access import rules as access
 from ..context import ServiceContext
-from .runs import ACTIVE as ACTIVE
 from .runs import advance as advance
 from .runs import advance_all as advance_all
 from .runs import cancel_pipeline as cancel_pipeline
 from .runs import resume_pipeline as resume_pipeline
-from .shape import MAX_STAGES as MAX_STAGES
-from .shape import REF_PREFIX as REF_PREFIX
-from .shape import STAGE_KINDS as STAGE_KINDS
-from .shape import TOP_FIELDS as TOP_FIELDS
-from .shape import _fill, _in_stage
-from .shape import _references as _references
-from .shape import _shape as _shape
-from .stages import _check_stage, _hash
+from .shape import fill, in_stage
+from .shape import references as references
+from .shape import shape as shape
+from .stages import check_stage, stages_hash
 from .views import find_pipeline as find_pipeline
 from .views import list_pipelines as list_pipelines
 from .views import pipeline_view as pipeline_view
@@ -103,11 +99,11 @@ def check_pipeline(
         AkkaError: the first refusal, of the descriptor or of a stage (prefixed
             ``stages[i] (NAME):``, field ``stages[i].FIELD``).
     """
-    project, stages, sub = _shape(raw)
+    project, stages, sub = shape(raw)
     access.check_project_key_write(principal, s, project, "pipelines.start")
     project = access.find_project(s, project, principal).name
     access.check_project_write(principal, project, "pipelines.start")
-    refs = _references(stages)
+    refs = references(stages)
     checked: list[dict[str, Any]] = []
     for i, st in enumerate(stages):
         try:
@@ -115,10 +111,10 @@ def check_pipeline(
                 j: _stand_in(ctx, s, principal, stages, checked, j, project)
                 for j in set(refs[i].values())
             }
-            filled = _fill(st, refs[i], [stand.get(j) for j in range(len(stages))])
-            checked.append(_check_stage(ctx, s, principal, filled, project, start=False))
+            filled = fill(st, refs[i], [stand.get(j) for j in range(len(stages))])
+            checked.append(check_stage(ctx, s, principal, filled, project, start=False))
         except AkkaError as exc:
-            raise _in_stage(exc, i, st["name"]) from None
+            raise in_stage(exc, i, st["name"]) from None
     return project, stages, sub, checked
 
 
@@ -162,7 +158,7 @@ def dry_run_pipeline(ctx: ServiceContext, s: Session, raw: Any, principal: Any) 
 
 
 def _pipeline_hash(project: str, records: list[dict[str, Any]]) -> str:
-    return _hash({"project": project, "stages": [r["settings"] for r in records]})
+    return stages_hash({"project": project, "stages": [r["settings"] for r in records]})
 
 
 def start_pipeline(ctx: ServiceContext, s: Session, raw: Any, principal: Any) -> dict[str, Any]:
@@ -173,7 +169,6 @@ def start_pipeline(ctx: ServiceContext, s: Session, raw: Any, principal: Any) ->
     Raises:
         AkkaError: the descriptor is refused (:func:`check_pipeline`); nothing is created.
     """
-    from ...jobs.scheduler import wake
 
     project, stages, sub, checked = check_pipeline(ctx, s, raw, principal)
     if sub:

@@ -14,10 +14,12 @@ from sqlalchemy.orm import Session
 from ...db.base import utcnow
 from ...db.models.jobs import Pipeline, Run
 from ...errors import AkkaError, Conflict
+from ...jobs import control
 from ...jobs import states as S
+from ...jobs.scheduler import wake
 from ..context import ServiceContext
-from .shape import _fill, _references
-from .stages import _check_stage
+from .shape import fill, references
+from .stages import check_stage
 
 log = logging.getLogger("akka_optimize.pipelines")
 
@@ -45,11 +47,11 @@ def advance(ctx: ServiceContext, s: Session, p: Pipeline) -> None:
                 continue
             if rec["job"] is None:
                 outputs = [r["output"] for r in records]
-                refs = _references([r["descriptor"] for r in records])[rec["index"]]
-                filled = _fill(rec["descriptor"], refs, outputs)
+                refs = references([r["descriptor"] for r in records])[rec["index"]]
+                filled = fill(rec["descriptor"], refs, outputs)
                 try:
                     with s.begin_nested():
-                        got = _check_stage(ctx, s, None, filled, p.project, start=True)
+                        got = check_stage(ctx, s, None, filled, p.project, start=True)
                 except AkkaError as exc:
                     rec["state"] = S.FAILED
                     rec["failureReason"] = exc.message
@@ -113,7 +115,6 @@ def cancel_pipeline(ctx: ServiceContext, s: Session, p: Pipeline) -> None:
     Raises:
         Conflict: the pipeline has already ended.
     """
-    from ...jobs import control
 
     if p.state != S.RUNNING:
         raise Conflict(f"Pipeline {p.id} has already ended {p.state}.", field="pipeline")
@@ -135,7 +136,6 @@ def resume_pipeline(ctx: ServiceContext, s: Session, p: Pipeline) -> None:
     Raises:
         Conflict: the pipeline is running or has succeeded.
     """
-    from ...jobs.scheduler import wake
 
     if p.state not in (S.FAILED, S.CANCELLED):
         raise Conflict(

@@ -39,7 +39,7 @@ def _refuse(message: str, field: str, code: str | None = None) -> InvalidRequest
     return InvalidRequest(message, field=field, code=code or "pipeline_refused")
 
 
-def _in_stage(exc: AkkaError, i: int, name: str) -> AkkaError:
+def in_stage(exc: AkkaError, i: int, name: str) -> AkkaError:
     """``exc`` as stage ``i``'s refusal: message prefixed ``stages[i] (name):``, field
     ``stages[i].FIELD``, the same class, code and status."""
     where = f"stages[{i}]"
@@ -78,7 +78,7 @@ def _set(d: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     d[path[-1]] = value
 
 
-def _shape(raw: Any) -> tuple[str, list[dict[str, Any]], str | None]:
+def shape(raw: Any) -> tuple[str, list[dict[str, Any]], str | None]:
     """The descriptor's project, stages (with their names filled) and submissionId.
 
     Raises:
@@ -143,7 +143,7 @@ def _shape(raw: Any) -> tuple[str, list[dict[str, Any]], str | None]:
     return project.strip(), out, sub
 
 
-def _references(stages: list[dict[str, Any]]) -> list[dict[str, tuple[str, ...]]]:
+def references(stages: list[dict[str, Any]]) -> list[dict[str, tuple[str, ...]]]:
     """For each stage, ``{slot path: the earlier stage index it names}``.
 
     Raises:
@@ -180,7 +180,7 @@ def _references(stages: list[dict[str, Any]]) -> list[dict[str, tuple[str, ...]]
     return found
 
 
-def _fill(st: dict[str, Any], refs: dict[tuple[str, ...], int], values: list[Any]) -> dict:
+def fill(st: dict[str, Any], refs: dict[tuple[str, ...], int], values: list[Any]) -> dict:
     """A copy of stage ``st`` with each ``stage:NAME`` replaced by ``values[j]``."""
     out = copy.deepcopy(st)
     for path, j in refs.items():

@@ -12,7 +12,10 @@ from sqlalchemy.orm import Session
 
 from ...db.models.jobs import Run
 from ...errors import InvalidRequest
+from ...evals import kind as evals
+from ...plan.pipeline import EvaluationRequest as EvaluationCreate
 from ..context import ServiceContext
+from ..requests import prepare
 
 
 def _curate_body(st: dict[str, Any], project: str) -> dict[str, Any]:
@@ -30,7 +33,7 @@ def _train_plan(st: dict[str, Any], project: str) -> dict[str, Any]:
     }
 
 
-def _check_stage(
+def check_stage(
     ctx: ServiceContext,
     s: Session,
     principal: Any,
@@ -44,20 +47,20 @@ def _check_stage(
     ``{"settings", "configHash"}``, and ``job`` (its job's ID) when started."""
     kind = st["kind"]
     if kind == "curate":
-        from ...evals.curation import kind as curation
-        from ...evals.kind import eval_device_kind
-        from ..requests import check_request
+        from ...evals.curation import kind as curation  # lazy: guarded
+        from ...evals.kind import eval_device_kind  # lazy: guarded
+        from ..requests import check_request  # lazy: guarded
 
         body = _curate_body(st, project)
         settings = check_request(body, s, ctx, principal, "curations.create")
-        out: dict[str, Any] = {"settings": settings, "configHash": _hash(settings)}
+        out: dict[str, Any] = {"settings": settings, "configHash": stages_hash(settings)}
         if start:
             view = curation.start_curation(ctx, s, settings, body, eval_device_kind(ctx.settings))
             out["job"] = view["id"]
         return out
     if kind == "train":
-        from ...jobs.admission import admit
-        from ..plans import resolve_run_plan
+        from ...jobs.admission import admit  # lazy: guarded
+        from ..plans import resolve_run_plan  # lazy: guarded
 
         if not st.get("baseModel"):
             raise InvalidRequest(
@@ -75,7 +78,7 @@ def _check_stage(
             )
         plan = _train_plan(st, project)
         if start:
-            from ...jobs.supervised import start_run
+            from ...jobs.supervised import start_run  # lazy: guarded
 
             resolved = resolve_run_plan(ctx, s, plan, principal)
             view = start_run(ctx, s, resolved, principal)
@@ -87,9 +90,6 @@ def _check_stage(
         resolved = resolve_run_plan(ctx, s, plan, principal)
         admit(ctx, s, resolved)  # the refusals the run's own dry run reports first
         return {"settings": resolved.plan, "configHash": resolved.config_hash}
-    from ...evals import kind as evals
-    from ...plan.pipeline import EvaluationRequest as EvaluationCreate
-    from ..requests import prepare
 
     body = {k: v for k, v in st.items() if k not in ("kind", "name")}
     try:
@@ -105,9 +105,9 @@ def _check_stage(
         run = s.get(Run, view["id"])
         assert run is not None
         return {"settings": run.resolved, "configHash": run.config_hash, "job": run.id}
-    settings = evals._resolved(ctx, s, req, resolve)
-    return {"settings": settings, "configHash": _hash(settings)}
+    settings = evals.kind_resolved(ctx, s, req, resolve)
+    return {"settings": settings, "configHash": stages_hash(settings)}
 
 
-def _hash(obj: Any) -> str:
+def stages_hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from ...db.models.jobs import Pipeline
 from ...errors import InvalidRequest, NotFound
+from ...jobs.views import project_fields
 
 
 def find_pipeline(s: Session, pipeline_id: str, project: str | None) -> Pipeline:
@@ -44,7 +45,6 @@ def pipeline_view(s: Session, p: Pipeline, *, settings: bool = True) -> dict[str
     """The API record of a pipeline (``GET /v1/training/pipelines/ID``): its state, the
     configuration it ran (``configHash``) and every stage: name, kind, state, job, output,
     its own ``configHash`` (and its job's) and, with ``settings``, its resolved settings."""
-    from ...jobs.views import project_fields
 
     keep: Callable[[str], bool] = (
         (lambda k: k != "descriptor")

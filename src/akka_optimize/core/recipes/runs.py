@@ -51,6 +51,7 @@ from ...jobs.kinds import JobKind, Launch
 from ...jobs.records import attempt_token, end_attempt
 from ...jobs.spec import JobSpec
 from ...jobs.views import run_view
+from ...minifield.registry import select as select_strategy
 from ..access import rules as access
 from ..access.scope import scope
 from ..auth import Principal
@@ -173,8 +174,7 @@ def check_recipe(doc: Any, roots: list[str]) -> dict[str, Any]:
             a ``model.path`` / ``data.path`` refused by
             :func:`akka_optimize.core.recipes.paths.confined_path`.
     """
-    from ...minifield.registry import select as select_strategy
-    from ...minifield.train import Worker
+    from ...minifield.train import Worker  # lazy: torch
 
     if not isinstance(doc, dict):
         raise InvalidRequest("recipe must be a JSON object.", field="recipe")

@@ -29,11 +29,11 @@ from ..sft import (
     Emit,
     SftResult,
     UpdateEnd,
-    _finish,
-    _start_session,
-    _validation_due,
+    finish_run,
+    start_session,
     total_updates,
     update_rows,
+    validation_due,
 )
 from .loss import DpoSettings
 from .update import pair_passes, score_pairs, train_update
@@ -71,18 +71,18 @@ def run_dpo(
         raise EngineError("the training set has no preference pair.", code="no_rows")
     cfg.extra["dpo"] = settings.to_dict()  # kept in saved state; a resume must match
     total = total_updates(cfg, len(train))
-    session, log = _start_session(
+    session, log = start_session(
         cfg, model_dir, state_dir, len(train), total, emit, resume_step, branch, init_adapter
     )
     result = SftResult(0, total, False, None, None, None, None, session.adapted_modules)
     for update in range(session.step + 1, total + 1):
         epoch, epoch_end = _update(session, cfg, settings, train, update, log, emit)
-        if validation and _validation_due(cfg, update, total, epoch_end):
+        if validation and validation_due(cfg, update, total, epoch_end):
             log["validation"] = validate_pairs(session, settings, validation, update, emit)
         ends = UpdateEnd(model_dir, state_dir, len(train), None, should_stop, until)
         if ends.after(session, cfg, result, log, emit, update, total, epoch, epoch_end):
             break
-    return _finish(result, session, log, emit)
+    return finish_run(result, session, log, emit)
 
 
 def _update(

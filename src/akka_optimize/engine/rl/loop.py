@@ -53,6 +53,7 @@ from typing import Any
 
 from ..distributed import any_rank
 from ..errors import EngineError
+from ..phases import end_phase, training_phase
 from ..rollout import rollout_passes as rollout_passes
 from ..rollout import sample_group as sample_group
 from ..rollout_vllm import vllm_rollout
@@ -231,7 +232,6 @@ def _finish(
     result: RLResult, step: int, log: dict[str, Any], reward: float | None, emit: Any
 ) -> RLResult:
     """Fill ``result`` from the loop's ``log`` and emit the end phase."""
-    from ..phases import end_phase
 
     result.step = step
     result.final_loss = log["last"]
@@ -287,9 +287,8 @@ def _start_rl_session(
     Raises:
         EngineError: a resume whose state was saved over another number of prompts.
     """
-    from ..phases import training_phase
-    from ..session.training import TrainingSession
-    from ..snapshots import state_path
+    from ..session.training import TrainingSession  # lazy: safetensors
+    from ..snapshots import state_path  # lazy: safetensors
 
     emit({"type": "phase", "phase": "loading_model", "step": resume_step or 0})
     session = TrainingSession(model_dir, cfg, total_updates=steps)
@@ -351,7 +350,7 @@ SHOWN_SAMPLES = 8
 def _save_rl(
     session: Any, cfg: Any, model_dir: Path, state_dir: Path, prompts: int, log: dict, emit: Any
 ) -> Path:
-    from ..snapshots import save_snapshot
+    from ..snapshots import save_snapshot  # lazy: safetensors
 
     # the cursor's "rows" (here: prompts) is what a resume checks, as a supervised save's
     return save_snapshot(session, cfg, model_dir, state_dir, None, False, prompts, log, emit)

@@ -45,7 +45,7 @@ class RankReduce(Reduce):
         """The elementwise largest of ``values`` over every rank."""
         import torch.distributed as dist
 
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=D._comm_device())
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=D.comm_device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return [float(x) for x in t.cpu()]
 

@@ -14,7 +14,7 @@ import torch
 
 from ..errors import EngineError
 from ..losses import GSPO_CLIP, POLICY_LOSSES, WEIGHTED_PREFIX, aggregation_weights
-from ..rollout import _sample_rollouts, per_sample, rollout_passes
+from ..rollout import per_sample, rollout_passes, sample_rollouts
 from .gap import ONE_DEVICE, Reduce, correct, gap_metrics
 from .settings import RLPrompt, RLSettings, Sample
 
@@ -102,7 +102,7 @@ def draw(
     else:
         gens = [torch.Generator().manual_seed(base)] * len(prompts)
     t0 = time.perf_counter()
-    samples = _sample_rollouts(sampler, prompts, settings, stop_ids, gens, version)
+    samples = sample_rollouts(sampler, prompts, settings, stop_ids, gens, version)
     return samples, time.perf_counter() - t0
 
 

@@ -38,7 +38,7 @@ class ForwardBackwardResult(NamedTuple):
 
 
 @dataclass
-class _Pending:
+class Pending:
     loss_sum: float = 0.0
     supervised: int = 0
     tokens: int = 0
@@ -71,7 +71,7 @@ class PassesMixin:
     _body: Any
     _head: Any
     _cap: Any
-    _pending: _Pending
+    _pending: Pending
 
     def _run_pass(
         self,
@@ -273,7 +273,7 @@ class PassesMixin:
 
     def _reset(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        self._pending = _Pending()
+        self._pending = Pending()
 
 
 def vision_tensors(

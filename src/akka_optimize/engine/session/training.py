@@ -30,18 +30,14 @@ from .. import flex
 from ..attention import flash_attention_refusal, head_dims, implementation_for, supports_packed
 from ..attention import register as register_packed_attention
 from ..config import EngineConfig
-from ..devices import pick_adapter_dtype as pick_adapter_dtype
-from ..devices import pick_device as pick_device
-from ..devices import pick_dtype as pick_dtype
-from ..devices import pick_weight_dtype as pick_weight_dtype
+from ..devices import pick_adapter_dtype, pick_device, pick_dtype, pick_weight_dtype
 from ..errors import EngineError
 from ..head import body_and_head
 from ..kernels import apply_liger
 from ..sampling import generate
 from ..schedule import lr_factor
 from ..targets import auto_class, check_targets, meta_model, peft_targets
-from .passes import ForwardBackwardResult as ForwardBackwardResult
-from .passes import PassesMixin, _Pending
+from .passes import PassesMixin, Pending
 from .ranks import RanksMixin
 from .state import StateMixin
 
@@ -127,7 +123,7 @@ class TrainingSession(PassesMixin, StateMixin, RanksMixin):
         )
         self.vocab_size = int(self._head.weight.shape[0])
         """Rows of the output head (the vocabulary the loss is over)."""
-        self._pending = _Pending()
+        self._pending = Pending()
         self._tokenizer = None
         self.model.train()
 

@@ -15,8 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from ...jobs.spec import JobSpec
+from ...registry import load_dataset_rows
+from ...registry.datasets import canonical_line
 from ...store import BlobStore
+from ...testhooks import hold
+from ..judge_client import ask_judge, open_judge
+from ..judges import MAX_SCORE, conversation_text, judge_request, parse_score
 from ..rows import content_text
+from ..sandbox.pool import GradeResult
+from ..summaries import summary
+from ..worker import worker_version
 from .request import Keep, kept_rows
 
 PROGRESS_EVERY = 8
@@ -31,12 +39,11 @@ def curation_messages(instructions: str, row: dict[str, Any]) -> list[dict[str, 
         instructions: from :func:`curation_instructions`.
         row: a parsed conversation row that ends with an assistant message.
     """
-    from ..judges import MAX_SCORE, _conversation
 
     messages = row.get("messages") or []
     answer = content_text(messages[-1].get("content")) if messages else ""
     user = (
-        f"Conversation:\n{_conversation(messages[:-1])}\n\n"
+        f"Conversation:\n{conversation_text(messages[:-1])}\n\n"
         f"Final assistant answer:\n{answer}\n\n"
         f"Score the answer from 0 to {MAX_SCORE}; reply with the number only."
     )
@@ -59,9 +66,6 @@ def judge_rows(
     Raises:
         JudgeUnavailable: the judge's endpoint failed to start or was refused.
     """
-    from ..judge_client import ask_judge
-    from ..judges import judge_request, parse_score
-    from ..sandbox.pool import GradeResult
 
     out: list[Any] = [GradeResult(None, {}, "cancelled")] * len(rows)
     done = [0]
@@ -93,16 +97,10 @@ def curate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str
     """The worker function of curations: the judge scores every row, the keep rule picks
     the rows, both files go to the blob store (``runs/ID/curation/``) and the ``completed``
     event names them; the service registers them (:func:`_completed`)."""
-    from ...registry import load_dataset_rows
-    from ...registry.datasets import canonical_line
-    from ...testhooks import hold
-    from ..judge_client import _open_judge
-    from ..summaries import summary
-    from ..worker import _version
 
     cu = spec.extra["curation"]
     events.send({"type": "phase", "phase": "PREPARING", "detail": "reading the source dataset"})
-    source = _version("dataset", spec.dataset)
+    source = worker_version("dataset", spec.dataset)
     rows = load_dataset_rows(store, source)
     if cu.get("limit"):
         rows = rows[: int(cu["limit"])]
@@ -110,7 +108,7 @@ def curate(spec: JobSpec, store: BlobStore, events: Any, work: Path) -> dict[str
     grader = cu["grader"]
     hold("curating")  # tests only: stop before the judge is asked
     events.send({"type": "progress", "completed": 0, "total": n, "stage": "judging"})
-    _open_judge(events, grader, n)
+    open_judge(events, grader, n)
 
     def scored(k: int) -> None:
         if k % PROGRESS_EVERY == 0 or k == n:

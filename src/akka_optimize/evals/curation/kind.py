@@ -50,6 +50,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ...db.models.jobs import Run, RunAttempt
+from ...deployment import load_deployment
 from ...jobs import states as S
 from ...jobs.context import JobContext
 from ...jobs.kinds import JobKind, Launch
@@ -57,18 +58,12 @@ from ...jobs.records import end_attempt
 from ...jobs.scheduler import wake
 from ...jobs.spec import JobSpec
 from ...jobs.views import project_fields
-from ..kind import MAX_ERROR_SHARE as MAX_ERROR_SHARE
-from ..kind import _iso, _progress  # the evaluation kind's, shared
-from .judging import PROGRESS_EVERY as PROGRESS_EVERY
-from .judging import curate as curate
+from ...registry import register_dataset, resolve
+from ..kind import evaluation_claims, iso_time, record_progress  # the evaluation kind's, shared
 from .judging import curation_messages as curation_messages
-from .judging import judge_rows as judge_rows
 from .request import BUILT_IN as BUILT_IN
-from .request import JUDGE_SUFFIX as JUDGE_SUFFIX
 from .request import Keep as Keep
 from .request import check_curation as check_curation
-from .request import check_rows as check_rows
-from .request import curation_instructions as curation_instructions
 from .request import kept_rows as kept_rows
 from .request import output_names as output_names
 from .request import parse_keep as parse_keep
@@ -87,9 +82,8 @@ def start_curation(
         InvalidRequest: ``quota_exceeded`` (no quota or pool could ever admit its claims);
             nothing is created.
     """
-    from ..kind import _claims
 
-    claims = _claims(ctx, resolved["project"], device_kind, True)
+    claims = evaluation_claims(ctx, resolved["project"], device_kind, True)
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
     run = Run(
         id=uuid.uuid4().hex[:16],
@@ -117,7 +111,6 @@ def start_curation(
 
 def build_spec(launch: Launch) -> JobSpec:
     """The job spec of a curation attempt (the ``curate`` kind's ``build_spec``)."""
-    from ...registry import resolve
 
     s, r = launch.session, launch.run.resolved
     grader = {**r["grader"], "kind": "model", "instructions": r["judgeInstructions"]}
@@ -130,8 +123,6 @@ def build_spec(launch: Launch) -> JobSpec:
 def _register(ctx: JobContext, s: Session, run: Run, key: str, name: str) -> Any:
     """Register the JSONL at blob ``key`` as the next version of ``name``, with
     ``metadata.curation`` (the curation, the pinned source and judge)."""
-    from ...deployment import load_deployment
-    from ...registry import register_dataset
 
     r = run.resolved
     limits = load_deployment(ctx.settings.resolved_deployment_file()).limits
@@ -181,7 +172,7 @@ CURATION = JobKind(
     name=METHOD,
     worker="akka_optimize.evals.curation.kind:curate",
     build_spec=build_spec,
-    events={"progress": _progress, "completed": _completed},
+    events={"progress": record_progress, "completed": _completed},
 )
 """The curation kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
 
@@ -216,7 +207,7 @@ def curation_view(s: Session, run: Run) -> dict[str, Any]:
         if "judgeDataset" in res
         else None,
         "failureReason": run.failure_reason,
-        "createdAt": _iso(run.created_at),
-        "startedAt": _iso(run.started_at),
-        "finishedAt": _iso(run.finished_at),
+        "createdAt": iso_time(run.created_at),
+        "startedAt": iso_time(run.started_at),
+        "finishedAt": iso_time(run.finished_at),
     }

@@ -17,7 +17,13 @@ from sqlalchemy.orm import Session
 
 from ...errors import InvalidRequest
 from ...jobs.context import JobContext
+from ...jobs.readable import check_readable
+from ...refs import MAX_NAME_LENGTH, parse_ref
+from ...registry import load_dataset_rows
 from ..eval_request import MAX_ERROR_SHARE
+from ..graders import parse_grader
+from ..judges import judge_instructions
+from ..scoring import base_key_of, check_judge
 
 JUDGE_SUFFIX = "-judge"
 """The judge's dataset is the output's name with this suffix (seeds/001)."""
@@ -119,7 +125,6 @@ def curation_instructions(
     """The instructions a curation's judge gets and their source (``given``,
     ``judge-training`` or ``built-in``): :func:`akka_optimize.evals.judges.judge_instructions`
     with :data:`BUILT_IN` as the last one."""
-    from ..judges import judge_instructions
 
     return judge_instructions(given, judge, rows, built_in=BUILT_IN)
 
@@ -153,7 +158,6 @@ def output_names(dataset: Any, project: str, source: Any) -> tuple[str, str]:
             digest), a name that with ``-judge`` breaks the naming rule, or the source's
             own name.
     """
-    from ...refs import MAX_NAME_LENGTH, parse_ref
 
     if not isinstance(dataset, str) or not dataset.strip():
         raise InvalidRequest(
@@ -201,10 +205,6 @@ def check_curation(
         InvalidRequest: the field named (``dataset`` left out first, before anything is
             resolved); NotFound: a reference that does not resolve.
     """
-    from ...jobs.readable import check_readable
-    from ...registry import load_dataset_rows
-    from ..graders import parse_grader
-    from ..scoring import _check_judge, base_key_of
 
     if not isinstance(body.get("dataset"), str) or not body["dataset"].strip():
         output_names(body.get("dataset"), project, None)  # raises, naming dataset
@@ -222,7 +222,7 @@ def check_curation(
     keep = parse_keep(body.get("keep"))
     spec = parse_grader(judge_text, field="judge")
     judge = resolve("model", spec.ref, field="judge")
-    _check_judge(ctx, s, judge, judge_text)
+    check_judge(ctx, s, judge, judge_text)
     source = resolve("dataset", body["source"], field="source")
     output, judged = output_names(body["dataset"], project, source)
     check_readable(ctx, "source", source)

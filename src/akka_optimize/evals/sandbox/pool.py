@@ -45,26 +45,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .records import DEFAULT_LIMITS as DEFAULT_LIMITS
-from .records import STARTUP_GRACE_SECONDS as STARTUP_GRACE_SECONDS
+from .records import DEFAULT_LIMITS, MiB, fmt, limit_sentences, result
 from .records import GradeResult as GradeResult
 from .records import Limits as Limits
-from .records import MiB as MiB
-from .records import _fmt as _fmt
-from .records import _limit_sentences as _limit_sentences
-from .records import _result as _result
-from .scratch import _chown_tree as _chown_tree
-from .scratch import _copy_bundle as _copy_bundle
-from .scratch import _scratch_base as _scratch_base
-from .scratch import _traversable_by_all as _traversable_by_all
-from .scratch import _under as _under
-from .workers import _MEMORY_SIGNS as _MEMORY_SIGNS
-from .workers import CHILD as CHILD
-from .workers import LOG_TAIL_BYTES as LOG_TAIL_BYTES
-from .workers import NOBODY as NOBODY
-from .workers import RELAY_MARK as RELAY_MARK
-from .workers import SAFE_PATH as SAFE_PATH
-from .workers import _Worker as _Worker
+from .scratch import scratch_base
+from .workers import Worker
 
 MAX_RESULT_BYTES = 4 * MiB
 """The most bytes one result line from a worker may take."""
@@ -119,7 +104,7 @@ class GraderPool:
         shape); filled when the first worker has started."""
         self._module: str | None = module
         self._root: Path | None = None
-        self._workers: list[_Worker] = []
+        self._workers: list[Worker] = []
         self._serial = 0
         self._import_error: str | None = None
         self._import_details: dict[str, Any] = {}
@@ -137,7 +122,7 @@ class GraderPool:
         """Start the workers and wait until each has isolated itself and imported the
         grader (or failed to: then :meth:`score` answers every call with that error)."""
         if self._root is None:
-            base = _scratch_base(self.hidden)
+            base = scratch_base(self.hidden)
             self._root = Path(tempfile.mkdtemp(prefix="akka-grader-", dir=base))
             self._root.chmod(0o711)
         self._loop({}, [], fill=True)
@@ -189,11 +174,11 @@ class GraderPool:
     def _spawn(self) -> None:
         self._serial += 1
         try:
-            self._workers.append(_Worker(self, self._serial))
+            self._workers.append(Worker(self, self._serial))
         except OSError as exc:
             self._import_error = f"could not start a grader worker: {exc}"
 
-    def _ended(self, w: _Worker, reason: str, results: list[GradeResult | None]) -> None:
+    def _ended(self, w: Worker, reason: str, results: list[GradeResult | None]) -> None:
         """A worker is gone: its call (or the import) fails with ``reason``."""
         if w.state == "starting" and self._module is not None:
             self._import_error = f"importing {self.module} {reason}"
@@ -202,7 +187,7 @@ class GraderPool:
         w.end()
         self._workers.remove(w)
 
-    def _on_line(self, w: _Worker, line: bytes, results: list[GradeResult | None]) -> None:
+    def _on_line(self, w: Worker, line: bytes, results: list[GradeResult | None]) -> None:
         try:
             message = json.loads(line)
         except ValueError:
@@ -213,7 +198,7 @@ class GraderPool:
                 if isinstance(report, dict):
                     self.isolation = {
                         **{str(k): str(v) for k, v in report.items()},
-                        **_limit_sentences(self.limits),
+                        **limit_sentences(self.limits),
                     }
             if isinstance(message, dict) and message.get("ready") is True:
                 w.state = "idle"
@@ -232,7 +217,7 @@ class GraderPool:
             if not isinstance(message, dict) or message.get("id") != w.call:
                 results[w.call] = GradeResult(None, {}, "its worker sent a malformed result")
             else:
-                results[w.call] = _result(message)
+                results[w.call] = result(message)
             w.state, w.call = "idle", None
 
     def _loop(self, lines: dict[int, bytes], results: list[GradeResult | None], fill: bool) -> None:
@@ -295,7 +280,7 @@ class GraderPool:
             now = time.monotonic()
             for w in list(self._workers):
                 if w.state in ("starting", "busy") and now >= w.deadline:
-                    self._ended(w, f"exceeded its {_fmt(wall)} s wall-clock limit", results)
+                    self._ended(w, f"exceeded its {fmt(wall)} s wall-clock limit", results)
             for w in self._workers:
                 if w.outbuf:
                     w.flush()  # a closed stdin shows as the end of its output
@@ -337,5 +322,5 @@ def isolation_report(limits: Limits | None = None, hidden: Sequence[Path] = ()) 
             "files": "not isolated: the probe worker did not report",
             "imports": "unknown: the probe worker did not report",
         }
-    report.update(_limit_sentences(limits))
+    report.update(limit_sentences(limits))
     return report

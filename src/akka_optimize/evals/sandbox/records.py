@@ -73,11 +73,11 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-def _fmt(seconds: float) -> str:
+def fmt(seconds: float) -> str:
     return f"{seconds:g}"
 
 
-def _limit_sentences(limits: Limits) -> dict[str, str]:
+def limit_sentences(limits: Limits) -> dict[str, str]:
     return {
         "environment": (
             "isolated: only PATH, LANG, HOME and TMPDIR are set (HOME and TMPDIR are the "
@@ -89,18 +89,18 @@ def _limit_sentences(limits: Limits) -> dict[str, str]:
             "(RLIMIT_AS); an allocation past it fails that example"
         ),
         "cpu": (
-            f"limited: {_fmt(limits.cpu_seconds)} s of CPU time per call and for the import "
+            f"limited: {fmt(limits.cpu_seconds)} s of CPU time per call and for the import "
             "(a SIGPROF timer, RLIMIT_CPU as a backstop)"
         ),
         "wall_clock": (
-            f"limited: {_fmt(limits.wall_seconds)} s per call and for the import; the pool "
+            f"limited: {fmt(limits.wall_seconds)} s per call and for the import; the pool "
             "kills a worker that runs over and starts a fresh one for the next call"
         ),
         "disk": "not limited: a grader may write into its scratch folder, removed afterwards",
     }
 
 
-def _result(message: Any) -> GradeResult:
+def result(message: Any) -> GradeResult:
     """A worker's answer, checked (the worker runs user code; its output is not trusted)."""
     if not isinstance(message, dict):
         return GradeResult(None, {}, "its worker sent a malformed result")

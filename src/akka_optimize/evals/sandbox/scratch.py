@@ -31,7 +31,7 @@ def _traversable_by_all(path: str) -> bool:
     return True
 
 
-def _scratch_base(hidden: Sequence[str]) -> str:
+def scratch_base(hidden: Sequence[str]) -> str:
     """Where the workers' scratch folders go: the temporary folder, unless it lies in a
     hidden path (the service's home) or, as root, cannot be reached by uid 65534."""
     root = os.geteuid() == 0
@@ -48,7 +48,7 @@ def _scratch_base(hidden: Sequence[str]) -> str:
     )
 
 
-def _copy_bundle(src: Path, dest: Path) -> None:
+def copy_bundle(src: Path, dest: Path) -> None:
     """Copy the bundle's folders and regular files (never a link or a special file)."""
     dest.mkdir(mode=0o700)
     for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
@@ -68,7 +68,7 @@ def _copy_bundle(src: Path, dest: Path) -> None:
                 os.chmod(target / name, (stat.S_IMODE(st.st_mode) & 0o755) | 0o600)
 
 
-def _chown_tree(path: Path, uid: int, gid: int) -> None:
+def chown_tree(path: Path, uid: int, gid: int) -> None:
     os.lchown(path, uid, gid)
     for dirpath, dirnames, filenames in os.walk(path):
         for name in dirnames + filenames:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .records import STARTUP_GRACE_SECONDS, Limits, MiB
-from .scratch import _chown_tree, _copy_bundle
+from .scratch import chown_tree, copy_bundle
 
 CHILD = Path(__file__).with_name("child")
 """The worker's folder (its ``__main__.py`` and ``_sandbox_*`` modules), run by path so the
@@ -52,7 +52,7 @@ class _PoolView(Protocol):
     _root: Path | None
 
 
-class _Worker:
+class Worker:
     """One worker process and its pipes, scratch folder and log (the pool's bookkeeping)."""
 
     def __init__(self, pool: _PoolView, serial: int) -> None:
@@ -65,10 +65,10 @@ class _Worker:
         self.call: int | None = None
         self.log_mark = 0
         self.inbuf = b""
-        _copy_bundle(pool.bundle_dir, self.scratch)
+        copy_bundle(pool.bundle_dir, self.scratch)
         self.libdir.mkdir(mode=0o755)
         if os.geteuid() == 0:
-            _chown_tree(self.scratch, NOBODY, NOBODY)
+            chown_tree(self.scratch, NOBODY, NOBODY)
         cfg = {
             "scratch": str(self.scratch),
             "libdir": str(self.libdir),

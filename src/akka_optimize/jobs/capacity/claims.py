@@ -58,7 +58,7 @@ class Claim:
         return self.label() if self.project == project else f"another project's {self.kind}"
 
 
-def _as_aware(t: dt.datetime | None) -> dt.datetime:
+def as_aware(t: dt.datetime | None) -> dt.datetime:
     if t is None:
         return utcnow()
     return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
@@ -92,19 +92,19 @@ def run_claim(dep: Deployment, run: Run) -> Claim:
         id=run.id,
         project=run.project,
         devices=run_devices(dep, _profile_of(run), run.device_kind, run.gpus or 0, judged),
-        since=_as_aware(run.created_at),
+        since=as_aware(run.created_at),
         method=run.method,
         state=run.state,
         judged=judged,
     )
 
 
-def _judge_served(runs: Iterable[Run]) -> set[tuple[str, str]]:
+def judge_served(runs: Iterable[Run]) -> set[tuple[str, str]]:
     """``(project name, judge version)`` of every judged run in ``runs``."""
     return {(r.project, (r.resolved or {})["grader"]["judge"]) for r in runs if _judged(r)}
 
 
-def _inside_run(s: Session, ep: Endpoint, project: str, judges: set[tuple[str, str]]) -> bool:
+def inside_run(s: Session, ep: Endpoint, project: str, judges: set[tuple[str, str]]) -> bool:
     """Whether ``ep`` serves the judge of an active judged run of its project (its claim is
     then part of that run's)."""
     if not judges:
@@ -121,7 +121,7 @@ def endpoint_claim(dep: Deployment, ep: Endpoint, project: str) -> Claim:
         id=ep.id,
         project=project,
         devices={serving_pool(dep).name: n} if n else {},
-        since=_as_aware(ep.queued_at or ep.created_at),
+        since=as_aware(ep.queued_at or ep.created_at),
         method="endpoint",
         state=ep.state,
     )

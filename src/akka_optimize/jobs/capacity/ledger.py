@@ -21,8 +21,8 @@ from ...deployment import Deployment
 from ...errors import InvalidRequest
 from .. import states as S
 from ..kinds import is_external
-from .claims import Claim, _inside_run, _judge_served, endpoint_claim, holds_devices, run_claim
-from .pools import _plural, serving_pool
+from .claims import Claim, endpoint_claim, holds_devices, inside_run, judge_served, run_claim
+from .pools import plural, serving_pool
 
 ENDPOINT_HOLDS = ("STARTING", "READY")
 """Endpoint states that hold their claim (``QUEUED`` ones wait for it)."""
@@ -88,7 +88,7 @@ class Ledger:
             if quota is not None and mine + n > quota:
                 who = [h.label() for h in self.holders.get(pool, []) if h.project == claim.project]
                 return (
-                    f"project {claim.project}'s quota in pool {pool} is {_plural(quota)}, "
+                    f"project {claim.project}'s quota in pool {pool} is {plural(quota)}, "
                     f"{mine} in use (by {', '.join(who) or 'nothing'}); it needs {n}"
                 )
         for pool in claim.devices:
@@ -103,7 +103,7 @@ class Ledger:
             if used + n > size:
                 who = ", ".join(h.label_for(claim.project) for h in self.holders.get(pool, []))
                 return (
-                    f"devices busy: pool {pool} has {_plural(size)}, {used} held by "
+                    f"devices busy: pool {pool} has {plural(size)}, {used} held by "
                     f"{who or 'nothing'}; it needs {n}"
                 )
         return None
@@ -151,11 +151,11 @@ def holders(s: Session, dep: Deployment) -> list[Claim]:
     run's claim), oldest first."""
     active = [r for r in s.scalars(select(Run).where(Run.state.in_(S.ACTIVE))) if holds_devices(r)]
     out = _claims(dep, active)
-    judges = _judge_served(active)
+    judges = judge_served(active)
     names = _project_names(s)
     for ep in s.scalars(select(Endpoint).where(Endpoint.state.in_(ENDPOINT_HOLDS))):
         project = names.get(ep.project_id, ep.project_id)
-        if not _inside_run(s, ep, project, judges):
+        if not inside_run(s, ep, project, judges):
             out.append(endpoint_claim(dep, ep, project))
     return sorted(out, key=lambda c: c.since)
 
@@ -166,12 +166,12 @@ def waiting(s: Session, dep: Deployment) -> list[Claim]:
     queued = s.scalars(select(Run).where(Run.state == S.QUEUED))
     out = _claims(dep, [r for r in queued if not unfinished(s, r)])
     active = list(s.scalars(select(Run).where(Run.state.in_(S.ACTIVE))))
-    judges = _judge_served(active)
+    judges = judge_served(active)
     names = _project_names(s)
     for ep in s.scalars(select(Endpoint).where(Endpoint.state == "QUEUED")):
         project = names.get(ep.project_id, ep.project_id)
         c = endpoint_claim(dep, ep, project)
-        if c.devices and not _inside_run(s, ep, project, judges):
+        if c.devices and not inside_run(s, ep, project, judges):
             out.append(c)
     return sorted(out, key=lambda c: (c.since, c.id))
 
@@ -234,7 +234,7 @@ def _first_pool(dep: Deployment, c: Claim) -> str:
     return next(iter(c.devices), serving_pool(dep).name)
 
 
-def _copy(book: Ledger) -> Ledger:
+def copy(book: Ledger) -> Ledger:
     return Ledger(
         book.dep,
         dict(book.sizes),

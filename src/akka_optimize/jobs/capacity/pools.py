@@ -14,7 +14,7 @@ from ...deployment import Deployment, Pool, cuda_available
 from ...errors import InvalidRequest
 
 
-def _plural(n: int) -> str:
+def plural(n: int) -> str:
     return f"{n} device" + ("" if n == 1 else "s")
 
 
@@ -126,14 +126,14 @@ def refusal(
         if quota is not None and n > quota:
             return InvalidRequest(
                 f"{field_name}: this needs {what}, but project {project}'s quota in pool "
-                f"{pool} is {_plural(quota)}, so it could never start; raise "
+                f"{pool} is {plural(quota)}, so it could never start; raise "
                 f"quotas.projects.{project}.{pool} in the deployment file or claim less.",
                 field=field_name,
                 code="quota_exceeded",
             )
         if n > size:
             return InvalidRequest(
-                f"{field_name}: this needs {what}, but pool {pool} has {_plural(size)}, so "
+                f"{field_name}: this needs {what}, but pool {pool} has {plural(size)}, so "
                 "it could never start; claim less or declare a larger pool.",
                 field=field_name,
                 code="quota_exceeded",
@@ -143,5 +143,5 @@ def refusal(
 
 def claim_words(devices: dict[str, int], judged: bool) -> str:
     """``2 cpu devices (its training devices and its judge endpoint)``."""
-    parts = ", ".join(f"{_plural(n).replace('device', p + ' device')}" for p, n in devices.items())
+    parts = ", ".join(f"{plural(n).replace('device', p + ' device')}" for p, n in devices.items())
     return parts + (" (its training devices and its judge endpoint)" if judged else "")

@@ -50,34 +50,17 @@ from sqlalchemy.orm import Session
 from ...db.models.projects import Project
 from ...db.models.serving import Endpoint
 from ...deployment import Deployment, cuda_available
-from .claims import KIND_OF_METHOD as KIND_OF_METHOD
 from .claims import Claim as Claim
-from .claims import _as_aware as _as_aware
-from .claims import _inside_run as _inside_run
-from .claims import _judge_served as _judge_served
-from .claims import _judged as _judged
-from .claims import _profile_of as _profile_of
-from .claims import endpoint_claim as endpoint_claim
-from .claims import run_claim as run_claim
-from .ledger import ENDPOINT_HOLDS as ENDPOINT_HOLDS
-from .ledger import Ledger as Ledger
+from .ledger import Ledger, copy
 from .ledger import Verdict as Verdict
-from .ledger import _claims as _claims
-from .ledger import _copy as _copy
-from .ledger import _first_pool as _first_pool
-from .ledger import _project_names as _project_names
 from .ledger import holders as holders
 from .ledger import ledger as ledger
 from .ledger import pool_refusal as pool_refusal
 from .ledger import unfinished as unfinished
 from .ledger import verdicts as verdicts
-from .ledger import waiting as waiting
-from .pools import _add as _add
-from .pools import _plural as _plural
 from .pools import claim_list as claim_list
 from .pools import claim_words as claim_words
 from .pools import endpoint_devices as endpoint_devices
-from .pools import pool_of_profile as pool_of_profile
 from .pools import refusal as refusal
 from .pools import run_devices as run_devices
 from .pools import serving_pool as serving_pool
@@ -130,7 +113,7 @@ def report(s: Session, dep: Deployment, project: str | None = None) -> dict[str,
     book = Ledger.of(dep)
     for c in held:
         book.take(c)
-    queue = verdicts(s, dep, _copy(book))
+    queue = verdicts(s, dep, copy(book))
     ids = {p.name: p.id for p in s.scalars(select(Project))}
     pools = []
     for p in dep.device_pools():

@@ -22,21 +22,12 @@ from typing import Any
 from ..environment import PlanEnvironment
 from ..refusals import Refusals
 from ..schema.run import RunPlan
-from .engine import check_engine_keys as check_engine_keys
-from .engine import check_model_kernels as check_model_kernels
+from .engine import check_engine_keys, check_model_kernels
 from .facts import Facts as Facts
-from .facts import _hp_path as _hp_path
-from .identity import SMOKE_IGNORED as SMOKE_IGNORED
-from .identity import _stated as _stated
-from .identity import check_identity as check_identity
-from .identity import check_loop_groups as check_loop_groups
-from .identity import check_smoke as check_smoke
-from .resources import _memory_value as _memory_value
-from .resources import check_ceilings as check_ceilings
+from .identity import check_identity, check_loop_groups, check_smoke
+from .resources import check_ceilings, check_memory
 from .resources import check_device as check_device
-from .resources import check_memory as check_memory
-from .training import check_bounds as check_bounds
-from .training import check_supervised as check_supervised
+from .training import check_bounds, check_supervised
 
 
 def check_all(

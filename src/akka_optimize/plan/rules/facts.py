@@ -50,7 +50,7 @@ class Facts:
         return cls(plan.config.method, gpus, profile, entry, name.lower())
 
 
-def _hp_path(facts: Facts) -> str:
+def hp_path(facts: Facts) -> str:
     return {"rl": "config.rlHyperparams", "dpo": "config.dpoHyperparams"}.get(
         facts.method, "config.hyperparams"
     )

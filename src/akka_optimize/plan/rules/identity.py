@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import AkkaError
+from ...refs import validate_name
 from ..environment import PlanEnvironment
 from ..refusals import Refusals
 from ..schema.run import RunPlan
@@ -18,7 +19,6 @@ from .facts import Facts
 
 def check_identity(plan: RunPlan, env: PlanEnvironment, facts: Facts, out: Refusals) -> None:
     """Project, base model and model name."""
-    from ...refs import validate_name
 
     try:
         project = validate_name(plan.project, "project")

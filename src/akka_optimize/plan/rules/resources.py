@@ -14,7 +14,7 @@ from ...deployment import MEMORY_SETTINGS, DeviceProfile, ValueRange
 from ..environment import PlanEnvironment
 from ..refusals import Refusals
 from ..schema.run import RunPlan
-from .facts import Facts, _hp_path
+from .facts import Facts, hp_path
 
 
 def check_device(plan: RunPlan, env: PlanEnvironment, facts: Facts, out: Refusals) -> None:
@@ -65,11 +65,11 @@ def check_ceilings(
 ) -> None:
     """LoRA rank against serving, sequence length against the model's context."""
     cfg = resolved["config"]
-    hp = cfg[_hp_path(facts).removeprefix("config.")]
+    hp = cfg[hp_path(facts).removeprefix("config.")]
     rank = hp["lora"]["rank"]
     max_rank = env.deployment.serving.maxLoraRank
     if rank > max_rank:
-        path = f"{_hp_path(facts)}.lora.rank"
+        path = f"{hp_path(facts)}.lora.rank"
         out.add(
             path,
             f"{path} {rank} is above {max_rank}, the largest adapter rank this deployment's "

@@ -85,7 +85,7 @@ class RequestModel(BaseModel):
         }
 
 
-class _Group(RequestModel):
+class Group(RequestModel):
     """Base of every plan record: unknown fields refused, types strict."""
 
     model_config = ConfigDict(

@@ -12,12 +12,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .base import REFERENCE, AttentionImplementation, Precision, _Group, documented
+from .base import REFERENCE, AttentionImplementation, Group, Precision, documented
 from .dpo import PreferenceHyperparams
 from .hyperparams import ReinforcementHyperparams, SupervisedHyperparams
 
 
-class ModelGroup(_Group):
+class ModelGroup(Group):
     """``config.model``: how the base model is loaded and trained."""
 
     precision: Precision | None = Field(
@@ -40,7 +40,7 @@ class ModelGroup(_Group):
     )
 
 
-class DataGroup(_Group):
+class DataGroup(Group):
     """``config.data``: validation data and how conversations fill a pass."""
 
     validationDataset: str | None = Field(
@@ -72,7 +72,7 @@ class DataGroup(_Group):
     )
 
 
-class LossGroup(_Group):
+class LossGroup(Group):
     """``config.loss``: which tokens the supervised loss covers (seeds/000 "Conversations
     and tool calls as training data")."""
 
@@ -87,7 +87,7 @@ class LossGroup(_Group):
     )
 
 
-class RunConfig(_Group):
+class RunConfig(Group):
     """``config``: what trains, on which data, and how."""
 
     dataset: str = Field(

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .base import _Group
+from .base import Group
 from .hyperparams import LoraGroup, OptimizerGroup, SchedulerGroup
 
 DpoLossType = Literal["sigmoid", "ipo"]
@@ -25,7 +25,7 @@ def _field(description: str, **bounds: Any) -> Any:
     return Field(None, description=description, **bounds)
 
 
-class PreferenceHyperparams(_Group):
+class PreferenceHyperparams(Group):
     """``dpoHyperparams``: ``lora``, ``optimizer`` and ``scheduler`` beside the preference
     loop's own fields. A pair (a prompt, its preferred and its non-preferred answer) is the
     unit the loop counts: micro batch and gradient accumulation count pairs."""

@@ -12,10 +12,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import _Group
+from .base import Group
 
 
-class OffloadGroup(_Group):
+class OffloadGroup(Group):
     """``execution.memory.offload``: what moves to host memory."""
 
     weights: bool | None = Field(
@@ -33,7 +33,7 @@ class OffloadGroup(_Group):
     )
 
 
-class MemoryGroup(_Group):
+class MemoryGroup(Group):
     """``execution.memory``: memory settings (seeds/001 "Choose a run's memory settings")."""
 
     offload: OffloadGroup | None = Field(None, description="Host-memory offload.")
@@ -44,7 +44,7 @@ class MemoryGroup(_Group):
     )
 
 
-class RolloutGroup(_Group):
+class RolloutGroup(Group):
     """``execution.rollout``: the reinforcement run's rollout engine."""
 
     memoryShare: float | None = Field(
@@ -52,7 +52,7 @@ class RolloutGroup(_Group):
     )
 
 
-class ExecutionGroup(_Group):
+class ExecutionGroup(Group):
     """``execution``: where and how the run executes."""
 
     gpus: int | None = Field(

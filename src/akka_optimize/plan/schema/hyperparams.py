@@ -15,10 +15,10 @@ from typing import Literal
 from pydantic import Field
 
 from ...refs import GRADER_PATTERN
-from .base import SchedulerKind, _Group, documented
+from .base import Group, SchedulerKind, documented
 
 
-class LoraGroup(_Group):
+class LoraGroup(Group):
     """``lora``: the adapter's shape (PEFT LoRA on the language model's linear layers)."""
 
     rank: int | None = Field(
@@ -42,7 +42,7 @@ class LoraGroup(_Group):
     )
 
 
-class OptimizerGroup(_Group):
+class OptimizerGroup(Group):
     """``optimizer``: what performs the update. It has no betas or epsilon (seeds/000
     "Not in this release")."""
 
@@ -63,7 +63,7 @@ class OptimizerGroup(_Group):
     )
 
 
-class SchedulerGroup(_Group):
+class SchedulerGroup(Group):
     """``scheduler``: how the learning rate moves over the run's updates."""
 
     kind: SchedulerKind | None = Field(
@@ -84,7 +84,7 @@ class SchedulerGroup(_Group):
     )
 
 
-class TrainingGroup(_Group):
+class TrainingGroup(Group):
     """``hyperparams.training``: the supervised loop."""
 
     epochs: int | None = Field(
@@ -141,7 +141,7 @@ class TrainingGroup(_Group):
     )
 
 
-class SupervisedHyperparams(_Group):
+class SupervisedHyperparams(Group):
     """``hyperparams``: the four groups of a supervised run."""
 
     lora: LoraGroup | None = Field(None, description="The adapter's shape.")
@@ -164,7 +164,7 @@ _CORRECTION = (
 )
 
 
-class ReinforcementHyperparams(_Group):
+class ReinforcementHyperparams(Group):
     """``rlHyperparams``: ``lora``, ``optimizer`` and ``scheduler`` beside the reinforcement
     loop's own fields (seeds/000 "Training parameters"; the loop fields follow the
     group-relative loop of DATA-AND-TRAINING-RULES.md 1.2)."""

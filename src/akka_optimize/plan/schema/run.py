@@ -34,28 +34,12 @@ from typing import Literal
 from pydantic import Field
 
 from ...refs import NAME_PATTERN
-from .base import REFERENCE, documented
-from .base import AttentionImplementation as AttentionImplementation
-from .base import Precision as Precision
-from .base import SchedulerKind as SchedulerKind
-from .base import _Group as _Group
-from .config import DataGroup as DataGroup
-from .config import LossGroup as LossGroup
-from .config import ModelGroup as ModelGroup
+from .base import REFERENCE, Group, documented
 from .config import RunConfig as RunConfig
 from .execution import ExecutionGroup as ExecutionGroup
-from .execution import MemoryGroup as MemoryGroup
-from .execution import OffloadGroup as OffloadGroup
-from .execution import RolloutGroup as RolloutGroup
-from .hyperparams import LoraGroup as LoraGroup
-from .hyperparams import OptimizerGroup as OptimizerGroup
-from .hyperparams import ReinforcementHyperparams as ReinforcementHyperparams
-from .hyperparams import SchedulerGroup as SchedulerGroup
-from .hyperparams import SupervisedHyperparams as SupervisedHyperparams
-from .hyperparams import TrainingGroup as TrainingGroup
 
 
-class BranchFrom(_Group):
+class BranchFrom(Group):
     """``branchFrom``: start from a snapshot of another run (seeds/000 "Parameter sweeps")."""
 
     run: str = Field(min_length=1, max_length=64, description="The source run's ID.")
@@ -64,7 +48,7 @@ class BranchFrom(_Group):
     )
 
 
-class SmokeCheckGroup(_Group):
+class SmokeCheckGroup(Group):
     """``smokeCheck``: the slice and the reading of a smoke run (``smoke: true``;
     :mod:`akka_optimize.engine.smoke`)."""
 
@@ -98,7 +82,7 @@ class SmokeCheckGroup(_Group):
     )
 
 
-class RunPlan(_Group):
+class RunPlan(Group):
     """A run descriptor: ``POST /v1/training/runs`` and ``training runs start -f PLAN``."""
 
     kind: Literal["run"] = Field(description="Always `run` for a run descriptor.")

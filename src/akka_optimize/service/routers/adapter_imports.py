@@ -29,7 +29,7 @@ from ..adapter_imports import (
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import AdapterImportView, answers
-from .registry_transfer import _limits, _spool
+from .registry_transfer import registry_limits, spool_body
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/registry/adapter-imports", tags=["registry"])
 
@@ -67,8 +67,8 @@ async def start_import(
             check_before(ctx, s, base_model)
 
     await run_in_threadpool(before)
-    limits = _limits(ctx)
-    path = await _spool(
+    limits = registry_limits(ctx)
+    path = await spool_body(
         request, ctx, limits.bundleCompressedBytes, "model archive", "bundleCompressedBytes"
     )
 

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from ...core.access import rules as access
 from ...core.requests import check_request
+from ...db.models.jobs import Run
 from ...evals import kind as evals
 from ...evals.curation import kind as curation
 from ...jobs import control
@@ -53,8 +54,6 @@ def list_curations(
 ) -> dict[str, Any]:
     """Newest curations first, of the projects the caller sees."""
     from sqlalchemy import select
-
-    from ...db.models.jobs import Run
 
     visible, project = access.list_scope(principal, project)
     if not visible:

@@ -23,12 +23,16 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from ...catalog.cache import load_tokenizer, tokenizer_dir
 from ...core.access import rules as access
 from ...core.auth import Principal
 from ...core.context import ServiceContext
+from ...data.jsonl import iter_jsonl_rows
+from ...data.policy import LossPolicy
 from ...errors import InvalidRequest
 from ...jsonvalues import loads
 from ...plan.schema.base import whole_decimal
+from ...registry import dataset_rows_view
 from ..connected import while_connected
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
@@ -39,7 +43,6 @@ MAX_PREVIEW_ROWS = 100
 
 
 def _policy(body: dict[str, Any]) -> Any:
-    from ...data.policy import LossPolicy
 
     plan = body.get("plan")
     if plan is not None:
@@ -56,7 +59,6 @@ def _policy(body: dict[str, Any]) -> Any:
 def _rows(
     ctx: ServiceContext, session: Any, body: dict[str, Any], principal: Principal | None
 ) -> tuple[str, list[int], Sequence[dict]]:
-    from ...data.jsonl import iter_jsonl_rows
 
     sources = [k for k in ("jsonl", "rows", "dataset") if body.get(k) is not None]
     if len(sources) != 1:
@@ -73,7 +75,6 @@ def _rows(
         data = "\n".join(json.dumps(r) for r in body["rows"]).encode()
         pairs = iter_jsonl_rows(data, "rows")
         return "rows", [n for n, _ in pairs], [r for _, r in pairs]
-    from ...registry import dataset_rows_view
 
     version = access.resolve(
         principal, session, "dataset", str(body["dataset"]), body.get("project"), field="dataset"
@@ -87,8 +88,7 @@ def preview_request(
 ) -> dict[str, Any]:
     """Answer one preview request (blocking: may load a tokenizer); a ``dataset`` resolves
     among the artifacts ``principal`` sees (:mod:`..access`)."""
-    from ...catalog.cache import load_tokenizer, tokenizer_dir
-    from ...data.preview import preview
+    from ...data.preview import preview  # lazy: numpy
 
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object", field="body")

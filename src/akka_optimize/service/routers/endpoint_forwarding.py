@@ -12,16 +12,19 @@ from starlette.concurrency import run_in_threadpool
 
 from ...core.auth import Principal
 from ...core.context import ServiceContext
-from ...core.endpoint_records import _models, find_endpoint, manager
+from ...core.endpoint_records import find_endpoint, manager, models
+from ...db.models.projects import Project
 from ...errors import InvalidRequest, NotFound
+from ...refs import parse_ref
+from ...registry.resolution import resolve_ref
 
 
-def _oai_error(message: str, status: int, code: str, param: str | None = None) -> JSONResponse:
+def oai_error(message: str, status: int, code: str, param: str | None = None) -> JSONResponse:
     err = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
     return JSONResponse({"error": err}, status_code=status)
 
 
-async def _visible_id(ctx: ServiceContext, endpoint_id: str, principal: Principal) -> str:
+async def visible_id(ctx: ServiceContext, endpoint_id: str, principal: Principal) -> str:
     """The full ID of an endpoint the caller sees (404 as :func:`find_endpoint`), read in
     the thread pool: a session on the event loop would stall every request while it waits
     on the state store (issue 48 item 1)."""
@@ -40,7 +43,7 @@ def _poll_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]
     m = manager(ctx)
     with ctx.db.session() as s:
         ep = find_endpoint(s, endpoint_id)
-        served = [r.served_name for r in _models(s, ep)]
+        served = [r.served_name for r in models(s, ep)]
         names = served + [ep.base_model] * (ep.base_model not in served)
         state, eid = ep.state, ep.id
         err = ep.error
@@ -54,7 +57,7 @@ def _poll_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]
     return None, names
 
 
-async def _ready_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]:
+async def ready_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]:
     """The endpoint's ready worker and served names, starting it if stopped (polled every
     0.1 s for at most 10 minutes)."""
     for _ in range(6000):
@@ -92,9 +95,6 @@ def served_model(ctx: ServiceContext, endpoint_id: str, model: str, names: list[
             endpoint does not serve (``model_not_found``), or a repository of which it
             serves several versions (``model_ambiguous``).
     """
-    from ...db.models.projects import Project
-    from ...refs import parse_ref
-    from ...registry.resolution import resolve_ref
 
     if model in names:
         return model

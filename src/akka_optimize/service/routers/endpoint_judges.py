@@ -13,11 +13,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ...core.context import ServiceContext
-from ...core.endpoint_records import _models, _new_endpoint, find_endpoint, manager, view
+from ...core.endpoint_records import find_endpoint, manager, models, new_endpoint, view
+from ...db.models.jobs import Run
 from ...db.models.projects import Project
 from ...db.models.serving import Endpoint
 from ...errors import InvalidRequest, NotFound
-from .endpoint_forwarding import _oai_error, _ready_worker, begin_request, end_request
+from ...registry import resolve
+from .endpoint_forwarding import begin_request, end_request, oai_error, ready_worker
 
 _JUDGE_LOCK = threading.Lock()
 
@@ -28,7 +30,6 @@ def _judge_of(s: Session, run_id: str) -> tuple[Any, dict[str, Any]]:
     Raises:
         InvalidRequest: the run is not an evaluation graded by a ``model:`` judge.
     """
-    from ...db.models.jobs import Run
 
     run = s.get(Run, run_id)
     g = ((run.resolved or {}).get("grader") or {}) if run is not None else {}
@@ -46,7 +47,7 @@ def _judge_endpoints(s: Session, project_id: str, pinned: str) -> list[Endpoint]
     for ep in s.scalars(
         select(Endpoint).where(Endpoint.project_id == project_id).order_by(Endpoint.created_at)
     ):
-        rows = _models(s, ep)
+        rows = models(s, ep)
         if len(rows) == 1 and rows[0].pinned == pinned:
             out.append(ep)
     return out
@@ -61,7 +62,6 @@ def ensure_judge_endpoint(ctx: ServiceContext, run_id: str) -> dict[str, Any]:
     Raises:
         InvalidRequest: the run has no judge. NotFound: its project is gone.
     """
-    from ...registry import resolve
 
     start = False
     with _JUDGE_LOCK:
@@ -86,7 +86,7 @@ def ensure_judge_endpoint(ctx: ServiceContext, run_id: str) -> dict[str, Any]:
                     "instructions": rv.metadata.get("instructions")
                     or (rv.metadata.get("annotations") or {}).get("instructions"),
                 }
-                ep = _new_endpoint(s, ctx, project.id, g["judgeBase"], row)
+                ep = new_endpoint(s, ctx, project.id, g["judgeBase"], row)
                 start = True
             endpoint_id = ep.id
         if start:
@@ -115,9 +115,9 @@ async def judge_chat(ctx: ServiceContext, run_id: str, body: dict[str, Any]) -> 
 
     endpoint_id, served = await run_in_threadpool(find)
     try:
-        w, _names = await _ready_worker(ctx, endpoint_id)
+        w, _names = await ready_worker(ctx, endpoint_id)
     except InvalidRequest as exc:
-        return _oai_error(exc.message, 400, exc.code or "endpoint_failed")
+        return oai_error(exc.message, 400, exc.code or "endpoint_failed")
     payload = {**body, "model": served, "stream": False}
     base = await begin_request(ctx, endpoint_id)
     try:

@@ -29,14 +29,19 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from ...catalog.cache import ready_model_dir
 from ...core.access import rules as access
 from ...core.auth import Principal
 from ...core.context import ServiceContext
-from ...core.endpoint_records import _limits, _models, _new_endpoint
-from ...core.endpoint_records import find_endpoint as find_endpoint
-from ...core.endpoint_records import manager as manager
-from ...core.endpoint_records import refuse_endpoint_claim as refuse_endpoint_claim
-from ...core.endpoint_records import view as view
+from ...core.endpoint_records import (
+    find_endpoint,
+    limits,
+    manager,
+    models,
+    new_endpoint,
+    refuse_endpoint_claim,
+    view,
+)
 from ...db.models.projects import Project
 from ...db.models.serving import Endpoint, EndpointModel
 from ...deployment import load_deployment
@@ -59,15 +64,13 @@ from ..schemas import (
     answers,
 )
 from .endpoint_forwarding import (
-    _oai_error,
-    _ready_worker,
-    _visible_id,
     begin_request,
     end_request,
+    oai_error,
+    ready_worker,
     served_model,
+    visible_id,
 )
-from .endpoint_judges import ensure_judge_endpoint as ensure_judge_endpoint
-from .endpoint_judges import judge_chat as judge_chat
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training/endpoints", tags=["endpoints"])
 
@@ -104,7 +107,7 @@ def on_shutdown(ctx: ServiceContext) -> None:
         ctx.endpoints.shutdown()
 
 
-def _resolve_model(
+def resolve_model(
     s: Session, ctx: ServiceContext, ref: str, project: Project | None, principal: Principal
 ) -> tuple[dict[str, Any], str, Project]:
     rv = access.resolve(
@@ -117,10 +120,10 @@ def _resolve_model(
     if rv.source == "adapter":
         rank = rv.metadata.get("rank") or (rv.metadata.get("lora") or {}).get("rank")
         if rank is None:
-            from ...serving.engine import adapter_rank
+            from ...serving.engine import adapter_rank  # lazy: guarded
 
             rank = adapter_rank(manager(ctx).adapter_dir(s, rv.pinned))
-        limit = _limits(ctx).maxLoraRank
+        limit = limits(ctx).maxLoraRank
         if rank is not None and int(rank) > limit:
             raise InvalidRequest(
                 f"{rv.repo}:v{rv.version} is an adapter of rank {rank}, above the largest rank "
@@ -129,7 +132,7 @@ def _resolve_model(
                 code="rank_too_large",
             )
         base = rv.base_model or ""
-        from ...refs import parse_ref
+        from ...refs import parse_ref  # lazy: guarded
 
         b = parse_ref(base)
         base_key = f"{b.repo}:v{b.version}" if b.version else b.repo
@@ -159,12 +162,11 @@ def create_endpoint(
     if body.project:
         access.check_project_key_write(principal, s, body.project, "endpoints.create")
         project = access.find_project(s, body.project, principal)
-    row, base_key, project = _resolve_model(s, ctx, body.model, project, principal)
-    from ...catalog.cache import ready_model_dir
+    row, base_key, project = resolve_model(s, ctx, body.model, project, principal)
 
     ready_model_dir(s, ctx.settings, base_key)  # refuses a base model that is not READY
     refuse_endpoint_claim(ctx, project.name)
-    ep = _new_endpoint(s, ctx, project.id, base_key, row)
+    ep = new_endpoint(s, ctx, project.id, base_key, row)
     s.commit()
     manager(ctx).request_start(ep.id)
     s.refresh(ep)
@@ -188,7 +190,7 @@ def list_endpoints(
 @router.get("/info", **answers(EndpointsInfo))
 def endpoints_info(ctx: CtxDep) -> dict[str, Any]:
     """What an endpoint can serve (seeds/001 "What an endpoint can serve")."""
-    lim = _limits(ctx)
+    lim = limits(ctx)
     dep = load_deployment(ctx.settings.resolved_deployment_file())
     prof = dep.profile(lim.deviceProfile) if lim.deviceProfile else None
     return {
@@ -226,7 +228,7 @@ def delete_endpoint(
     others = s.scalars(
         select(Endpoint.id).where(Endpoint.base_model == ep.base_model, Endpoint.id != ep.id)
     ).first()
-    for r in _models(s, ep):
+    for r in models(s, ep):
         if r.kind == "adapter":
             m.detach(ep.id, r.served_name)
         s.delete(r)
@@ -250,7 +252,7 @@ def detach_model(
     proj = s.get(Project, ep.project_id)
     # among the versions the caller sees: another project's reads as missing (issue 48)
     rv = access.resolve(principal, s, "model", ref, proj.name if proj else None, field="ref")
-    rows = [r for r in _models(s, ep) if r.pinned == rv.pinned]
+    rows = [r for r in models(s, ep) if r.pinned == rv.pinned]
     if not rows:
         raise NotFound(f"Endpoint {ep.id} does not serve {rv.pinned}.", field="ref")
     for r in rows:
@@ -265,8 +267,8 @@ def detach_model(
 @router.get("/{endpoint_id}/openai/v1/models", **answers(OpenAIModelList))
 async def openai_models(endpoint_id: str, ctx: CtxDep, principal: PrincipalDep) -> Any:
     """The models this endpoint serves (OpenAI ``/v1/models``)."""
-    endpoint_id = await _visible_id(ctx, endpoint_id, principal)
-    w, names = await _ready_worker(ctx, endpoint_id)
+    endpoint_id = await visible_id(ctx, endpoint_id, principal)
+    w, names = await ready_worker(ctx, endpoint_id)
     async with httpx.AsyncClient(timeout=60) as c:
         r = await c.get(w.url + "/v1/models", headers=w.headers())
     data = r.json()
@@ -291,7 +293,7 @@ async def openai_chat(
     endpoint_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep
 ) -> Any:
     """Forward a chat completion to the endpoint's worker."""
-    return await _forward(endpoint_id, request, ctx, principal, "/v1/chat/completions")
+    return await forward_to_worker(endpoint_id, request, ctx, principal, "/v1/chat/completions")
 
 
 @router.post(
@@ -304,10 +306,10 @@ async def openai_completions(
 ) -> Any:
     """Forward a legacy text completion (``echo``, prompt ``logprobs``: what lm-eval's
     ``local-completions`` sends) to the endpoint's worker."""
-    return await _forward(endpoint_id, request, ctx, principal, "/v1/completions")
+    return await forward_to_worker(endpoint_id, request, ctx, principal, "/v1/completions")
 
 
-async def _forward(
+async def forward_to_worker(
     endpoint_id: str,
     request: Request,
     ctx: CtxDep,
@@ -318,13 +320,13 @@ async def _forward(
     """Send the request's body (or ``body``, already decoded), its ``model`` mapped to a
     served name (:func:`served_model`), to the worker's ``path``; stream an SSE answer
     through."""
-    endpoint_id = await _visible_id(ctx, endpoint_id, principal)
+    endpoint_id = await visible_id(ctx, endpoint_id, principal)
     if body is None:
         try:
             body = loads(await request.body() or b"null")
         except InvalidRequest as exc:
-            return _oai_error(exc.message, 400, "invalid_json", exc.field)
-    w, names = await _ready_worker(ctx, endpoint_id)
+            return oai_error(exc.message, 400, "invalid_json", exc.field)
+    w, names = await ready_worker(ctx, endpoint_id)
     if isinstance(body, dict):
         body.setdefault("model", names[0] if names else None)
         try:
@@ -332,7 +334,7 @@ async def _forward(
                 served_model, ctx, endpoint_id, str(body["model"]), names
             )
         except InvalidRequest as exc:
-            return _oai_error(exc.message, 400, exc.code or "model_not_found", "model")
+            return oai_error(exc.message, 400, exc.code or "model_not_found", "model")
     base = await begin_request(ctx, endpoint_id)  # busy, not idle, until the answer ends
     client = httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10))
     try:

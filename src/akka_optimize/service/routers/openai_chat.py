@@ -22,15 +22,18 @@ from starlette.concurrency import run_in_threadpool
 from ...core.access import rules as access
 from ...core.auth import Principal
 from ...core.context import ServiceContext
+from ...core.endpoint_records import manager, new_endpoint, refuse_endpoint_claim
 from ...core.openai_ft.errors import OpenAIError
 from ...core.openai_ft.views import parse_ft_name, record
 from ...db.models.jobs import Run, Snapshot
 from ...db.models.serving import Endpoint, EndpointModel
 from ...errors import AkkaError
+from ...jobs.results import register
 from ...jsonvalues import loads
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import ChatCompletion
+from .endpoints import forward_to_worker, resolve_model
 from .openai_common import error_response, visible
 
 router = APIRouter(route_class=JsonRoute, tags=["openai"])
@@ -73,7 +76,6 @@ def pinned_model(
         raise _not_found(model, f"job ftjob-{run.id} kept no adapter at step {ft[1]}")
     if snap.model_version:
         return snap.model_version
-    from ...jobs.results import register
 
     return register(ctx, s, run, snap, {"snapshot": f"step-{snap.step}"})
 
@@ -88,8 +90,6 @@ def endpoint_for(
         OpenAIError: as :func:`pinned_model`; ``quota_exceeded`` when no quota or pool can
             ever admit an endpoint of the project; an endpoint of it that FAILED.
     """
-    from ...core.endpoint_records import _new_endpoint, manager, refuse_endpoint_claim
-    from .endpoints import _resolve_model
 
     with ctx.db.session() as s:
         pinned = pinned_model(ctx, s, principal, project, model)
@@ -114,12 +114,12 @@ def endpoint_for(
             )
         else:
             proj = access.find_project(s, owner)
-            row_spec, base_key, proj = _resolve_model(s, ctx, pinned, proj, principal)
-            from ...catalog.cache import ready_model_dir
+            row_spec, base_key, proj = resolve_model(s, ctx, pinned, proj, principal)
+            from ...catalog.cache import ready_model_dir  # lazy: guarded
 
             ready_model_dir(s, ctx.settings, base_key)
             refuse_endpoint_claim(ctx, proj.name)
-            ep = _new_endpoint(s, ctx, proj.id, base_key, row_spec)
+            ep = new_endpoint(s, ctx, proj.id, base_key, row_spec)
             eid, served, state = ep.id, row_spec["served_name"], "QUEUED"
     m = manager(ctx)
     ready = state == "READY" and m.worker_for(eid) is not None
@@ -153,7 +153,6 @@ async def chat_completions(request: Request, ctx: CtxDep, principal: PrincipalDe
     a field missing, unknown or not honoured here is refused in OpenAI's error shape naming
     it, and an admin token names its project with the ``OpenAI-Project`` header.
     """
-    from .endpoints import _forward
 
     raw = await request.body()
     try:
@@ -172,4 +171,4 @@ async def chat_completions(request: Request, ctx: CtxDep, principal: PrincipalDe
     except (OpenAIError, AkkaError) as exc:
         return error_response(exc)
     body["model"] = served
-    return await _forward(eid, request, ctx, principal, "/v1/chat/completions", body)
+    return await forward_to_worker(eid, request, ctx, principal, "/v1/chat/completions", body)

@@ -21,7 +21,7 @@ from ..routing import JsonRoute
 from ..schemas import answers, binary
 from ..schemas.openai_ft import OpenAIFile, OpenAIFileDeleted, OpenAIFileList
 from .openai_common import acting_project, call, error_response, in_session, visible
-from .registry_transfer import _limits
+from .registry_transfer import registry_limits
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/files", tags=["openai"])
 
@@ -58,7 +58,7 @@ async def create_file(request: Request, ctx: CtxDep, principal: PrincipalDep) ->
     a field missing, unknown or not honoured here is refused in OpenAI's error shape naming
     it, and an admin token names its project with the ``OpenAI-Project`` header.
     """
-    limits = _limits(ctx)
+    limits = registry_limits(ctx)
     cap = limits.uploadBytes + 65536  # the file plus the form's own parts
     too_large = OpenAIError(
         f"The file is larger than the upload limit of {limits.uploadBytes:,} bytes "

@@ -23,10 +23,14 @@ from starlette.concurrency import run_in_threadpool
 
 from ...core.auth import Principal
 from ...core.context import ServiceContext
+from ...core.endpoint_records import manager
 from ...core.openai_ft.bundle import python_bundle
 from ...core.openai_ft.errors import OpenAIError
 from ...core.openai_ft.grading import GradeFailure, GraderError, check_grader, grade
+from ...deployment import load_deployment
 from ...errors import AkkaError, InvalidRequest
+from ...evals.sandbox.pool import GraderPool
+from ...evals.sandbox.records import Limits
 from ...jsonvalues import loads
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
@@ -45,9 +49,6 @@ def python_runner(ctx: ServiceContext):  # noqa: ANN201 - a PythonRunner
     deployment's ``graders`` limits (CPU, wall clock, memory)."""
 
     def run(source: str, sample: dict[str, Any], item: dict[str, Any]) -> float:
-        from ...deployment import load_deployment
-        from ...evals.sandbox.pool import GraderPool
-        from ...evals.sandbox.records import Limits
 
         g = load_deployment(ctx.settings.resolved_deployment_file()).graders
         limits = Limits(g.cpuSeconds, g.wallSeconds, g.memoryMiB * 1024**2, 1)
@@ -75,7 +76,6 @@ def model_asker(ctx: ServiceContext, principal: Principal, project: str | None):
     """Ask the endpoint serving a grader's ``model`` (started on demand, waited for)."""
 
     def ask(model: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> str:
-        from ...core.endpoint_records import manager
 
         deadline = time.monotonic() + MODEL_WAIT_S
         try:

@@ -21,14 +21,17 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 
 from ... import __version__
+from ...catalog.cache import ready_model_dir
 from ...core.access import rules as access
 from ...core.context import ServiceContext
+from ...engine.merge import merge_adapter
 from ...errors import InvalidRequest, NotFound
 from ...jobs.kinds import model_registered
 from ...plan.schema.base import RequestModel
 from ...refs import validate_name
 from ...registry import (
     annotate,
+    download_model_files,
     list_names,
     list_versions,
     open_object,
@@ -68,8 +71,8 @@ _STORED = answers(
 
 def on_startup(ctx: ServiceContext) -> None:
     """Remove spool files of uploads that a previous process did not finish."""
-    shutil.rmtree(transfer._uploads(ctx), ignore_errors=True)
-    transfer._uploads(ctx).mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(transfer.uploads_dir(ctx), ignore_errors=True)
+    transfer.uploads_dir(ctx).mkdir(parents=True, exist_ok=True)
 
 
 def _kind(kinds: str) -> str:
@@ -88,7 +91,7 @@ def registry_info(ctx: CtxDep) -> dict[str, Any]:
     return {
         "version": __version__,
         "kinds": ["dataset", "bundle", "model", "image"],
-        "limits": transfer._limits(ctx).model_dump(),
+        "limits": transfer.registry_limits(ctx).model_dump(),
     }
 
 
@@ -105,13 +108,15 @@ async def register_dataset_route(
     """Register the streamed body (JSONL, a ZIP of JSONL plus images, or a ZIP of prepared
     token rows: prepared.json and its Parquet files) as a dataset version.
     Its images then belong to the namespace's project (:func:`..access.can_read_image`)."""
-    limits = transfer._limits(ctx)
+    limits = transfer.registry_limits(ctx)
     ref = f"{namespace}/{name}"
     validate_name(namespace, "namespace")
     access.check_namespace_write(principal, namespace, "datasets.register")
     if alias:
         check_alias(alias)
-    path = await transfer._spool(request, ctx, limits.uploadBytes, "dataset upload", "uploadBytes")
+    path = await transfer.spool_body(
+        request, ctx, limits.uploadBytes, "dataset upload", "uploadBytes"
+    )
 
     def work() -> tuple[Any, bool]:
         with ctx.db.session() as s:
@@ -121,7 +126,7 @@ async def register_dataset_route(
             access.record_images(s, rv.namespace, list(rv.metadata.get("images") or []))
             return rv, created
 
-    return _answer(*await transfer._with_upload(path, work))
+    return _answer(*await transfer.with_upload(path, work))
 
 
 @router.post("/bundles/{namespace}/{name}", **_STORED)
@@ -137,8 +142,8 @@ async def register_bundle_route(
     access.check_namespace_write(principal, namespace, "bundles.register")
     if alias:
         check_alias(alias)
-    limits = transfer._limits(ctx)
-    path = await transfer._spool(
+    limits = transfer.registry_limits(ctx)
+    path = await transfer.spool_body(
         request, ctx, limits.bundleCompressedBytes, "bundle archive", "bundleCompressedBytes"
     )
 
@@ -148,7 +153,7 @@ async def register_bundle_route(
                 s, ctx.store, f"{namespace}/{name}", path, alias=alias, limits=limits
             )
 
-    return _answer(*await transfer._with_upload(path, work))
+    return _answer(*await transfer.with_upload(path, work))
 
 
 @router.post("/models/{namespace}/{name}", **_STORED)
@@ -167,17 +172,17 @@ async def register_model_route(
     access.check_namespace_write(principal, namespace, "models.register")
     if alias:
         check_alias(alias)
-    limits = transfer._limits(ctx)
-    path = await transfer._spool(
+    limits = transfer.registry_limits(ctx)
+    path = await transfer.spool_body(
         request, ctx, limits.bundleCompressedBytes, "model archive", "bundleCompressedBytes"
     )
 
     def work() -> Any:
-        with tempfile.TemporaryDirectory(dir=transfer._uploads(ctx)) as tmp:
-            transfer._extract_tar(path, Path(tmp), limits)
+        with tempfile.TemporaryDirectory(dir=transfer.uploads_dir(ctx)) as tmp:
+            transfer.extract_tar(path, Path(tmp), limits)
             with ctx.db.session() as s:
                 checked = transfer.check_upload(ctx, s, Path(tmp), base_model)
-                before = {v.digest for v in transfer._safe_versions(s, namespace, name)}
+                before = {v.digest for v in transfer.safe_versions(s, namespace, name)}
                 rv = register_adapter(
                     s,
                     ctx.store,
@@ -194,7 +199,7 @@ async def register_model_route(
                     model_registered(ctx, s, namespace.strip().lower(), rv)
                 return rv, rv.digest not in before
 
-    return _answer(*await transfer._with_upload(path, work))
+    return _answer(*await transfer.with_upload(path, work))
 
 
 @router.post("/images", status_code=201, **answers(ImagePush, 201, "The stored image."))
@@ -203,8 +208,8 @@ async def push_image_route(
 ) -> JSONResponse:
     """Store one streamed image (``registry images push``); answers its ``sha256:`` digest.
     A project token's push makes the image its project's."""
-    limits = transfer._limits(ctx)
-    path = await transfer._spool(request, ctx, limits.uploadBytes, "image", "uploadBytes")
+    limits = transfer.registry_limits(ctx)
+    path = await transfer.spool_body(request, ctx, limits.uploadBytes, "image", "uploadBytes")
 
     def work() -> dict[str, Any]:
         with ctx.db.session() as s:
@@ -212,7 +217,7 @@ async def push_image_route(
             access.record_images(s, access.scope(principal), [digest])
             return {"digest": digest, "filename": Path(filename).name, "size": path.stat().st_size}
 
-    return JSONResponse(await transfer._with_upload(path, work), status_code=201)
+    return JSONResponse(await transfer.with_upload(path, work), status_code=201)
 
 
 @router.get("/images/{digest}", **binary("The image's bytes.", "application/octet-stream"))
@@ -225,7 +230,7 @@ def get_image(digest: str, ctx: CtxDep, principal: PrincipalDep) -> StreamingRes
         readable = bool(key) and access.can_read_image(principal, s, f"sha256:{hexd}")
     if not readable or not ctx.store.exists(key):
         raise NotFound(f"Image {digest} is not in the registry.", field="digest")
-    return transfer._stream(ctx.store.open(key), "application/octet-stream")
+    return transfer.stream_file(ctx.store.open(key), "application/octet-stream")
 
 
 @router.get("/{kinds}", **answers(NameList))
@@ -297,7 +302,7 @@ def dataset_object(
         rv = access.resolve(principal, s, "dataset", f"{namespace}/{name}")
     zipped = rv.metadata.get("format") in ("zip", "prepared")
     media = "application/zip" if zipped else "application/x-ndjson"
-    resp = transfer._stream(open_object(ctx.store, rv), media)
+    resp = transfer.stream_file(open_object(ctx.store, rv), media)
     resp.headers["X-Akka-Ref"] = rv.pinned
     return resp
 
@@ -311,17 +316,16 @@ def model_object(
     """A trained or imported model version's files as a tar of its PEFT adapter folder
     (``adapter_config.json``, ``adapter_model.safetensors``…), as registered; a base-model
     version has no files here (400 naming the weights cache)."""
-    from ...registry import download_model_files
 
     with ctx.db.session() as s:
         rv = access.resolve(principal, s, "model", f"{namespace}/{name}")
-    tmp = Path(tempfile.mkdtemp(dir=transfer._uploads(ctx)))
+    tmp = Path(tempfile.mkdtemp(dir=transfer.uploads_dir(ctx)))
     try:
         folder = download_model_files(ctx.store, rv, tmp / "adapter")
-        f = transfer._tar_of(folder, tmp / "adapter.tar")
+        f = transfer.tar_of(folder, tmp / "adapter.tar")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    resp = transfer._stream(f, "application/x-tar")
+    resp = transfer.stream_file(f, "application/x-tar")
     resp.headers["X-Akka-Ref"] = rv.pinned
     return resp
 
@@ -336,9 +340,6 @@ def model_merged(
     """The version's adapter merged into its base model (fp32 arithmetic, saved in the base
     model's dtype), as a tar of a transformers folder (:mod:`akka_optimize.engine.merge`).
     Needs the base model's weights cached here (selected and READY)."""
-    from ...catalog.cache import ready_model_dir
-    from ...engine.merge import merge_adapter
-    from ...registry import download_model_files
 
     with ctx.db.session() as s:
         rv = access.resolve(principal, s, "model", f"{namespace}/{name}")
@@ -347,14 +348,14 @@ def model_merged(
                 f"{rv.pinned} is not an adapter; only adapters merge.", field="ref"
             )
         base_dir, _ = ready_model_dir(s, ctx.settings, rv.base_model)
-    tmp = Path(tempfile.mkdtemp(dir=transfer._uploads(ctx)))
+    tmp = Path(tempfile.mkdtemp(dir=transfer.uploads_dir(ctx)))
     try:
         adapter = download_model_files(ctx.store, rv, tmp / "adapter")
         folder = merge_adapter(base_dir, adapter, tmp / "merged")
-        f = transfer._tar_of(folder, tmp / "merged.tar")
+        f = transfer.tar_of(folder, tmp / "merged.tar")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    resp = transfer._stream(f, "application/x-tar")
+    resp = transfer.stream_file(f, "application/x-tar")
     resp.headers["X-Akka-Ref"] = rv.pinned
     return resp
 
@@ -409,5 +410,5 @@ def annotate_route(
             kind,
             f"{namespace}/{name}",
             body.annotations,
-            limit=transfer._limits(ctx).annotationBytes,
+            limit=transfer.registry_limits(ctx).annotationBytes,
         ).to_dict()

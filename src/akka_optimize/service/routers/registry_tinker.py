@@ -20,7 +20,7 @@ from ...tinker.checkpoints_in import register_checkpoint
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import StoredVersion, answers
-from .registry_transfer import _safe_versions
+from .registry_transfer import safe_versions
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/registry", tags=["registry"])
 
@@ -80,7 +80,7 @@ async def register_from_tinker(
 
     def work() -> tuple[Any, bool]:
         with ctx.db.session() as s:
-            before = {v.digest for v in _safe_versions(s, ns, name)}
+            before = {v.digest for v in safe_versions(s, ns, name)}
             rv = register_checkpoint(s, ctx.store, ns, name, body.path, body.alias)
             created = rv.digest not in before
             if created:

@@ -15,19 +15,23 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from ...catalog.cache import ready_model_dir
 from ...core.context import ServiceContext
 from ...deployment import RegistryLimits, load_deployment
-from ...errors import InvalidRequest, NotFound, TooLarge
+from ...errors import AkkaError, InvalidRequest, NotFound, TooLarge
 from ...registry import list_versions
+from ...registry.adapter_checks import check_adapter
+from ...registry.archives import open_tar
+from ...registry.bundles import scan_tar
 from ...registry.datasets import mib
 from ...store import CHUNK
 
 
-def _uploads(ctx: ServiceContext) -> Path:
+def uploads_dir(ctx: ServiceContext) -> Path:
     return ctx.settings.home / "uploads"
 
 
-def _limits(ctx: ServiceContext) -> RegistryLimits:
+def registry_limits(ctx: ServiceContext) -> RegistryLimits:
     return load_deployment(ctx.settings.resolved_deployment_file()).limits
 
 
@@ -38,13 +42,15 @@ def _too_large(what: str, limit: int, attr: str) -> TooLarge:
     )
 
 
-async def _spool(request: Request, ctx: ServiceContext, limit: int, what: str, attr: str) -> Path:
+async def spool_body(
+    request: Request, ctx: ServiceContext, limit: int, what: str, attr: str
+) -> Path:
     """Stream the request body into a spool file, refusing past ``limit`` bytes."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise _too_large(what, limit, attr)
-    _uploads(ctx).mkdir(parents=True, exist_ok=True)
-    path = _uploads(ctx) / f"{uuid.uuid4().hex}.part"
+    uploads_dir(ctx).mkdir(parents=True, exist_ok=True)
+    path = uploads_dir(ctx) / f"{uuid.uuid4().hex}.part"
     size = 0
     try:
         with open(path, "wb") as f:
@@ -62,7 +68,7 @@ async def _spool(request: Request, ctx: ServiceContext, limit: int, what: str, a
     return path
 
 
-async def _with_upload(path: Path, fn: Callable[[], Any]) -> Any:
+async def with_upload(path: Path, fn: Callable[[], Any]) -> Any:
     try:
         return await run_in_threadpool(fn)
     finally:
@@ -78,7 +84,6 @@ def check_upload(ctx: ServiceContext, s: Any, folder: Path, base_model: str) -> 
             cached here, so the adapter cannot be checked (the sentence names the select
             command).
     """
-    from ...registry.adapter_checks import check_adapter
 
     base_dir = base_dir_for(ctx, s, base_model)
     max_rank = load_deployment(ctx.settings.resolved_deployment_file()).serving.maxLoraRank
@@ -92,8 +97,6 @@ def base_dir_for(ctx: ServiceContext, s: Any, base_model: str) -> Path:
         InvalidRequest: (field ``baseModel``) the base model is not selected and cached
             here; the sentence names the select command.
     """
-    from ...catalog.cache import ready_model_dir
-    from ...errors import AkkaError
 
     try:
         return ready_model_dir(s, ctx.settings, base_model)[0]
@@ -105,23 +108,21 @@ def base_dir_for(ctx: ServiceContext, s: Any, base_model: str) -> Path:
         ) from exc
 
 
-def _safe_versions(s: Any, namespace: str, name: str) -> list[Any]:
+def safe_versions(s: Any, namespace: str, name: str) -> list[Any]:
     try:
         return list_versions(s, "model", namespace.lower(), name.lower())
     except NotFound:
         return []
 
 
-def _extract_tar(path: Path, dest: Path, limits: RegistryLimits) -> None:
-    from ...registry.archives import open_tar
-    from ...registry.bundles import _scan_tar
+def extract_tar(path: Path, dest: Path, limits: RegistryLimits) -> None:
 
     with open_tar(path, limits, "model archive") as tf:
-        members = _scan_tar(tf, limits)
+        members = scan_tar(tf, limits)
         tf.extractall(dest, members=members, filter="data")
 
 
-def _stream(f: Any, media: str) -> StreamingResponse:
+def stream_file(f: Any, media: str) -> StreamingResponse:
     def gen() -> Any:
         with f:
             while chunk := f.read(CHUNK):
@@ -130,7 +131,7 @@ def _stream(f: Any, media: str) -> StreamingResponse:
     return StreamingResponse(gen(), media_type=media)
 
 
-def _tar_of(folder: Path, archive: Path) -> Any:
+def tar_of(folder: Path, archive: Path) -> Any:
     """Write ``folder``'s files to an uncompressed tar and return it open for reading (the
     open handle keeps the bytes once the folder holding it is removed)."""
     with tarfile.open(archive, "w") as tf:

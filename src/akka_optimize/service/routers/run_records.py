@@ -13,9 +13,10 @@ from sqlalchemy import select
 from ...core.access import rules as access
 from ...core.context import ServiceContext
 from ...core.inputs import check_worker_event, whole_number
-from ...core.sweep_body import SWEEP_FIELDS as SWEEP_FIELDS
-from ...core.sweep_body import _sweep_scoring
-from ...errors import InvalidRequest, NotFound
+from ...core.plans import resolve_run_plan
+from ...core.sweep_body import SWEEP_FIELDS, sweep_scoring
+from ...db.models.jobs import Snapshot
+from ...errors import Conflict, InvalidRequest, NotFound
 from ...jobs import (
     branches,
     compare,
@@ -25,7 +26,10 @@ from ...jobs import (
     sweeps,
     views,
 )
+from ...jobs import states as S
+from ...jobs.results import model_name_of, register
 from ...jsonvalues import MAX_INT
+from ...refs import validate_name
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
 from ..schemas import (
@@ -135,7 +139,6 @@ def sweep_run(
     of the source snapshot against every branch, queued until they have all ended, graded
     by ``grader`` (``graderInstructions``, ``sampling``) or the project's evaluation
     settings. Nothing is created when any point, or the comparison, is refused."""
-    from ...core.plans import resolve_run_plan
 
     unknown = sorted(set(body) - SWEEP_FIELDS)
     if unknown:
@@ -150,7 +153,7 @@ def sweep_run(
         raise InvalidRequest("The grid is empty; give at least one point.", field="grid")
     whole_number(body["steps"], "steps", low=1)
     source = access.find_run(principal, session, run_id)
-    compare = _sweep_scoring(session, source, body) if body.get("compare") else None
+    compare = sweep_scoring(session, source, body) if body.get("compare") else None
     out = sweeps.submit_sweep(
         ctx,
         session,
@@ -163,8 +166,8 @@ def sweep_run(
         principal=principal,
     )
     if compare is not None:
-        from ...evals import kind as evals
-        from ...evals.sweeps import start_sweep_comparison
+        from ...evals import kind as evals  # lazy: guarded
+        from ...evals.sweeps import start_sweep_comparison  # lazy: guarded
 
         def resolve(kind: str, ref: str, *, field: str) -> Any:
             return access.resolve(principal, session, kind, ref, source.project, field=field)
@@ -236,9 +239,6 @@ def register_snapshot(
         NotFound: no such run or snapshot. Conflict: the snapshot kept no adapter
             (``execution.keepAdapters``), or the registry refuses the name (F049).
     """
-    from ...db.models.jobs import Snapshot
-    from ...errors import Conflict
-    from ...refs import validate_name
 
     run = access.find_run(principal, session, run_id)
     access.check_project_write(principal, run.project, "snapshots.register")
@@ -265,7 +265,6 @@ def register_snapshot(
             "an adapter stored.",
             field="snapshot",
         )
-    from ...jobs.results import model_name_of, register
 
     already = snap.model_version
     if already and model_name_of(already) == model_name:
@@ -345,8 +344,6 @@ def _running_attempt(
     ctx: ServiceContext, run_id: str, number: int, authorization: str | None
 ) -> None:
     """Refuse (404/409) a token that is not this attempt's, or an attempt that has ended."""
-    from ...errors import Conflict
-    from ...jobs import states as S
 
     token = (authorization or "")[7:].strip()
     with ctx.db.session() as s:
@@ -364,7 +361,7 @@ def judge_endpoint(
 ) -> dict[str, Any]:
     """An evaluation worker's ``model:`` judge endpoint (token of that attempt only):
     created in the evaluation's project when none serves the judge, and started."""
-    from .endpoint_judges import ensure_judge_endpoint
+    from .endpoint_judges import ensure_judge_endpoint  # lazy: prometheus_client
 
     _running_attempt(ctx, run_id, number, authorization)
     return ensure_judge_endpoint(ctx, run_id)
@@ -385,7 +382,7 @@ async def judge_chat_completions(
     forwarded to the judge's endpoint (OpenAI's request and answer shapes)."""
     from starlette.concurrency import run_in_threadpool
 
-    from .endpoint_judges import judge_chat
+    from .endpoint_judges import judge_chat  # lazy: prometheus_client
 
     await run_in_threadpool(_running_attempt, ctx, run_id, number, authorization)
     return await judge_chat(ctx, run_id, body)

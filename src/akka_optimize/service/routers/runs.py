@@ -77,7 +77,7 @@ async def start_run_route(
             if dryRun:
                 return dry_run(ctx, session, raw, principal)
             resolved = resolve_run_plan(ctx, session, raw, principal)
-            from ...jobs.supervised import start_run
+            from ...jobs.supervised import start_run  # lazy: guarded
 
             return start_run(ctx, session, resolved, principal)
 

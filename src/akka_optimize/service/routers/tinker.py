@@ -21,13 +21,19 @@ from fastapi import APIRouter, Body, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ...core.access.tinker import _int, _mine, _model, _project, _session
+from ...catalog.cache import tokenizer_dir
+from ...catalog.selection import list_base_models
+from ...catalog.selection_rows import settings_catalog
+from ...core.access.tinker import mine, session, tinker_int, tinker_model, tinker_project
 from ...core.auth import Principal, authenticate
 from ...core.context import ServiceContext
+from ...db.models.jobs import Run
 from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound, Unauthorized
+from ...jobs import states as S
 from ...tinker.broker import POLL_SECONDS, Broker, Model, Session, broker_of
 from ...tinker.datums import non_finite, non_finite_config
-from ...tinker.kind import ttl_refusal
+from ...tinker.kind import create_training_run, ttl_refusal
+from ...tinker.states import find_state, lora_request
 from ...tinker.wire import (
     WireError,
     decode_forward_backward,
@@ -97,8 +103,6 @@ async def telemetry(_: Caller) -> dict[str, str]:
 @router.get("/get_server_capabilities")
 def capabilities(ctx: CtxDep, _: Caller) -> dict[str, Any]:
     """The catalog's selected, ``READY`` base models (trainable and sampleable)."""
-    from ...catalog.selection import list_base_models
-    from ...catalog.selection_rows import settings_catalog
 
     with ctx.db.session() as s:
         rows = list_base_models(s, settings_catalog(ctx.settings), all_entries=False)
@@ -121,7 +125,7 @@ def create_session(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
         raise InvalidRequest(
             f"user_metadata is {meta!r:.60}; give an object.", field="user_metadata"
         )
-    project = _project(ctx, p, body.get("project_id"))
+    project = tinker_project(ctx, p, body.get("project_id"))
     sid = "sess-" + uuid.uuid4().hex[:12]
     broker_of(ctx).sessions[sid] = Session(sid, project, tags, meta)
     return {"type": "create_session", "session_id": sid}
@@ -133,7 +137,7 @@ async def heartbeat(ctx: CtxDep, p: Caller, body: JsonBody) -> Any:
     has its clients ended (:mod:`akka_optimize.service.routers.tinker_worker`). Another
     project's session is answered as an unknown one."""
     sess = broker_of(ctx).sessions.get(str(body.get("session_id")))
-    if sess is None or not _mine(p, sess.project):
+    if sess is None or not mine(p, sess.project):
         return JSONResponse({"detail": "This session is not known (finished)."}, status_code=410)
     sess.beat = time.monotonic()
     return {"type": "session_heartbeat"}
@@ -145,10 +149,10 @@ async def finish(ctx: CtxDep, p: Caller, session_id: str) -> dict[str, Any]:
     Another project's session is left as it is, answered as an unknown (finished) one."""
     b = broker_of(ctx)
     sess = b.sessions.get(session_id)
-    if sess is not None and _mine(p, sess.project):
+    if sess is not None and mine(p, sess.project):
         b.sessions.pop(session_id, None)
     for m in list(b.models.values()):
-        if m.model_id.startswith(session_id + ":") and _mine(p, m.project):
+        if m.model_id.startswith(session_id + ":") and mine(p, m.project):
             m.queue.put_nowait({"request_id": "", "op": "end", "body": {}})
     return {}
 
@@ -173,7 +177,6 @@ def load_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """``create_training_client_from_state[_with_optimizer]``: a new client (run) that
     starts from a saved state (with its AdamW moments when ``optimizer``); or, with
     ``model_id``, ``load_state`` on an existing client, in its ``seq_id`` order."""
-    from ...tinker.states import find_state, lora_request
 
     path = str(body.get("path") or "")
     with ctx.db.session() as s:
@@ -181,7 +184,7 @@ def load_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
         request = lora_request(source)
     load = {"key": key, "optimizer": bool(body.get("optimizer")), "path": path}
     if body.get("model_id"):
-        m = _model(ctx, p, str(body["model_id"]))
+        m = tinker_model(ctx, p, str(body["model_id"]))
         fut = broker_of(ctx).submit(m, body.get("seq_id"), "load_weights", load)
         return _future(fut, m)
     return _new_model(ctx, p, body, request, load)
@@ -194,12 +197,10 @@ def _new_model(
     request: dict[str, Any],
     load: dict | None,
 ) -> dict[str, Any]:
-    from ...catalog.cache import tokenizer_dir
-    from ...tinker.kind import create_training_run
 
     b = broker_of(ctx)
-    sess = _session(b, p, str(body.get("session_id")))
-    model_id = f"{sess.session_id}:train:{_int(body, 'model_seq_id', 0)}"
+    sess = session(b, p, str(body.get("session_id")))
+    model_id = f"{sess.session_id}:train:{tinker_int(body, 'model_seq_id', 0)}"
     if model_id in b.models:
         raise InvalidRequest(f"model {model_id} exists already.", field="model_seq_id")
     fut = b.new_future(model_id, "create_model" if load is None else "load_weights", sess.project)
@@ -231,7 +232,7 @@ async def get_info(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     tokenizer in the service's weights cache, which ``TrainingClient.get_tokenizer()``
     loads with no hub when the client shares the service's filesystem (the README says
     how to use it elsewhere)."""
-    m = _model(ctx, p, str(body.get("model_id")))
+    m = tinker_model(ctx, p, str(body.get("model_id")))
     tok = m.info["tokenizer"]
     return {
         "type": "get_info",
@@ -257,7 +258,7 @@ async def forward_backward(ctx: CtxDep, p: Caller, request: Request) -> dict[str
         req = decode_forward_backward(raw)
     except WireError as exc:
         raise InvalidRequest(str(exc), field="body") from exc
-    m = _model(ctx, p, req["model_id"])
+    m = tinker_model(ctx, p, req["model_id"])
     # JSON cannot carry NaN to the worker: the call fails in its seq_id order, named
     req["refused"] = non_finite(req["data"]) or non_finite_config(req["loss_fn_config"])
     if req["refused"]:
@@ -269,7 +270,7 @@ async def forward_backward(ctx: CtxDep, p: Caller, request: Request) -> dict[str
 @router.post("/optim_step")
 async def optim_step(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """One AdamW update with the accumulated gradient as it is (``adam_params``)."""
-    m = _model(ctx, p, str(body.get("model_id")))
+    m = tinker_model(ctx, p, str(body.get("model_id")))
     if body.get("optimizer_params"):
         raise InvalidRequest(
             "optimizer_params: the platform trains with AdamW only; pass AdamParams.",
@@ -292,7 +293,7 @@ def _checkpoint_name(body: dict[str, Any]) -> str:
 @router.post("/save_weights")
 async def save_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """``save_state``: the full training state (adapter, AdamW moments, step)."""
-    m = _model(ctx, p, str(body.get("model_id")))
+    m = tinker_model(ctx, p, str(body.get("model_id")))
     body["name"], body["refused"] = _checkpoint_name(body), ttl_refusal(body.get("ttl_seconds"))
     return _future(broker_of(ctx).submit(m, body.get("seq_id"), "save_weights", body), m)
 
@@ -302,7 +303,7 @@ async def save_weights_external(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[
     """``save_weights_external(name)``: the adapter as a PEFT folder, a checkpoint
     ``tinker://MODEL_ID/external_weights/NAME`` whose files ``external_weights_urls`` signs
     (``tinker checkpoint download``). age encryption is refused in seq_id order."""
-    m = _model(ctx, p, str(body.get("model_id")))
+    m = tinker_model(ctx, p, str(body.get("model_id")))
     body["name"], body["refused"] = _checkpoint_name(body), ttl_refusal(body.get("ttl_seconds"))
     if body.get("age_encryption_recipients"):
         body["refused"] = (
@@ -316,12 +317,12 @@ async def save_weights_external(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[
 async def save_for_sampler(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """``save_weights_for_sampler(name)``: the adapter becomes a model version
     ``PROJECT/NAME:vN`` of the client's run."""
-    m = _model(ctx, p, str(body.get("model_id")))
+    m = tinker_model(ctx, p, str(body.get("model_id")))
     if body.get("path"):  # a bad TTL fails in seq_id order (a 400 would leave a gap)
         body["name"], body["refused"] = _checkpoint_name(body), ttl_refusal(body.get("ttl_seconds"))
         op = "save_weights_for_sampler"
     else:  # save_weights_and_get_sampling_client: a snapshot of the session's weights
-        k = _int(body, "sampling_session_seq_id", 0)
+        k = tinker_int(body, "sampling_session_seq_id", 0)
         body["sampling_session_id"] = f"{m.model_id.split(':')[0]}:sample:{k}"
         op = "sampler_snapshot"
     return _future(broker_of(ctx).submit(m, body.get("seq_id"), op, body), m)
@@ -335,12 +336,12 @@ async def asample(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     sid = str(body.get("sampling_session_id"))
     model_id, step = b.samplers.get(sid, ("", 0))
     m = b.model_of(model_id)
-    if m is None or not _mine(p, m.project):  # another project's reads as a missing one
+    if m is None or not mine(p, m.project):  # another project's reads as a missing one
         raise InvalidRequest(
             f"sampling_session_id {sid!r}: no such sampling client for this key.",
             field="sampling_session_id",
         )
-    n = _int(body, "num_samples", 1)
+    n = tinker_int(body, "num_samples", 1)
     if not 1 <= n <= 256:
         raise InvalidRequest(f"num_samples is {n}; give 1 to 256.", field="num_samples")
     fut = b.submit(m, None, "sample", {**body, "snapshot_step": step})
@@ -355,7 +356,7 @@ async def retrieve_future(ctx: CtxDep, p: Caller, body: JsonBody) -> Any:
     future is answered as a missing one."""
     b = broker_of(ctx)
     fut = b.futures.get(str(body.get("request_id")))
-    if fut is None or not _mine(p, fut.project):
+    if fut is None or not mine(p, fut.project):
         raise NotFound(
             f"request_id {body.get('request_id')!r}: no such future.", field="request_id"
         )
@@ -384,8 +385,6 @@ async def retrieve_future(ctx: CtxDep, p: Caller, body: JsonBody) -> Any:
 
 def _check_run(ctx: ServiceContext, b: Broker, model_id: str) -> None:
     """Fail the model's futures when its run has ended (its worker is gone)."""
-    from ...db.models.jobs import Run
-    from ...jobs import states as S
 
     m = b.model_of(model_id)
     if m is None:

@@ -16,9 +16,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from ...core.access.tinker import _int, _session
+from ...core.access.tinker import session, tinker_int
 from ...errors import AkkaError, InvalidRequest, NotFound
 from ...tinker.broker import Model, broker_of
+from ...tinker.samplers import create_sampling_run
 from ..deps import CtxDep
 from ..routing import JsonRoute
 from .tinker import Caller, JsonBody
@@ -36,11 +37,10 @@ def create_sampling_session(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str,
             a path that is not a saved sampler checkpoint of the project (``model_path``),
             a base model not selected and ``READY`` (``base_model``).
     """
-    from ...tinker.samplers import create_sampling_run
 
     b = broker_of(ctx)
-    sess = _session(b, p, str(body.get("session_id")))
-    k = _int(body, "sampling_session_seq_id", 0)
+    sess = session(b, p, str(body.get("session_id")))
+    k = tinker_int(body, "sampling_session_seq_id", 0)
     sid = f"{sess.session_id}:sample:{k}"
     if sid in b.samplers or sid in b.models:
         raise InvalidRequest(

@@ -23,10 +23,12 @@ from fastapi import APIRouter, Body, Header, Path
 from starlette.concurrency import run_in_threadpool
 
 from ...core.context import ServiceContext
+from ...db.models.jobs import Run
 from ...errors import Conflict
 from ...jobs import events
 from ...jobs import states as S
 from ...tinker.broker import POLL_SECONDS, Broker, Model, broker_of
+from ...tinker.kind import HEARTBEAT_SECONDS, record_checkpoint, register_sampler_weights
 from ..deps import CtxDep
 from ..routing import JsonRoute
 
@@ -48,7 +50,6 @@ def _answer_result(
     ctx: ServiceContext, m: Model, item_op: str, answer: dict[str, Any]
 ) -> dict | None:
     """The future's result for a worker's answer (checkpoints recorded, versions registered)."""
-    from ...db.models.jobs import Run
 
     result = answer.get("result")
     if result is not None and item_op == "sampler_snapshot":
@@ -58,7 +59,6 @@ def _answer_result(
     saves = ("save_weights", "save_weights_for_sampler", "save_weights_external")
     if result is None or item_op not in saves:
         return result
-    from ...tinker.kind import record_checkpoint, register_sampler_weights
 
     name, ttl = answer["name"], answer.get("ttl")
     with ctx.db.session() as s:
@@ -102,8 +102,6 @@ async def _take_answer(ctx: ServiceContext, b: Broker, m: Model, answer: dict[st
 
 def _run_marks(ctx: ServiceContext, run_id: str) -> tuple[str | None, float]:
     """The run's pending control (``cancel``, …) and its heartbeat bound in seconds."""
-    from ...db.models.jobs import Run
-    from ...tinker.kind import HEARTBEAT_SECONDS
 
     with ctx.db.session() as s:
         run = s.get(Run, run_id)
