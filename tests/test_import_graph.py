@@ -13,6 +13,7 @@ whatever the reason.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = "akka_optimize"
@@ -241,3 +242,157 @@ def test_every_package_import_is_an_arrow_readme_allows() -> None:
     stale = sorted(set(allowed) - set(graph))
     assert not stale, f"README's Layout lists packages that do not exist: {stale}"
     assert not cycles({p: allowed[p] & set(allowed) for p in allowed})
+
+
+# Issue 49 item 4: imports at the module's top unless a comment says why, names two modules
+# share are public, and a re-export stays only where something reads it.
+# scripts/refactor_private_names.py rewrites the tree to these rules.
+
+REPO = Path(__file__).resolve().parents[1]
+READERS = ("src", "tests", "benchmarks", "examples")
+
+
+def project_from(name: str, path: Path, node: ast.ImportFrom) -> str | None:
+    """The project module an ``ImportFrom`` of module ``name`` reads, or None."""
+    if node.level:
+        return _resolve_relative(name, path.name == "__init__.py", node.level, node.module)
+    mod = node.module or ""
+    return mod if mod == PACKAGE or mod.startswith(PACKAGE + ".") else None
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A name two modules share is public: ``from .x import _name`` fails here, and so does
+    ``x._name`` where ``x`` is another module of the project."""
+    modules = set(all_modules())
+    found = []
+    for name, path in all_modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        bound = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (source := project_from(name, path, node)):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                private = [p for p in private if not p.startswith("__")]
+                if private:
+                    found.append(f"{name}:{node.lineno} {', '.join(private)}")
+                for a in node.names:
+                    if f"{source}.{a.name}" in modules:
+                        bound[a.asname or a.name] = f"{source}.{a.name}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname and a.name in modules:
+                        bound[a.asname] = a.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+                other = module_of(node.value, bound, modules)
+                if other and other != name and not node.attr.startswith("__"):
+                    found.append(f"{name}:{node.lineno} {other}.{node.attr}")
+    assert not found, "imports of another module's private names:\n  " + "\n  ".join(found)
+
+
+def module_of(expr: ast.AST, bound: dict[str, str], modules: set[str]) -> str | None:
+    """The project module an expression (``m``, ``a.b.c``) names, given the names ``bound``
+    to modules."""
+    if isinstance(expr, ast.Name):
+        return bound.get(expr.id)
+    if isinstance(expr, ast.Attribute):
+        base = module_of(expr.value, bound, modules)
+        if base and f"{base}.{expr.attr}" in modules:
+            return f"{base}.{expr.attr}"
+    return None
+
+
+def names_read() -> set[tuple[str, str]]:
+    """``(module, name)`` for every name some file of src, tests, benchmarks or examples
+    reads from a project module: ``from m import name``, ``alias.name`` where ``alias`` is
+    bound to ``m``, ``getattr(m, "name")``-like calls, and ``"m:name"`` / ``"m.name"``
+    strings (a job kind's worker)."""
+    modules = set(all_modules())
+    out: set[tuple[str, str]] = set()
+    for top in READERS:
+        for path in sorted((REPO / top).rglob("*.py")):
+            name = module_name(path) if top == "src" else ""
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            bound: dict[str, str] = {}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    for a in node.names:
+                        if a.name in modules:
+                            bound[a.asname or a.name.split(".")[0]] = (
+                                a.name if a.asname else a.name.split(".")[0]
+                            )
+                elif isinstance(node, ast.ImportFrom) and (top == "src" or not node.level):
+                    mod = project_from(name, path, node)
+                    for a in node.names if mod else []:
+                        if f"{mod}.{a.name}" in modules:
+                            bound[a.asname or a.name] = f"{mod}.{a.name}"
+                        else:
+                            out.add((mod, a.name))
+
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and (
+                    mod := module_of(node.value, bound, modules)
+                ):
+                    out.add((mod, node.attr))
+                elif isinstance(node, ast.Call) and len(node.args) >= 2:
+                    mod, arg = module_of(node.args[0], bound, modules), node.args[1]
+                    if mod and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                        out.add((mod, arg.value))
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    for m in re.finditer(r"\b(akka_optimize(?:\.\w+)+)[:.](\w+)\b", node.value):
+                        out.add((m.group(1), m.group(2)))
+                        head, _, last = m.group(1).rpartition(".")
+                        out.add((head, last))
+    return out
+
+
+def test_every_reexport_is_read_somewhere() -> None:
+    """``from .x import name as name`` (the explicit re-export) stays only where another
+    file reads ``name`` from this module, or its ``__all__`` lists it."""
+    modules = all_modules()
+    read = names_read()
+    found = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        exported: set[str] = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+            ):
+                exported = set(ast.literal_eval(node.value))
+        for node in tree.body:
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source = project_from(name, path, node)
+            for a in node.names:
+                if a.asname != a.name or a.name in exported or (name, a.name) in read:
+                    continue
+                if source and f"{source}.{a.name}" in modules:
+                    continue  # a submodule bound on its package
+                found.append(f"{name}:{node.lineno} {a.name}")
+    assert not found, "re-exports nothing reads:\n  " + "\n  ".join(found)
+
+
+def test_function_level_imports_of_the_project_say_why() -> None:
+    """An import of a project module inside a function carries a comment (on its lines or
+    the line above: a heavy dependency such as torch, a guard); any other moves to the top."""
+    found = []
+    for name, path in all_modules().items():
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        tree = ast.parse(text, filename=str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    ours = project_from(name, path, node) is not None
+                elif isinstance(node, ast.Import):
+                    ours = any(a.name.startswith(PACKAGE + ".") for a in node.names)
+                else:
+                    continue
+                own = lines[node.lineno - 1 : node.end_lineno]
+                above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+                if ours and not any("#" in ln for ln in own) and not above.startswith("#"):
+                    found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    found = sorted(set(found))
+    assert not found, "function-level imports with no comment saying why:\n  " + "\n  ".join(found)
