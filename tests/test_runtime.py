@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,14 @@ def test_every_kind_is_listed_once_and_an_import_registers_none() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     ).stdout.splitlines()
     assert out == ["", "", ",".join(sorted(names)), "pipelines,recipes"]
+
+
+def test_every_listed_kind_names_a_worker_function_that_exists() -> None:
+    """A kind's ``worker`` string (``module:function``) is looked up only when a run
+    starts: a module moved or a re-export deleted would fail every run of that kind in
+    its worker (a pipeline's curate stage did, once), so each is imported here."""
+    for kind in KINDS:
+        module, _, name = kind.worker.partition(":")
+        target = getattr(importlib.import_module(module), name, None)
+        assert callable(target), f"{kind.name}: {kind.worker} names no function"
+        assert target.__module__ == module, f"{kind.name}: {kind.worker} is a re-export"

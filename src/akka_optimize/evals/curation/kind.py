@@ -170,7 +170,7 @@ def _completed(
 
 CURATION = JobKind(
     name=METHOD,
-    worker="akka_optimize.evals.curation.kind:curate",
+    worker="akka_optimize.evals.curation.judging:curate",
     build_spec=build_spec,
     events={"progress": record_progress, "completed": _completed},
 )
