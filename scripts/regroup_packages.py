@@ -57,6 +57,7 @@ MOVES: list[tuple[str, str]] = [
     ("service.routers.tinker_access", "core.access.tinker"),
     ("service.inputs", "core.inputs"),
     ("service.plans", "core.plans"),
+    ("service.job_kinds", "core.job_kinds"),
     ("service.recipe_runs", "core.recipes.runs"),
     ("service.recipe_paths", "core.recipes.paths"),
     ("service.routers.endpoint_records", "core.endpoint_records"),

@@ -1,6 +1,6 @@
 """The service's runtime is typed and built once (issue 49 item 2): no string-keyed
 ``extras``, no ``ctx: Any``, and every job kind listed in one place
-(``service/job_kinds.py``), registered by building the runtime, never by an import."""
+(``core/job_kinds.py``), registered by building the runtime, never by an import."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from akka_optimize.core.context import ServiceContext
-from akka_optimize.service.job_kinds import KINDS
+from akka_optimize.core.job_kinds import KINDS
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "akka_optimize"
 
@@ -55,7 +55,7 @@ def test_every_kind_is_listed_once_and_an_import_registers_none() -> None:
         "import os, tempfile\n"
         "os.environ['AKKA_OPTIMIZE_HOME'] = tempfile.mkdtemp()\n"
         "from akka_optimize.jobs import kinds, scheduler\n"
-        "import akka_optimize.service.job_kinds, akka_optimize.service.app as app\n"
+        "import akka_optimize.core.job_kinds, akka_optimize.service.app as app\n"
         "print(','.join(kinds.registered_kinds()))\n"
         "print(','.join(sorted(scheduler._TICK_HOOKS)))\n"
         "app.create_app()\n"

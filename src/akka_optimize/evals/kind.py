@@ -298,7 +298,7 @@ EVALUATION = JobKind(
     build_spec=build_spec,
     events={"progress": record_progress, "completed": _completed},
 )
-"""The evaluation kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
+"""The evaluation kind, listed in :data:`akka_optimize.core.job_kinds.KINDS`."""
 
 COMPARISON = JobKind(
     name=COMPARE,

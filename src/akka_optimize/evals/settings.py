@@ -13,7 +13,7 @@ default), :func:`queue_for_registered` queues its evaluation with those settings
 final model, its epoch and save registrations, and an uploaded adapter alike). An
 evaluation that cannot be queued never fails the registration: the sentence is kept in the
 settings' ``lastQueued`` and shown by ``training projects get``. (the listener is installed with
-the job kinds: :func:`akka_optimize.service.job_kinds.install`).
+the job kinds: :func:`akka_optimize.core.job_kinds.install`).
 
 The scores table (:func:`project_scores`) takes, per model version, the newest succeeded
 evaluation in the project that used the settings' dataset, grader and sampling over every

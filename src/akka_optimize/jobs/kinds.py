@@ -12,7 +12,7 @@ hands any other event type to the kind's handler. Dead workers, control requests
 cancel, resume) and recovery after a service restart work alike for every kind.
 
 A kind declares three things in a :class:`JobKind`, in its own module, without editing the
-scheduler or the intake, and is listed in :data:`akka_optimize.service.job_kinds.KINDS`,
+scheduler or the intake, and is listed in :data:`akka_optimize.core.job_kinds.KINDS`,
 which registers every kind when the service's runtime is built (importing a kind's module
 registers nothing):
 
@@ -52,7 +52,7 @@ An evaluation job would look like this (a sketch; ``evals`` is its own module)::
         worker="akka_optimize.evals.worker:evaluate",  # evaluate(spec, store, events, work)
         build_spec=eval_spec,
         events={"completed": scored},
-    )  # and EVALUATION in service/job_kinds.py's KINDS
+    )  # and EVALUATION in core/job_kinds.py's KINDS
 
 A run whose kind is not registered fails with a sentence naming it.
 """

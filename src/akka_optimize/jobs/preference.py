@@ -89,4 +89,4 @@ PREFERENCE = JobKind(
     events={"save": record_save, "completed": complete},
     accept=accept,
 )
-"""The preference kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
+"""The preference kind, listed in :data:`akka_optimize.core.job_kinds.KINDS`."""

@@ -60,7 +60,7 @@ SUPERVISED = JobKind(
         "prepared": _prepared,
     },
 )
-"""The supervised kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
+"""The supervised kind, listed in :data:`akka_optimize.core.job_kinds.KINDS`."""
 
 
 def start_run(

@@ -229,4 +229,4 @@ REINFORCEMENT = JobKind(
     events={"save": record_save, "completed": complete, "samples": record_samples},
     accept=accept,
 )
-"""The reinforcement kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
+"""The reinforcement kind, listed in :data:`akka_optimize.core.job_kinds.KINDS`."""

@@ -2,7 +2,7 @@
 
 :func:`build_context` makes the typed :class:`~akka_optimize.core.context.ServiceContext`
 (settings, state store, blob store, development secret) and registers every job kind
-(:mod:`akka_optimize.service.job_kinds`); :func:`akka_optimize.service.app.create_app`
+(:mod:`akka_optimize.core.job_kinds`); :func:`akka_optimize.service.app.create_app`
 calls it. :func:`start` runs at start-up, after the migrations and every router's own
 ``on_startup`` hook (fetches and endpoints of an earlier process are settled first): it
 publishes the service's address for workers, builds the executor the deployment names (run
@@ -14,6 +14,7 @@ after the migrations.
 
 from __future__ import annotations
 
+from ..core import job_kinds
 from ..core.context import ServiceContext
 from ..db import Database
 from ..deployment import load_deployment
@@ -24,12 +25,11 @@ from ..jobs.recovery import recover
 from ..jobs.scheduler import Scheduler
 from ..settings import Settings
 from ..store import BlobStore
-from . import job_kinds
 
 
 def build_context(settings: Settings) -> ServiceContext:
     """The context of one service over ``settings``' state and blob stores; registers
-    every job kind of :data:`~akka_optimize.service.job_kinds.KINDS`. Creates the home
+    every job kind of :data:`~akka_optimize.core.job_kinds.KINDS`. Creates the home
     folder (mode 0700) and its development secret when missing. Nothing is started."""
     settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     ctx = ServiceContext(

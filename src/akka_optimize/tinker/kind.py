@@ -343,4 +343,4 @@ TINKER = JobKind(
     build_spec=build_spec,
     events={"completed": _completed},
 )
-"""The Tinker training-client kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
+"""The Tinker training-client kind, listed in :data:`akka_optimize.core.job_kinds.KINDS`."""

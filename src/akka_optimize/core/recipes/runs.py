@@ -156,7 +156,7 @@ RECIPE = JobKind(
     events={"checkpoint": checkpointed, "completed": completed, "heartbeat": heartbeat},
     external=True,
 )
-"""The recipe kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
+"""The recipe kind, listed in :data:`akka_optimize.core.job_kinds.KINDS`."""
 
 
 def check_recipe(doc: Any, roots: list[str]) -> dict[str, Any]:

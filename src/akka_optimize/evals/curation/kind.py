@@ -174,7 +174,7 @@ CURATION = JobKind(
     build_spec=build_spec,
     events={"progress": record_progress, "completed": _completed},
 )
-"""The curation kind, listed in :data:`akka_optimize.service.job_kinds.KINDS`."""
+"""The curation kind, listed in :data:`akka_optimize.core.job_kinds.KINDS`."""
 
 
 def curation_view(s: Session, run: Run) -> dict[str, Any]:

@@ -14,8 +14,6 @@ its jobs are runs of ``sft``, ``dpo`` and ``rl``.
 
 from __future__ import annotations
 
-from ..core.pipelines import records as pipelines
-from ..core.recipes.runs import RECIPE, reap_silent
 from ..evals.curation.kind import CURATION
 from ..evals.kind import COMPARISON, EVALUATION
 from ..evals.settings import queue_for_registered
@@ -25,6 +23,8 @@ from ..jobs.scheduler import on_tick
 from ..jobs.supervised import SUPERVISED
 from ..reinforcement.kind import REINFORCEMENT
 from ..tinker.kind import TINKER
+from .pipelines import records as pipelines
+from .recipes.runs import RECIPE, reap_silent
 
 KINDS: tuple[JobKind, ...] = (
     SUPERVISED,
