@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..catalog.selection_manager import SelectionManager
 from ..db import Database
+from ..deployment import Deployment, load_deployment
 from ..jobs.executor import Executor
 from ..jobs.scheduler import Scheduler
 from ..serving.manager import EndpointManager
@@ -54,3 +55,14 @@ class ServiceContext:
     endpoints: EndpointManager | None = None
     base_models: SelectionManager | None = None
     tinker_broker: Broker = field(default_factory=Broker)
+
+    def deployment(self) -> Deployment:
+        """The deployment file the settings name, parsed
+        (:func:`akka_optimize.deployment.load_deployment`: kept while the file is unchanged
+        on disk and read again when an operator edits it, so no restart is needed).
+
+        Raises:
+            InvalidRequest: the file is not valid YAML or breaks the schema, naming the
+                file and the field.
+        """
+        return load_deployment(self.settings.resolved_deployment_file())

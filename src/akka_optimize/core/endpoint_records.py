@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 
 from ..db.models.projects import Project
 from ..db.models.serving import Endpoint, EndpointModel
-from ..deployment import load_deployment
 from ..errors import InvalidRequest, NotFound
 from ..jobs.capacity import usage as capacity
 from ..jobs.capacity.pools import serving_pool
@@ -23,7 +22,7 @@ from .context import ServiceContext
 
 
 def limits(ctx: ServiceContext) -> Any:
-    return load_deployment(ctx.settings.resolved_deployment_file()).serving
+    return ctx.deployment().serving
 
 
 def _placement(ctx: ServiceContext) -> tuple[Any, str]:
@@ -32,7 +31,7 @@ def _placement(ctx: ServiceContext) -> tuple[Any, str]:
     executor = ctx.executor
     if executor is None or getattr(executor, "name", "local") == "local":
         return None, "cpu"
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     prof = dep.profile(serving_pool(dep).deviceProfile)
     return executor, prof.kind if prof is not None else "cpu"
 
@@ -44,7 +43,7 @@ def manager(ctx: ServiceContext) -> EndpointManager:
         m = ctx.endpoints = EndpointManager(ctx.db, ctx.settings, ctx.store, limits(ctx))
         m.placement = lambda: _placement(ctx)
         m.admit = lambda endpoint_id: capacity.endpoint_may_start(
-            ctx.db, load_deployment(ctx.settings.resolved_deployment_file()), endpoint_id
+            ctx.db, ctx.deployment(), endpoint_id
         )
     return m
 
@@ -56,7 +55,7 @@ def refuse_endpoint_claim(ctx: ServiceContext, project: str) -> None:
     Raises:
         InvalidRequest: ``quota_exceeded``, naming the quota or the pool.
     """
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     n = capacity.endpoint_devices(dep)
     pool = capacity.serving_pool(dep).name
     refused = capacity.refusal(

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from ..catalog import load_catalog
 from ..data.policy import LossPolicy
 from ..db.models.projects import Project
-from ..deployment import Deployment, cuda_available, load_deployment
+from ..deployment import Deployment, cuda_available
 from ..errors import AkkaError
 from ..jobs.branches import branch_origin, branch_settings
 from ..jobs.warmstart import warm_start_source
@@ -35,7 +35,7 @@ _VARIANT = re.compile(r"(?:^|[-_])(E\d+B|\d+(?:\.\d+)?[BM])(?:$|[-_])", re.IGNOR
 
 def deployment_for(ctx: ServiceContext) -> Deployment:
     """The deployment file in force for this service (re-read when it changes on disk)."""
-    return load_deployment(ctx.settings.resolved_deployment_file())
+    return ctx.deployment()
 
 
 def variant_of(repository: str) -> str | None:

@@ -75,7 +75,7 @@ def serving_precision(ctx: JobContext) -> str:
     """The deployment's ``serving.precision``: the dtype an evaluation's answers are
     generated in (pinned in its resolved settings when it is created)."""
 
-    return load_deployment(ctx.settings.resolved_deployment_file()).serving.precision
+    return ctx.deployment().serving.precision
 
 
 def kind_resolved(ctx: JobContext, s: Session, req: EvalRequest, resolve: Any) -> dict[str, Any]:
@@ -117,7 +117,7 @@ def evaluation_claims(
         InvalidRequest: ``quota_exceeded``, naming the quota or the pool.
     """
 
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     devices = capacity.run_devices(dep, None, device_kind, 0, judged)
     refused = capacity.refusal(
         dep,
@@ -217,7 +217,7 @@ def build_spec(launch: Launch) -> JobSpec:
 
     s, run = launch.session, launch.run
     r = run.resolved
-    g = load_deployment(launch.ctx.settings.resolved_deployment_file()).graders
+    g = launch.ctx.deployment().graders
     limits = {
         "cpu_seconds": g.cpuSeconds,
         "wall_seconds": g.wallSeconds,

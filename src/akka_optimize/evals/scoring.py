@@ -15,7 +15,6 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..catalog.cache import ready_model_dir
-from ..deployment import load_deployment
 from ..errors import AkkaError, InvalidRequest
 from ..jobs.context import JobContext
 from ..jobs.readable import check_readable
@@ -96,7 +95,7 @@ def check_judge(ctx: JobContext, s: Session, judge: Any, grader: str) -> None:
             code=getattr(exc, "code", None) or "judge_not_ready",
         ) from exc
     if judge.source == "adapter":
-        limit = load_deployment(ctx.settings.resolved_deployment_file()).serving.maxLoraRank
+        limit = ctx.deployment().serving.maxLoraRank
         rank = (judge.metadata or {}).get("rank")
         if rank is not None and int(rank) > limit:
             raise InvalidRequest(

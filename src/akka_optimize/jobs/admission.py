@@ -24,7 +24,6 @@ from sqlalchemy.orm import Session
 
 from ..catalog.cache import load_tokenizer, ready_model_dir, tokenizer_dir
 from ..data.prepared import check_length, check_tokenizer
-from ..deployment import load_deployment
 from ..engine.attention import flash_attention_device_refusal
 from ..errors import AkkaError, Conflict, InvalidRequest
 from ..registry import is_prepared, resolve
@@ -96,7 +95,7 @@ def _schedulable(ctx: JobContext, f: dict[str, Any]) -> AkkaError | None:
     r = f["resolved"]
     if "execution.deviceProfile" in (r.get("stated") or []):
         return None
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     prof = dep.profile(str((r.get("execution") or {}).get("deviceProfile") or ""))
     if dep.executor.kind != "local" or prof is None:
         return None
@@ -162,7 +161,7 @@ def _base_model(ctx: JobContext, session: Session, f: dict[str, Any]) -> AkkaErr
 
 def _claim_args(ctx: JobContext, f: dict[str, Any]) -> tuple[Any, str | None, str, int, bool]:
 
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     r = f["resolved"]
     rl = (r.get("config") or {}).get("rlHyperparams") or {}
     judged = f["method"] == "rl" and str(rl.get("reward") or "").startswith("model:")

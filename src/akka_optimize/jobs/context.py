@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..db import Database
+from ..deployment import Deployment
 from ..settings import Settings
 from ..store import BlobStore
 
@@ -32,3 +33,7 @@ class JobContext(Protocol):
     db: Database
     store: BlobStore
     base_url: str | None
+
+    def deployment(self) -> Deployment:
+        """The deployment file the settings name, parsed (read again when it changes)."""
+        ...

@@ -67,7 +67,6 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run, RunAttempt
-from ..deployment import load_deployment
 from ..errors import InvalidRequest
 from .context import JobContext
 from .spec import JobSpec
@@ -105,7 +104,7 @@ class Launch:
         ``extra`` given in ``fields`` is merged with the attempt's ``work_dir``.
         """
 
-        dep = load_deployment(self.ctx.settings.resolved_deployment_file())
+        dep = self.ctx.deployment()
         extra = {
             "work_dir": str(self.work / "scratch"),
             "retry_s": dep.service.workerRetrySeconds,  # akka_optimize.jobs.address

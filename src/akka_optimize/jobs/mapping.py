@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..catalog import load_catalog
-from ..deployment import load_deployment
 from ..engine.config import DEFAULT_TARGET_MODULES, EngineConfig
 from ..engine_settings import BY_KEY, SETTINGS
 from ..errors import InvalidRequest
@@ -284,7 +283,7 @@ def build_spec(launch: Launch) -> JobSpec:
     """
     s, ctx, run, resume_key = launch.session, launch.ctx, launch.run, launch.resume_key
     plan = typed_plan(run.resolved)
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     entry = load_catalog(dep).get(run.base_model)
     # a base model the catalog no longer lists trains on the engine's declared targets
     targets = entry.lora_target_modules if entry else DEFAULT_TARGET_MODULES

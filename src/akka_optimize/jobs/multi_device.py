@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..deployment import load_deployment
 from ..engine_settings import BY_KEY
 from ..errors import AkkaError, InvalidRequest
 from .context import JobContext
@@ -162,4 +161,4 @@ def _engine_setting_refusal(
 
 def _executor_kind(ctx: JobContext) -> str:
 
-    return load_deployment(ctx.settings.resolved_deployment_file()).executor.kind
+    return ctx.deployment().executor.kind

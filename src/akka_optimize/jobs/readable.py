@@ -19,7 +19,6 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..deployment import load_deployment
 from ..errors import InvalidRequest
 from ..store import content_key
 from .context import JobContext
@@ -85,7 +84,7 @@ def check_readable(ctx: JobContext, field: str, version: Any) -> None:
             the part that did not match.
     """
 
-    readable = load_deployment(ctx.settings.resolved_deployment_file()).jobStorage.readable
+    readable = ctx.deployment().jobStorage.readable
     if readable is None:
         return
     digests = [info["digest"] for info in (version.files or {}).values()] or [version.digest]

@@ -26,7 +26,6 @@ from ..catalog.cache import ready_model_dir
 from ..db.base import utcnow
 from ..db.models.auth import hash_token
 from ..db.models.jobs import Run, RunAttempt, Snapshot
-from ..deployment import load_deployment
 from ..errors import AkkaError, Conflict
 from . import states as S
 from .capacity import usage as capacity
@@ -109,7 +108,7 @@ class Scheduler:
                     f"waiting for {len(waiting)} of {len((run.resolved or {})['after'])} runs "
                     f"to finish ({', '.join(r[:8] for r in waiting)})"
                 )
-        dep = load_deployment(self.ctx.settings.resolved_deployment_file())
+        dep = self.ctx.deployment()
         for run in s.scalars(select(Run).where(Run.state == S.QUEUED)).all():
             refused = capacity.pool_refusal(dep, run)
             if refused is not None:

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..db.models.jobs import Run, RunAttempt, RunMetric
-from ..deployment import Deployment, load_deployment
+from ..deployment import Deployment
 from ..errors import AkkaError, InvalidRequest
 from ..evals.rows import eval_rows
 from ..jobs.context import JobContext
@@ -190,7 +190,7 @@ def build_spec(launch: Launch) -> JobSpec:
         g.update(
             kind="bundle", bundle=registry_resolve(launch.session, "bundle", g["bundle"]).to_dict()
         )
-    dep = load_deployment(launch.ctx.settings.resolved_deployment_file())
+    dep = launch.ctx.deployment()
     lim = dep.graders
     spec.extra.update(
         **loop_settings(plan, dep),

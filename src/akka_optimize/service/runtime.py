@@ -17,7 +17,6 @@ from __future__ import annotations
 from ..core import job_kinds
 from ..core.context import ServiceContext
 from ..db import Database
-from ..deployment import load_deployment
 from ..devtoken import ensure_dev_secret
 from ..jobs.address import publish_address
 from ..jobs.executor import make_executor
@@ -50,7 +49,7 @@ def start(ctx: ServiceContext) -> None:
     """
     if ctx.base_url:  # for workers (akka_optimize.jobs.address)
         publish_address(ctx.store, ctx.base_url)
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     ctx.executor = make_executor(dep.executor)  # endpoints place their workers with it too
     recover(ctx)
     ctx.scheduler = Scheduler(ctx, ctx.executor)

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from ..catalog import load_catalog
 from ..catalog.cache import ready_model_dir
 from ..db.models.jobs import Run, RunAttempt
-from ..deployment import cuda_available, load_deployment
+from ..deployment import cuda_available
 from ..errors import AkkaError, InvalidRequest
 from ..jobs import states as S
 from ..jobs.capacity import usage as capacity
@@ -163,7 +163,7 @@ def create_training_run(
     lora = lora_config(request.get("lora_config"))
     rank = lora["rank"]
     targets = lora_targets(entry, lora)
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     device = _device_kind(dep)
     resolved = {
         "kind": "tinker",
@@ -214,7 +214,7 @@ def build_spec(launch: Launch) -> JobSpec:
 
     run = launch.run
     r = run.resolved
-    dep = load_deployment(launch.ctx.settings.resolved_deployment_file())
+    dep = launch.ctx.deployment()
     entry = load_catalog(dep).get(run.base_model)
     device = "cuda" if run.device_kind == "cuda" else "cpu"
     engine = {

@@ -26,7 +26,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ...deployment import load_deployment
 from ...errors import AkkaError
 from ...jobs.context import JobContext
 from ...registry.bundles import register_bundle
@@ -130,7 +129,7 @@ def _reinforcement(
         )
     job["grader"] = g
 
-    rollout = load_deployment(ctx.settings.resolved_deployment_file()).openaiFineTuning
+    rollout = ctx.deployment().openaiFineTuning
     rl = {"seed": job["seed"], "reward": _reward(ctx, s, job["project"], g)}
     rl.update({k: v for k, v in rollout.model_dump().items() if v is not None})
     return {"method": "rl", "rlHyperparams": rl}

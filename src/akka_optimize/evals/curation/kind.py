@@ -50,7 +50,6 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ...db.models.jobs import Run, RunAttempt
-from ...deployment import load_deployment
 from ...jobs import states as S
 from ...jobs.context import JobContext
 from ...jobs.kinds import JobKind, Launch
@@ -125,7 +124,7 @@ def _register(ctx: JobContext, s: Session, run: Run, key: str, name: str) -> Any
     ``metadata.curation`` (the curation, the pinned source and judge)."""
 
     r = run.resolved
-    limits = load_deployment(ctx.settings.resolved_deployment_file()).limits
+    limits = ctx.deployment().limits
     lineage = {"curation": run.id, "source": r["source"], "judge": r["grader"]["judge"]}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "examples.jsonl"

@@ -31,7 +31,6 @@ from ...catalog.selection import (
     settings_catalog,
 )
 from ...core.context import ServiceContext
-from ...deployment import load_deployment
 from ...plan.schema.base import RequestModel
 from ..deps import CtxDep
 from ..routing import JsonRoute
@@ -107,7 +106,7 @@ def list_candidates(
 ) -> dict[str, Any]:
     """The hub repositories of ``author`` matching ``match`` and the catalog's verdicts."""
     catalog = settings_catalog(ctx.settings)
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     models = list_hub_models(author)
     return candidates(models, author, match, catalog, dep.deviceProfiles)
 

@@ -8,7 +8,6 @@ from typing import Any
 from fastapi import APIRouter
 
 from ...core.access import rules as access
-from ...deployment import load_deployment
 from ...jobs.capacity import usage as capacity
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
@@ -26,5 +25,5 @@ def get_capacity(
     waiting item's position and reason. ``?project=`` narrows the projects to one; a
     project token sees its own project only (the pools' totals stay whole)."""
     name = access.find_project(s, project, principal).name if project else access.scope(principal)
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     return capacity.report(s, dep, name)

@@ -44,7 +44,6 @@ from ...core.endpoint_records import (
 )
 from ...db.models.projects import Project
 from ...db.models.serving import Endpoint, EndpointModel
-from ...deployment import load_deployment
 from ...errors import InvalidRequest, NotFound
 from ...jsonvalues import loads
 from ...plan.pipeline import documented
@@ -191,7 +190,7 @@ def list_endpoints(
 def endpoints_info(ctx: CtxDep) -> dict[str, Any]:
     """What an endpoint can serve (seeds/001 "What an endpoint can serve")."""
     lim = limits(ctx)
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     prof = dep.profile(lim.deviceProfile) if lim.deviceProfile else None
     return {
         "engine": lim.engine,

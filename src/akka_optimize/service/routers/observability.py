@@ -20,7 +20,6 @@ from pydantic import Field
 
 from ...core.access import rules as access
 from ...core.access.scope import refusal
-from ...deployment import load_deployment
 from ...errors import InvalidRequest
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..metrics import exposition
@@ -46,7 +45,7 @@ def metrics(s: SessionDep, ctx: CtxDep, principal: PrincipalDep) -> Response:
             "The metrics name every project's runs and endpoints, so reading them needs an "
             "admin token; this token acts in one project",
         )
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     return Response(exposition(store_registry(s, dep)), media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
 
@@ -87,7 +86,7 @@ def run_grafana(
             "(letters, digits, '.', '_' and '-', at most 128).",
             field="platformProject",
         )
-    dep = load_deployment(ctx.settings.resolved_deployment_file())
+    dep = ctx.deployment()
     g = dep.grafana
     if not g.url:
         raise InvalidRequest(

@@ -27,7 +27,6 @@ from ...core.endpoint_records import manager
 from ...core.openai_ft.bundle import python_bundle
 from ...core.openai_ft.errors import OpenAIError
 from ...core.openai_ft.grading import GradeFailure, GraderError, check_grader, grade
-from ...deployment import load_deployment
 from ...errors import AkkaError, InvalidRequest
 from ...evals.sandbox.pool import GraderPool
 from ...evals.sandbox.records import Limits
@@ -50,7 +49,7 @@ def python_runner(ctx: ServiceContext):  # noqa: ANN201 - a PythonRunner
 
     def run(source: str, sample: dict[str, Any], item: dict[str, Any]) -> float:
 
-        g = load_deployment(ctx.settings.resolved_deployment_file()).graders
+        g = ctx.deployment().graders
         limits = Limits(g.cpuSeconds, g.wallSeconds, g.memoryMiB * 1024**2, 1)
         with tempfile.TemporaryDirectory() as tmp:
             folder = python_bundle(source, Path(tmp) / "grader")

@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...catalog.cache import ready_model_dir
 from ...core.context import ServiceContext
-from ...deployment import RegistryLimits, load_deployment
+from ...deployment import RegistryLimits
 from ...errors import AkkaError, InvalidRequest, NotFound, TooLarge
 from ...registry import list_versions
 from ...registry.adapter_checks import check_adapter
@@ -32,7 +32,7 @@ def uploads_dir(ctx: ServiceContext) -> Path:
 
 
 def registry_limits(ctx: ServiceContext) -> RegistryLimits:
-    return load_deployment(ctx.settings.resolved_deployment_file()).limits
+    return ctx.deployment().limits
 
 
 def _too_large(what: str, limit: int, attr: str) -> TooLarge:
@@ -86,7 +86,7 @@ def check_upload(ctx: ServiceContext, s: Any, folder: Path, base_model: str) -> 
     """
 
     base_dir = base_dir_for(ctx, s, base_model)
-    max_rank = load_deployment(ctx.settings.resolved_deployment_file()).serving.maxLoraRank
+    max_rank = ctx.deployment().serving.maxLoraRank
     return check_adapter(folder, base_dir, max_rank=max_rank)
 
 
