@@ -105,6 +105,22 @@ MOVES: list[tuple[str, str]] = [
     ("evals.curation", "evals.curation.kind"),
     ("evals.curation_judging", "evals.curation.judging"),
     ("evals.curation_request", "evals.curation.request"),
+    ("data.prepared", "data.prepared.rows"),
+    ("data.prepared_canonical", "data.prepared.canonical"),
+    ("data.prepared_descriptor", "data.prepared.descriptor"),
+    ("catalog.selection", "catalog.selection.machine"),
+    ("catalog.selection_manager", "catalog.selection.manager"),
+    ("catalog.selection_rows", "catalog.selection.rows"),
+    ("cli.registry", "cli.registry.commands"),
+    ("cli.registry_output", "cli.registry.output"),
+    ("cli.registry_packing", "cli.registry.packing"),
+    ("cli.registry_transfer", "cli.registry.transfer"),
+    ("cli.runs", "cli.runs.start"),
+    ("cli.runs_follow", "cli.runs.follow"),
+    ("cli.runs_format", "cli.runs.settings_text"),
+    ("cli.run_commands", "cli.runs.reading"),
+    ("cli.run_lineage", "cli.runs.lineage"),
+    ("cli.run_states", "cli.runs.states"),
     # reinforcement training out of evals/, beside jobs/ (it grades with evals' graders,
     # so it cannot sit inside jobs/, which evals/ imports)
     ("evals.rl_kind", "reinforcement.kind"),
@@ -140,6 +156,17 @@ PACKAGE_DOCS: dict[str, str] = {
     "core.access": "Who may see and change what: the access rules every route, the CLI and the\n"
     "dashboard apply (:mod:`.rules`), in the terms of :mod:`.scope`, for registry artifacts\n"
     "(:mod:`.registry`), runs (:mod:`.runs`) and the Tinker protocol (:mod:`.tinker`).",
+    "data.prepared": "Prepared token rows (seeds/001 F029, F030): reading and checking them\n"
+    "(:mod:`.rows`), the registry's canonical form (:mod:`.canonical`) and the\n"
+    "``prepared.json`` descriptor (:mod:`.descriptor`).",
+    "catalog.selection": "Base-model selections: the state machine and listing (:mod:`.machine`),\n"
+    "the selection row (:mod:`.rows`) and the background fetcher (:mod:`.manager`).",
+    "cli.registry": "The ``registry`` commands (:mod:`.commands`), their text output\n"
+    "(:mod:`.output`), packing local files for an upload (:mod:`.packing`) and moving bytes to\n"
+    "and from the registry routes (:mod:`.transfer`).",
+    "cli.runs": "The ``training runs`` commands: start and the dry run (:mod:`.start`), reading\n"
+    "runs (:mod:`.reading`), lineage (:mod:`.lineage`), saves and control (:mod:`.states`),\n"
+    "following a run (:mod:`.follow`) and older runs' settings text (:mod:`.settings_text`).",
     "core.recipes": "Recipe runs: ``minifield-worker`` recipes submitted to the service\n"
     "(:mod:`.runs`) and where a recipe may read (:mod:`.paths`).",
     "core.pipelines": "Pipelines: a descriptor of ordered stages run one after another as jobs\n"

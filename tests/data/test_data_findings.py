@@ -275,7 +275,7 @@ def test_the_printed_findings_name_refused_rows_and_warnings(scaffold_tokenizer)
     """What `training runs start --dry-run` prints from these findings."""
     import io
 
-    from akka_optimize.cli.runs import print_findings
+    from akka_optimize.cli.runs.start import print_findings
 
     tok = scaffold_tokenizer
     f = findings(tok, [conv("2+2?", "4")], LossPolicy(), 512, row_numbers=[3])
@@ -417,7 +417,7 @@ def test_duplicates_above_the_bound_say_near_duplicates_were_sampled(monkeypatch
 def test_print_findings_says_the_findings_were_sampled() -> None:
     import io
 
-    from akka_optimize.cli.runs import print_findings
+    from akka_optimize.cli.runs.start import print_findings
 
     out = io.StringIO()
     why = "20 of 90 rows examined"

@@ -10,7 +10,7 @@ import pytest
 
 from akka_optimize.data.masks import prepare_examples
 from akka_optimize.data.policy import LossPolicy
-from akka_optimize.data.prepared import load_prepared, main, write_prepared
+from akka_optimize.data.prepared.rows import load_prepared, main, write_prepared
 from akka_optimize.data.rows import parse_row
 from akka_optimize.data.types import Example
 from akka_optimize.errors import InvalidRequest

@@ -128,9 +128,9 @@ def test_a_branch_of_a_run_in_another_project_is_refused_alike(demo: LiveService
 
 def _prepared_folder(rows_file, tokenizer_dir, out, extra_token: bool = False):
     """Prepared token rows written by the shipped script (``python -m
-    akka_optimize.data.prepared``), from the tiny model's tokenizer or, with
+    akka_optimize.data.prepared.rows``), from the tiny model's tokenizer or, with
     ``extra_token``, from one that has an added token (another tokenizer)."""
-    from akka_optimize.data.prepared import main
+    from akka_optimize.data.prepared.rows import main
 
     tok = tokenizer_dir
     if extra_token:

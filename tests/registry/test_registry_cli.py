@@ -173,7 +173,7 @@ def test_versions_follow_every_page(shared_service: LiveService, monkeypatch) ->
     """`registry … versions` lists every version, not the service's first page: the CLI
     follows ``nextAfter`` (here with pages of 2 over 5 versions)."""
     from akka_optimize.cli.client import Client
-    from akka_optimize.cli.registry import all_versions
+    from akka_optimize.cli.registry.commands import all_versions
 
     for i in range(5):
         body = json.dumps(row(f"paged {i}")) + "\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from registry_testkit import make_registry
 
-from akka_optimize.cli.registry import with_images
+from akka_optimize.cli.registry.commands import with_images
 from akka_optimize.db.models.registry import RegistryImage
 from akka_optimize.errors import InvalidRequest
 from akka_optimize.registry.datasets import (

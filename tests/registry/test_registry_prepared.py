@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from registry_testkit import blob_keys, make_registry
 
-from akka_optimize.data.prepared import write_prepared
+from akka_optimize.data.prepared.rows import write_prepared
 from akka_optimize.data.types import Example
 from akka_optimize.errors import InvalidRequest
 from akka_optimize.registry import (

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from ..lazy_imports import transformers_names
 from ..settings import Settings
 from .entries import CatalogEntry
-from .selection import require_ready, settings_catalog
+from .selection.machine import require_ready, settings_catalog
 
 
 def ready_model_dir(session: Session, settings: Settings, ref: str) -> tuple[Path, CatalogEntry]:

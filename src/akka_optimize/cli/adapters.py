@@ -23,7 +23,7 @@ import typer
 from .client import Client
 from .context import CliError, prog
 from .output import OutputOpt, check_format, console, emit, wait_for
-from .registry import (
+from .registry.commands import (
     AliasOpt,
     TimeoutOpt,
     registry_path,

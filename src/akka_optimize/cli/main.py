@@ -24,16 +24,16 @@ from . import (
     plan,
     projects,
     recipes,
-    registry,
-    run_commands,
-    run_lineage,
-    run_states,
-    runs,
     server,
     training,
 )
 from .context import CliError, set_prog
+from .registry import commands as registry
 from .removed import removed_hint
+from .runs import lineage as run_lineage
+from .runs import reading as run_commands
+from .runs import start as runs
+from .runs import states as run_states
 
 RUNS_COMMANDS = (runs, run_commands, run_lineage, run_states)
 """The modules that add ``training runs`` commands to ``runs.app``; they are imported in this

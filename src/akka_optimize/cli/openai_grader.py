@@ -19,8 +19,8 @@ from pathlib import Path
 from ..core.openai_ft.bundle import has_model_grader, reward_bundle
 from ..core.openai_ft.grading import GraderError, check_grader
 from .context import CliError
-from .registry_packing import tar_dir
-from .registry_transfer import upload
+from .registry.packing import tar_dir
+from .registry.transfer import upload
 
 PREFIX = "openai:"
 

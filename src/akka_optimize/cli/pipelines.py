@@ -17,7 +17,7 @@ from .client import Client
 from .context import CliError
 from .evaluations import DONE, submit_job
 from .output import OutputOpt, console, emit, print_kv, print_table, wait_for
-from .runs import read_plan_file
+from .runs.start import read_plan_file
 
 curations_app = typer.Typer(
     help="Curate a dataset with a model: judge: keep the rows it scores well.\n\n"

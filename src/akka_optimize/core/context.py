@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from ..catalog.selection_manager import SelectionManager
+from ..catalog.selection.manager import SelectionManager
 from ..db import Database
 from ..deployment import Deployment, load_deployment
 from ..jobs.executor import Executor

@@ -249,7 +249,7 @@ def examples_report(
 ) -> dict[str, Any]:
     """The report of :class:`Prepared` for ``kept`` examples out of ``rows`` rows.
 
-    Prepared token rows (:mod:`akka_optimize.data.prepared`) get the same report, with no
+    Prepared token rows (:mod:`akka_optimize.data.prepared.rows`) get the same report, with no
     row dropped: they are trained as given.
     """
     return {

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ..catalog.cache import load_tokenizer, ready_model_dir, tokenizer_dir
-from ..data.prepared import check_length, check_tokenizer
+from ..data.prepared.rows import check_length, check_tokenizer
 from ..engine.attention import flash_attention_device_refusal
 from ..errors import AkkaError, Conflict, InvalidRequest
 from ..registry import is_prepared, resolve

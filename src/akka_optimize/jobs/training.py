@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.policy import LossPolicy
-from ..data.prepared import check_prepared
+from ..data.prepared.rows import check_prepared
 from ..engine.check_prompts import CHECK_PROMPTS, stop_token_ids
 from ..errors import InvalidRequest
 from ..refs import parse_ref

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from akka_optimize.data.prepared_descriptor import template_fingerprint, tokenizer_fingerprint
+from akka_optimize.data.prepared.descriptor import template_fingerprint, tokenizer_fingerprint
 
 from .recipe import QatTraining, Recipe, TwoStageTraining
 from .registry import Strategy

@@ -21,9 +21,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ..data import prepared as P
 from ..data.jsonl import read_rows
-from ..data.prepared import DESCRIPTOR
+from ..data.prepared import rows as P
+from ..data.prepared.rows import DESCRIPTOR
 from ..deployment import RegistryLimits
 from ..errors import InvalidRequest, TooLarge
 from ..store import CHUNK, BlobStore, content_key
@@ -94,7 +94,7 @@ def _canonical_prepared(
     store: BlobStore, members: dict[str, bytes], source: str, beside: Path
 ) -> tuple[str, int, int, dict[str, Any]]:
     """Check prepared token rows (seeds/001 "Train prepared token rows as given") and
-    store their canonical form: a header line (:func:`akka_optimize.data.prepared.
+    store their canonical form: a header line (:func:`akka_optimize.data.prepared.rows.
     header_of`) and one ``{"input_ids", "loss_mask"}`` line per row, in file order.
 
     Returns ``(sha256:<hex>, rows, bytes, header)``; nothing is stored when a row fails.

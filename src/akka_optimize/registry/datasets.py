@@ -38,7 +38,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ..data.prepared import examples_from_canonical
+from ..data.prepared.rows import examples_from_canonical
 from ..deployment import RegistryLimits
 from ..errors import InvalidRequest, TooLarge
 from ..refs import parse_ref
@@ -188,7 +188,7 @@ def load_prepared_examples(
     store: BlobStore, resolved: ResolvedVersion
 ) -> tuple[dict[str, Any], list]:
     """The header and :class:`~akka_optimize.data.types.Example` list of a prepared dataset
-    version (:func:`akka_optimize.data.prepared.examples_from_canonical`).
+    version (:func:`akka_optimize.data.prepared.rows.examples_from_canonical`).
 
     Raises:
         NotFound: the version's blob is missing from the store.

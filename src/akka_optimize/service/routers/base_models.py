@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from ...catalog.hub import candidates, list_hub_models
-from ...catalog.selection import (
+from ...catalog.selection.machine import (
     SelectionManager,
     entry_view,
     find_entry,

@@ -22,8 +22,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from ...catalog.cache import tokenizer_dir
-from ...catalog.selection import list_base_models
-from ...catalog.selection_rows import settings_catalog
+from ...catalog.selection.machine import list_base_models
+from ...catalog.selection.rows import settings_catalog
 from ...core.access.tinker import mine, session, tinker_int, tinker_model, tinker_project
 from ...core.auth import Principal, authenticate
 from ...core.context import ServiceContext

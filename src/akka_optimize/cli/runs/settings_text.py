@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .output import console, print_kv
+from ..output import console, print_kv
 
 
 def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:

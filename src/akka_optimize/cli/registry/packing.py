@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .context import CliError
+from ..context import CliError
 
 
 def tar_dir(folder: Path, dest: Path) -> Path:
@@ -80,7 +80,7 @@ def prepared_zip(folder: Path, tmp: Path) -> Path:
     if not desc.is_file():
         raise CliError(
             f"{folder} is a folder without prepared.json; give a JSONL file, a ZIP, or a "
-            "folder written by `python -m akka_optimize.data.prepared`."
+            "folder written by `python -m akka_optimize.data.prepared.rows`."
         )
     try:
         names = json.loads(desc.read_text()).get("files")

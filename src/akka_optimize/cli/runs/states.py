@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from .client import Client
-from .context import CliError, prog
-from .output import OutputOpt, console, emit, print_kv, print_table
-from .runs import app
-from .runs_follow import progress_line, wait_for_run
+from ..client import Client
+from ..context import CliError, prog
+from ..output import OutputOpt, console, emit, print_kv, print_table
+from .follow import progress_line, wait_for_run
+from .start import app
 
 snapshots_app = typer.Typer(help="Saved snapshots of runs.", no_args_is_help=True)
 

@@ -1,4 +1,4 @@
-"""The descriptor of prepared token rows (``prepared.json``, :mod:`akka_optimize.data.prepared`):
+"""The descriptor of prepared token rows (``prepared.json``, :mod:`akka_optimize.data.prepared.rows`):
 its constants, the tokenizer and chat-template fingerprints it records, parsing and
 checking it, and the guards of F030 a run passes from the descriptor alone
 (:func:`check_prepared`: the same tokenizer and template, a ``maxSeqLength`` that holds

@@ -18,12 +18,12 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from ..db import Database, utcnow
-from ..db.models.catalog import BaseModelSelection
-from ..errors import AkkaError
-from ..registry import register_base_model
-from ..settings import Settings
-from .selection_rows import FAILED, FETCHING, PENDING, READY, settings_catalog
+from ...db import Database, utcnow
+from ...db.models.catalog import BaseModelSelection
+from ...errors import AkkaError
+from ...registry import register_base_model
+from ...settings import Settings
+from .rows import FAILED, FETCHING, PENDING, READY, settings_catalog
 
 log = logging.getLogger("akka_optimize.catalog")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .client import Client
-from .output import wait_for
+from ..client import Client
+from ..output import wait_for
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..db.models.catalog import BaseModelSelection
-from ..deployment import load_deployment
-from ..settings import Settings
-from .entries import Catalog, load_catalog
+from ...db.models.catalog import BaseModelSelection
+from ...deployment import load_deployment
+from ...settings import Settings
+from ..entries import Catalog, load_catalog
 
 PENDING, FETCHING, READY, FAILED = "PENDING", "FETCHING", "READY", "FAILED"
 STATES = (PENDING, FETCHING, READY, FAILED)

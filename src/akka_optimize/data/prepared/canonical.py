@@ -1,4 +1,4 @@
-"""The registry's canonical form of prepared token rows (:mod:`akka_optimize.data.prepared`):
+"""The registry's canonical form of prepared token rows (:mod:`akka_optimize.data.prepared.rows`):
 a header line (:func:`header_of`) and one ``{"input_ids", "loss_mask"}`` line per row, the
 check that a descriptor's counts are its files' (:func:`check_counts`), and reading the
 form back as examples (:func:`examples_from_canonical`).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from akka_optimize.data.prepared_descriptor import DESCRIPTOR, FORMAT
+from akka_optimize.data.prepared.descriptor import DESCRIPTOR, FORMAT
 from akka_optimize.data.types import Example
 from akka_optimize.errors import InvalidRequest
 

@@ -16,10 +16,10 @@ import httpx
 import typer
 import yaml
 
-from .client import Client, retrying_503, with_prog
-from .context import CliError, prog
-from .output import check_format, console
-from .runs_follow import follow_run
+from ..client import Client, retrying_503, with_prog
+from ..context import CliError, prog
+from ..output import check_format, console
+from .follow import follow_run
 
 app = typer.Typer(
     help="Training runs: start from a plan, follow, inspect.\n\n"

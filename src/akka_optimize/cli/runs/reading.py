@@ -9,13 +9,13 @@ from typing import Annotated
 
 import typer
 
-from .client import Client
-from .context import CliError
-from .output import OutputOpt, console, emit, print_table
-from .runs import app
-from .runs_follow import wait_for_run
-from .runs_format import fmt as _fmt
-from .runs_format import print_run
+from ..client import Client
+from ..context import CliError
+from ..output import OutputOpt, console, emit, print_table
+from .follow import wait_for_run
+from .settings_text import fmt as _fmt
+from .settings_text import print_run
+from .start import app
 
 
 @app.command("get")

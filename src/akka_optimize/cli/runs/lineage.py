@@ -7,13 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
-from .client import Client
-from .context import CliError
-from .evaluations import DONE, MaxTokensOpt, SeedOpt, TemperatureOpt, TopPOpt, sampling_body
-from .output import OutputOpt, console, emit, print_table, wait_for
-from .runs import app
-from .runs_follow import follow_run
-from .runs_format import fmt as _fmt
+from ..client import Client
+from ..context import CliError
+from ..evaluations import DONE, MaxTokensOpt, SeedOpt, TemperatureOpt, TopPOpt, sampling_body
+from ..output import OutputOpt, console, emit, print_table, wait_for
+from .follow import follow_run
+from .settings_text import fmt as _fmt
+from .start import app
 
 
 def _print_comparison(d: dict, wide: bool) -> None:

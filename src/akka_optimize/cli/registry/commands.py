@@ -21,18 +21,18 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from .client import Client, decode
-from .context import CliError, prog
-from .output import OutputOpt, emit, print_table
-from .registry_output import kv, show_list, show_versions
-from .registry_output import show_version as show_version
-from .registry_packing import prepared_zip
-from .registry_packing import tar_dir as tar_dir
-from .registry_packing import with_images as with_images
-from .registry_transfer import ANSWER_S, CHUNK, download_folder
-from .registry_transfer import registry_path as registry_path
-from .registry_transfer import registry_transfer_ref as registry_transfer_ref
-from .registry_transfer import upload as upload
+from ..client import Client, decode
+from ..context import CliError, prog
+from ..output import OutputOpt, emit, print_table
+from .output import kv, show_list, show_versions
+from .output import show_version as show_version
+from .packing import prepared_zip
+from .packing import tar_dir as tar_dir
+from .packing import with_images as with_images
+from .transfer import ANSWER_S, CHUNK, download_folder
+from .transfer import registry_path as registry_path
+from .transfer import registry_transfer_ref as registry_transfer_ref
+from .transfer import upload as upload
 
 app = typer.Typer(
     help="The artifact registry: datasets, scoring bundles, models and images.\n\n"
@@ -156,7 +156,7 @@ def datasets_register(
     """Register a dataset version; the same examples return the existing version.
 
     A folder holding prepared.json and its Parquet token rows (written by
-    `python -m akka_optimize.data.prepared`) registers prepared token rows, which a
+    `python -m akka_optimize.data.prepared.rows`) registers prepared token rows, which a
     supervised run trains as given.
 
     Example: {prog} registry datasets register triage/train -f train.jsonl --alias candidate

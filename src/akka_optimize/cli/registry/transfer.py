@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from ..refs import Ref, parse_ref
-from .client import Client, decode, retrying_503
-from .context import CliError, prog
+from ...refs import Ref, parse_ref
+from ..client import Client, decode, retrying_503
+from ..context import CliError, prog
 
 STALL_S = 60.0
 ANSWER_S = 600.0

@@ -15,8 +15,8 @@ repository) moves ``PENDING`` → ``FETCHING`` → ``READY`` or ``FAILED``:
   one sentence (seeds/001 "Base model selection").
 
 This module owns selecting, finding, listing and requiring a base model; the row's states
-and lookups live in :mod:`.selection_rows`, the background fetcher in
-:mod:`.selection_manager`, and every name stays importable from here.
+and lookups live in :mod:`.rows`, the background fetcher in
+:mod:`.manager`.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..db.models.catalog import BaseModelSelection
-from ..errors import AkkaError, Conflict, InvalidRequest
-from ..refs import repository_ref
-from .entries import Catalog, CatalogEntry
-from .selection_manager import SelectionManager as SelectionManager
-from .selection_rows import FAILED, PENDING, READY, cached
-from .selection_rows import get_selection as get_selection
-from .selection_rows import settings_catalog as settings_catalog
-from .sources import source_commit
+from ...db.models.catalog import BaseModelSelection
+from ...errors import AkkaError, Conflict, InvalidRequest
+from ...refs import repository_ref
+from ..entries import Catalog, CatalogEntry
+from ..sources import source_commit
+from .manager import SelectionManager as SelectionManager
+from .rows import FAILED, PENDING, READY, cached
+from .rows import get_selection as get_selection
+from .rows import settings_catalog as settings_catalog
 
 
 def find_entry(session: Session, catalog: Catalog, ref: str) -> CatalogEntry:
@@ -213,7 +213,7 @@ def _check_version(
     if at and not after.lower().startswith("sha256:"):
         commit: str | None = after  # repository@commit, as base-models list shows it
     else:
-        from ..registry import resolve  # lazy: guarded
+        from ...registry import resolve  # lazy: guarded
 
         commit = (resolve(session, "model", text, field="baseModel").metadata or {}).get("commit")
     if commit != row.commit:

@@ -24,7 +24,7 @@ Layout of a prepared dataset folder::
 ``loss_mask[t]`` is 1 when token ``t`` is a target (aligned to ``input_ids`` exactly like
 ``Example.weights``), so ``loss_mask[0]`` must be 0 and the run's supervised token count is
 the sum of the masks. Write one with :func:`write_prepared`, or from a JSONL file with
-``python -m akka_optimize.data.prepared``.
+``python -m akka_optimize.data.prepared.rows``.
 
 ``registry datasets register NS/NAME -f DIR`` sends the folder as a ZIP; the registry
 checks every row without a tokenizer (:func:`iter_rows`: ids below ``vocabSize``) and
@@ -34,8 +34,8 @@ same tokens are the same version. A supervised run reads it back with
 :func:`examples_from_canonical`.
 
 This module writes, reads and checks the rows (and is the writer script); the descriptor
-and its guards are :mod:`akka_optimize.data.prepared_descriptor`, the canonical form
-:mod:`akka_optimize.data.prepared_canonical`.
+and its guards are :mod:`akka_optimize.data.prepared.descriptor`, the canonical form
+:mod:`akka_optimize.data.prepared.canonical`.
 """
 
 from __future__ import annotations
@@ -47,22 +47,20 @@ from typing import Any
 
 from akka_optimize.data.jsonl import iter_jsonl_rows
 from akka_optimize.data.policy import LossPolicy
-from akka_optimize.data.prepared_canonical import check_counts as check_counts
-from akka_optimize.data.prepared_canonical import (
-    examples_from_canonical as examples_from_canonical,
-)
-from akka_optimize.data.prepared_canonical import header_of as header_of
-from akka_optimize.data.prepared_descriptor import DESCRIPTOR as DESCRIPTOR
-from akka_optimize.data.prepared_descriptor import (
+from akka_optimize.data.prepared.canonical import check_counts as check_counts
+from akka_optimize.data.prepared.canonical import examples_from_canonical as examples_from_canonical
+from akka_optimize.data.prepared.canonical import header_of as header_of
+from akka_optimize.data.prepared.descriptor import DESCRIPTOR as DESCRIPTOR
+from akka_optimize.data.prepared.descriptor import (
     FORMAT,
     read_descriptor,
     template_fingerprint,
     tokenizer_fingerprint,
 )
-from akka_optimize.data.prepared_descriptor import check_length as check_length
-from akka_optimize.data.prepared_descriptor import check_prepared as check_prepared
-from akka_optimize.data.prepared_descriptor import check_tokenizer as check_tokenizer
-from akka_optimize.data.prepared_descriptor import parse_descriptor as parse_descriptor
+from akka_optimize.data.prepared.descriptor import check_length as check_length
+from akka_optimize.data.prepared.descriptor import check_prepared as check_prepared
+from akka_optimize.data.prepared.descriptor import check_tokenizer as check_tokenizer
+from akka_optimize.data.prepared.descriptor import parse_descriptor as parse_descriptor
 from akka_optimize.data.types import Example
 from akka_optimize.errors import InvalidRequest
 
@@ -233,7 +231,7 @@ def load_prepared(directory: str | Path, tokenizer: Any, max_seq_length: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m akka_optimize.data.prepared ROWS.jsonl --tokenizer DIR --out DIR``.
+    """``python -m akka_optimize.data.prepared.rows ROWS.jsonl --tokenizer DIR --out DIR``.
 
     Tokenizes a JSONL file of conversation rows with the tokenizer's chat template and a
     loss policy, and writes prepared token rows with their descriptor.
@@ -243,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     from akka_optimize.data.masks import prepare_examples  # lazy: numpy
 
     ap = argparse.ArgumentParser(
-        prog="python -m akka_optimize.data.prepared", description=main.__doc__
+        prog="python -m akka_optimize.data.prepared.rows", description=main.__doc__
     )
     ap.add_argument("rows", type=Path)
     ap.add_argument("--tokenizer", required=True, help="folder of the base model's tokenizer")

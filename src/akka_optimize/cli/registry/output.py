@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .output import print_table
+from ..output import print_table
 
 
 def kv(pairs: list[tuple[str, Any]]) -> None:
