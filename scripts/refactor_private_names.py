@@ -79,7 +79,7 @@ RENAMES: dict[tuple[str, str], str] = {
     ("akka_optimize.data.sentinels", "_Field"): "SentinelField",
     ("akka_optimize.data.sentinels", "_render"): "render_messages",
     ("akka_optimize.data.masks", "_stats"): "length_stats",
-    ("akka_optimize.evals.eval_views", "_iso"): "iso_time",
+    ("akka_optimize.evals.views", "_iso"): "iso_time",
     ("akka_optimize.core.pipelines.shape", "_fill"): "fill_stage",
     ("akka_optimize.core.pipelines.shape", "_shape"): "pipeline_shape",
     ("akka_optimize.service.routers.endpoints", "_forward"): "forward_to_worker",
@@ -93,7 +93,7 @@ RENAMES: dict[tuple[str, str], str] = {
     ("akka_optimize.evals.worker", "_limits"): "sandbox_limits",
     ("akka_optimize.jobs.training", "_prepare"): "prepare_rows",
     ("akka_optimize.core.openai_ft.jobs", "_rename"): "rename_field",
-    ("akka_optimize.evals.judges", "_conversation"): "conversation_text",
+    ("akka_optimize.evals.graders.judges", "_conversation"): "conversation_text",
     ("akka_optimize.plan.schema.base", "_Group"): "Group",
     ("akka_optimize.engine.sft", "_finish"): "finish_run",
 }

@@ -126,6 +126,13 @@ MOVES: list[tuple[str, str]] = [
     ("evals.rl_kind", "reinforcement.kind"),
     ("evals.rl_worker", "reinforcement.worker"),
     ("evals.rewards", "reinforcement.rewards"),
+    # what grades an answer, apart from the evaluations that use it (curations and
+    # reinforcement rewards grade with it too)
+    ("evals.graders", "evals.graders.spec"),
+    ("evals.judges", "evals.graders.judges"),
+    ("evals.judge_client", "evals.graders.judge_client"),
+    ("evals.eval_request", "evals.request"),
+    ("evals.eval_views", "evals.views"),
 ]
 """Old module -> new module, both relative to ``akka_optimize``."""
 
@@ -188,6 +195,10 @@ PACKAGE_DOCS: dict[str, str] = {
     "evals.sandbox": "Running a bundle's grader outside the service's process, with limits: the\n"
     "pool (:mod:`.pool`), its workers (:mod:`.workers`), their scratch space\n"
     "(:mod:`.scratch`), the records (:mod:`.records`) and the child process (:mod:`.child`).",
+    "evals.graders": "What grades an answer: grader specifications and the submit-time check\n"
+    "of a bundle's entry (:mod:`.spec`), ``model:`` judges' instructions and scores\n"
+    "(:mod:`.judges`) and a worker's requests to a judge endpoint (:mod:`.judge_client`); the\n"
+    "sandbox that runs a bundle's code is :mod:`akka_optimize.evals.sandbox`.",
     "evals.curation": "Curations: the ``curate`` kind (:mod:`.kind`), the request check\n"
     "(:mod:`.request`) and what a worker does (:mod:`.judging`).",
     "reinforcement": "Reinforcement runs (``config.method: rl``): the ``rl`` job kind (:mod:`.kind`),\n"

@@ -410,7 +410,7 @@ def test_views_of_reinforcement_sweep_and_curation_records_match_their_schemas(
     from akka_optimize.db.models.jobs import Run
     from akka_optimize.db.models.projects import Project
     from akka_optimize.evals.curation.kind import curation_view
-    from akka_optimize.evals.eval_views import comparison_view, evaluation_view
+    from akka_optimize.evals.views import comparison_view, evaluation_view
     from akka_optimize.jobs.views import run_view
     from akka_optimize.service.schemas import ComparisonView, CurationView, EvaluationView, RunView
 

@@ -245,8 +245,8 @@ def repository_ref(repository: str) -> Ref:
 
 #: A grader (seeds/001 graders; it lives here, below ``plan/`` and ``evals/``, which both
 #: state it) as one regular expression for documents (``model:REFERENCE`` or
-#: ``bundle:REFERENCE#MODULE[:FUNCTION]``; narrower than :func:`akka_optimize.evals.graders.parse_grader`: lower-case
-#: prefixes, no spaces).
+#: ``bundle:REFERENCE#MODULE[:FUNCTION]``; narrower than
+#: :func:`akka_optimize.evals.graders.spec.parse_grader`: lower-case prefixes, no spaces).
 GRADER_PATTERN = (
     "^(model:" + REF_PATTERN[1:-1] + "|bundle:" + REF_PATTERN[1:-1]
     + "#[A-Za-z_][A-Za-z0-9_]*(:[A-Za-z_][A-Za-z0-9_]*)?)$"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from akka_optimize.errors import InvalidRequest
-from akka_optimize.evals.graders import GraderSpec, check_bundle_entry, parse_grader
+from akka_optimize.evals.graders.spec import GraderSpec, check_bundle_entry, parse_grader
 
 DIGEST = "sha256:" + "ab" * 32
 SCORE = b"def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n"

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from akka_optimize.evals import judges
+from akka_optimize.evals.graders import judges
 
 ROWS = [
     {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]},

@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from akka_optimize.errors import InvalidRequest
-from akka_optimize.evals.graders import parse_grader
+from akka_optimize.evals.graders.spec import parse_grader
 from akka_optimize.refs import (
     GRADER_PATTERN,
     MAX_NAME_LENGTH,

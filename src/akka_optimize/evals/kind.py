@@ -11,9 +11,9 @@ and refuses, naming the field, whatever would fail later: a grader whose module 
 the bundle does not define, a dataset row without ground truth, a base model that is not
 ready, options a bundle grader would ignore.
 
-Its parts: :mod:`akka_optimize.evals.eval_request` (the methods, defaults and
+Its parts: :mod:`akka_optimize.evals.request` (the methods, defaults and
 :class:`EvalRequest`), :mod:`akka_optimize.evals.scoring` (:func:`check_scoring`) and
-:mod:`akka_optimize.evals.eval_views` (the API records); this module accepts, launches and
+:mod:`akka_optimize.evals.views` (the API records); this module accepts, launches and
 finishes the jobs, and registers the two kinds.
 """
 
@@ -38,20 +38,20 @@ from ..jobs.records import end_attempt
 from ..jobs.scheduler import wake
 from ..jobs.spec import JobSpec
 from ..registry import resolve
-from .eval_request import COMPARE as COMPARE
-from .eval_request import DEFAULT_SAMPLING as DEFAULT_SAMPLING
-from .eval_request import MAX_ERROR_SHARE as MAX_ERROR_SHARE
-from .eval_request import METHOD as METHOD
-from .eval_request import EvalRequest as EvalRequest
-from .eval_views import comparison_view as comparison_view
-from .eval_views import evaluation_view as evaluation_view
-from .eval_views import find_evaluation as find_evaluation
-from .eval_views import iso_time as iso_time
-from .eval_views import list_evaluations as list_evaluations
-from .eval_views import most_different
-from .eval_views import read_examples as read_examples
+from .request import COMPARE as COMPARE
+from .request import DEFAULT_SAMPLING as DEFAULT_SAMPLING
+from .request import MAX_ERROR_SHARE as MAX_ERROR_SHARE
+from .request import METHOD as METHOD
+from .request import EvalRequest as EvalRequest
 from .scoring import base_key_of as base_key_of
 from .scoring import check_scoring as check_scoring
+from .views import comparison_view as comparison_view
+from .views import evaluation_view as evaluation_view
+from .views import find_evaluation as find_evaluation
+from .views import iso_time as iso_time
+from .views import list_evaluations as list_evaluations
+from .views import most_different
+from .views import read_examples as read_examples
 
 
 def _side(model: Any) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from ..jobs.readable import check_readable
 from ..refs import parse_ref
 from ..registry import load_dataset_rows
 from ..store import content_key
-from .graders import check_bundle_entry, parse_grader
-from .judges import judge_instructions
+from .graders.judges import judge_instructions
+from .graders.spec import check_bundle_entry, parse_grader
 from .rows import eval_rows
 
 
@@ -42,12 +42,12 @@ class Scoring:
     Attributes:
         bundle: the pinned scoring bundle version (:class:`akka_optimize.registry.ResolvedVersion`);
             None for a ``model:`` judge.
-        spec: the parsed grader (:class:`akka_optimize.evals.graders.GraderSpec`).
+        spec: the parsed grader (:class:`akka_optimize.evals.graders.spec.GraderSpec`).
         dataset: the pinned dataset version.
         rows: the dataset's rows (the first ``limit`` when one is given).
         judge: the pinned judge model version of a ``model:`` grader, else None.
         instructions / source: the judge's instructions and where they came from
-            (:func:`akka_optimize.evals.judges.judge_instructions`); None for a bundle.
+            (:func:`akka_optimize.evals.graders.judges.judge_instructions`); None for a bundle.
         given: ``graderInstructions`` as the request gave them (None when left out).
     """
 
@@ -121,7 +121,7 @@ def check_scoring(
 
     A ``model:REF`` judge is resolved to an exact model version (base or adapter) in the
     request's project, and its instructions are settled here
-    (:func:`akka_optimize.evals.judges.judge_instructions`), so the record shows them.
+    (:func:`akka_optimize.evals.graders.judges.judge_instructions`), so the record shows them.
 
     Raises:
         InvalidRequest: (field ``grader``) a bundle module or function that does not

@@ -7,7 +7,7 @@ pool, :mod:`akka_optimize.evals.sandbox.pool`) → the examples file in the blob
 ``completed`` event with the summary. A cancel requested while it answers or grades ends it
 ``cancelled`` at the next example boundary.
 
-Its parts: :mod:`akka_optimize.evals.judge_client` (a ``model:`` judge's requests) and
+Its parts: :mod:`akka_optimize.evals.graders.judge_client` (a ``model:`` judge's requests) and
 :mod:`akka_optimize.evals.summaries` (the summary and the examples' records).
 """
 
@@ -27,8 +27,8 @@ from ..serving.engine import SamplingParams
 from ..serving.transformers_engine import TransformersEngine
 from ..store import BlobStore
 from ..testhooks import hold
-from .judge_client import judge_all as judge_all
-from .judge_client import judge_pairs
+from .graders.judge_client import judge_all as judge_all
+from .graders.judge_client import judge_pairs
 from .rows import EvalRow, eval_rows
 from .sandbox.pool import GraderPool, Limits
 from .summaries import summary as summary

@@ -19,8 +19,8 @@ from ...registry import load_dataset_rows
 from ...registry.datasets import canonical_line
 from ...store import BlobStore
 from ...testhooks import hold
-from ..judge_client import ask_judge, open_judge
-from ..judges import MAX_SCORE, conversation_text, judge_request, parse_score
+from ..graders.judge_client import ask_judge, open_judge
+from ..graders.judges import MAX_SCORE, conversation_text, judge_request, parse_score
 from ..rows import content_text
 from ..sandbox.pool import GradeResult
 from ..summaries import summary

@@ -9,7 +9,7 @@ the same scheduler, states, cancel and recovery as an evaluation. Its request na
 - ``source``: the dataset to curate (a registry reference, pinned at acceptance); every
   row is a conversation that ends with an assistant message, the answer the judge scores;
 - ``judge``: ``model:REFERENCE``, a base model or an adapter, served on its own endpoint
-  in the project (as an evaluation's judge, :mod:`akka_optimize.evals.judges`);
+  in the project (as an evaluation's judge, :mod:`akka_optimize.evals.graders.judges`);
 - ``judgeInstructions``: the judge's instructions; left out, the judge's own training
   instructions, else :data:`BUILT_IN` with the source's first system message as context
   (the same three sources as an evaluation's judge);

@@ -20,9 +20,9 @@ from ...jobs.context import JobContext
 from ...jobs.readable import check_readable
 from ...refs import MAX_NAME_LENGTH, parse_ref
 from ...registry import load_dataset_rows
-from ..eval_request import MAX_ERROR_SHARE
-from ..graders import parse_grader
-from ..judges import judge_instructions
+from ..graders.judges import judge_instructions
+from ..graders.spec import parse_grader
+from ..request import MAX_ERROR_SHARE
 from ..scoring import base_key_of, check_judge
 
 JUDGE_SUFFIX = "-judge"
@@ -123,7 +123,7 @@ def curation_instructions(
     given: str | None, judge: Any, rows: list[dict[str, Any]]
 ) -> tuple[str, str]:
     """The instructions a curation's judge gets and their source (``given``,
-    ``judge-training`` or ``built-in``): :func:`akka_optimize.evals.judges.judge_instructions`
+    ``judge-training`` or ``built-in``): :func:`akka_optimize.evals.graders.judges.judge_instructions`
     with :data:`BUILT_IN` as the last one."""
 
     return judge_instructions(given, judge, rows, built_in=BUILT_IN)

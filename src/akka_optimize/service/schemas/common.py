@@ -1,7 +1,7 @@
 """What every response schema shares, and how a route declares its answer.
 
 The views the service answers are built as dicts (:mod:`akka_optimize.jobs.views`,
-:mod:`akka_optimize.evals.eval_views`, …); the models of this package describe them for
+:mod:`akka_optimize.evals.views`, …); the models of this package describe them for
 the OpenAPI document (issue 14 item 9) without re-validating each answer: a route names
 its model with :func:`answers` (``responses={status: {"model": …}}`` and no
 ``response_model``), so the body stays exactly what the view built. A model lists every

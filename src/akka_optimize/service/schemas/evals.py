@@ -1,5 +1,5 @@
 """Response schemas of evaluations, comparisons and curations (views in
-:mod:`akka_optimize.evals.eval_views` and :mod:`akka_optimize.evals.curation.kind`)."""
+:mod:`akka_optimize.evals.views` and :mod:`akka_optimize.evals.curation.kind`)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from ..db.models.jobs import Run
 from ..errors import InvalidRequest, NotFound
 from ..jobs import states as S
 from ..jobs.views import project_fields
-from .eval_request import COMPARE, METHOD
+from .request import COMPARE, METHOD
 
 
 def iso_time(t: Any) -> str | None:

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import AkkaError
+from ...errors import AkkaError
+from ..rows import EvalRow
+from ..sandbox.pool import GradeResult
 from .judges import (
     PAIR_CHOICES,
     judge_messages,
@@ -22,8 +24,6 @@ from .judges import (
     parse_preference,
     parse_score,
 )
-from .rows import EvalRow
-from .sandbox.pool import GradeResult
 
 
 class JudgeUnavailable(AkkaError):
@@ -117,7 +117,7 @@ def judge_all(
     announce: bool = True,
 ) -> list[Any]:
     """Score ``answers[i]`` (to ``examples[i]``) with the judge
-    (:func:`akka_optimize.evals.judges.judge_messages`), ``concurrency`` requests in flight
+    (:func:`akka_optimize.evals.graders.judges.judge_messages`), ``concurrency`` requests in flight
     so the judge's endpoint batches them; one :class:`~.sandbox.GradeResult` each, whose
     details keep the judge's reply. An example left unscored because ``stop()`` turned
     true scores as an error. ``announce`` first asks the service for the judge's endpoint
@@ -155,7 +155,7 @@ def judge_pairs(
     concurrency: int,
     stop: Callable[[], bool],
 ) -> tuple[list[Any], list[Any]]:
-    """The judge picks the better answer of each pair (:func:`akka_optimize.evals.judges.pair_messages`;
+    """The judge picks the better answer of each pair (:func:`akka_optimize.evals.graders.judges.pair_messages`;
     the candidate is ``A`` on even rows, ``B`` on odd ones); the candidate's and the
     baseline's :class:`~.sandbox.GradeResult` lists (1 for the preferred answer, 0 for the
     other, 0.5 each for a tie; both an error when the reply picks nothing).

@@ -26,8 +26,8 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ..errors import InvalidRequest, excerpt
-from ..refs import parse_ref
+from ...errors import InvalidRequest, excerpt
+from ...refs import parse_ref
 
 DEFAULT_FUNCTION = "compute_score"
 """The function a bundle grader calls when the spec names none (veRL's convention)."""

@@ -40,7 +40,7 @@ import json
 import re
 from typing import Any
 
-from .rows import content_text
+from ..rows import content_text
 
 SCORE_CHOICES = [str(i) for i in range(11)]
 """What a judge may reply: a whole number from 0 to 10."""
