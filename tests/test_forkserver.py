@@ -89,31 +89,51 @@ def main():
 
 @pytest.fixture
 def shared_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The process's shared fork server (forkserver.fork), able to import the probe
-    modules; a fresh one for the test, ended after it."""
+    """A runtime's fork server (:class:`forkserver.Forker`), able to import the probe
+    modules, and the folder it logs to; ended after the test."""
     (tmp_path / "returns_main.py").write_text(RETURNS)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
-    monkeypatch.setattr(forkserver, "_shared", None)
-    yield tmp_path
-    if forkserver._shared is not None:
-        forkserver._shared.stop()
+    forker = forkserver.Forker()
+    yield forker, tmp_path
+    forker.stop()
 
 
 def test_what_main_returns_is_the_exit_code_and_a_forked_process_acts_like_popen(
-    shared_server: Path,
+    shared_server: tuple[forkserver.Forker, Path],
 ) -> None:
     """``sys.exit(main())`` semantics (the serving worker returns 1 when it cannot start),
     and the Popen-like handle the serving code keeps: poll, wait with a timeout,
     terminate."""
+    forker, logs = shared_server
     env = {"PATH": os.environ["PATH"]}
-    done = forkserver.fork("returns_main", ["4"], env, shared_server / "a.log")
+    done = forker.fork("returns_main", ["4"], env, logs / "a.log")
     assert done is not None and done.wait(timeout=60) == 4 and done.poll() == 4
-    running = forkserver.fork("returns_main", ["sleep"], env, shared_server / "b.log")
+    running = forker.fork("returns_main", ["sleep"], env, logs / "b.log")
     assert running is not None and running.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
         running.wait(timeout=0.2)
     running.terminate()
     assert running.wait(timeout=60) == -signal.SIGTERM
+
+
+def test_a_stopped_fork_server_leaves_its_workers_running_and_starts_again_on_the_next_fork(
+    shared_server: tuple[forkserver.Forker, Path],
+) -> None:
+    """The runtime stops its fork server at shutdown (service/runtime.close): a worker it
+    forked goes on (as a worker of an earlier service process), and a later fork starts a
+    new server."""
+    forker, logs = shared_server
+    env = {"PATH": os.environ["PATH"]}
+    running = forker.fork("returns_main", ["sleep"], env, logs / "c.log")
+    assert running is not None
+    first = running.server.proc.pid
+    forker.stop()
+    assert running.server.proc.poll() is not None  # the server is gone
+    assert forkserver.pid_exists(running.pid)  # its worker goes on
+    os.kill(running.pid, signal.SIGKILL)
+    again = forker.fork("returns_main", ["5"], env, logs / "d.log")
+    assert again is not None and again.server.proc.pid != first
+    assert again.wait(timeout=60) == 5
 
 
 def test_workers_that_could_use_a_gpu_start_fresh(monkeypatch, tmp_path: Path) -> None:

@@ -77,3 +77,22 @@ def test_every_listed_kind_names_a_worker_function_that_exists() -> None:
         target = getattr(importlib.import_module(module), name, None)
         assert callable(target), f"{kind.name}: {kind.worker} names no function"
         assert target.__module__ == module, f"{kind.name}: {kind.worker} is a re-export"
+
+
+def test_the_fork_server_belongs_to_the_runtime_and_ends_with_it(tmp_path, monkeypatch) -> None:
+    """The executor and the endpoint manager fork CPU workers with the runtime's own fork
+    server (``ServiceContext.forker``; no module holds one), and shutdown ends it."""
+    from akka_optimize import forkserver
+    from akka_optimize.core.endpoint_records import manager
+    from service_app import in_process
+
+    kept = [v for v in vars(forkserver).values() if isinstance(v, forkserver.ForkServer)]
+    assert not kept and "global " not in Path(forkserver.__file__).read_text()
+    with in_process(tmp_path / "home", monkeypatch) as svc:
+        ctx = svc.app.state.ctx
+        assert ctx.executor.forker is ctx.forker and manager(ctx).forker is ctx.forker
+        child = ctx.forker.fork("timeit", ["-n", "3", "pass"], {}, tmp_path / "child.log")
+        assert child is not None and child.wait(timeout=120) == 0
+        server = child.server.proc
+        assert server.poll() is None and "3 loops" in (tmp_path / "child.log").read_text()
+    assert server.poll() is not None  # ended at shutdown

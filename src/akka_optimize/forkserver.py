@@ -3,8 +3,8 @@
 A job worker spends about 4 s of CPU importing torch, transformers and peft before its
 first update (measured on the 2-core development machine: ``import torch, transformers,
 peft`` takes 3.5 s user + 0.5 s system), which is most of a short run's start, and a
-serving worker about 2.7 s. The service therefore starts this process once (:func:`fork`),
-on the first CPU worker it needs; it imports those libraries and the workers' modules,
+serving worker about 2.7 s. The service therefore starts this process once (its runtime's
+:class:`Forker`), on the first CPU worker it needs; it imports those libraries and the workers' modules,
 then forks one child per worker: single-device CPU attempts (``jobs/executor.py``) and
 endpoint workers that will not use a GPU (``serving/process.py``). The child starts its
 own session, writes to the worker's log, takes the worker's environment, and runs
@@ -334,10 +334,6 @@ def pid_exists(pid: int) -> bool:
     return True
 
 
-_shared: ForkServer | None = None
-_shared_lock = threading.Lock()
-
-
 def may_fork(env: dict[str, str]) -> bool:
     """Whether a worker with environment ``env`` may be forked from the fork server: not
     where ``AKKA_OPTIMIZE_FORK_WORKERS`` is ``0``, and not where it could use a GPU (this
@@ -349,24 +345,44 @@ def may_fork(env: dict[str, str]) -> bool:
     )
 
 
-def fork(
-    module: str, args: list[str], env: dict[str, str], log: Path, **options: str
-) -> ForkedProcess | None:
-    """``python -m module args`` forked from this process's fork server (started on the
-    first call, restarted if it has died), or None where it cannot fork (the caller then
-    starts a fresh interpreter). The server runs with this process's environment, every
-    GPU hidden. ``options``: as :meth:`ForkServer.fork`'s."""
-    global _shared
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with _shared_lock:
-        try:
-            if _shared is None or not _shared.alive():
-                _shared = ForkServer(dict(os.environ, CUDA_VISIBLE_DEVICES=""))
-            server = _shared
-            return ForkedProcess(server, server.fork(module, args, env, str(log), **options))
-        except RuntimeError:
-            _shared = None
-            return None
+class Forker:
+    """The fork server of one service's runtime (:class:`akka_optimize.core.context.ServiceContext`
+    holds it; the executor and the endpoint manager fork their CPU workers with it).
+
+    The server starts on the first :meth:`fork` (importing torch, transformers and peft
+    takes seconds, so a service that never runs a CPU worker never pays for it) and again
+    when it has died. It runs with this process's environment, every GPU hidden.
+    :meth:`stop` ends it; workers it forked keep running (they are watched by process ID,
+    like the workers of an earlier service process).
+    """
+
+    def __init__(self) -> None:
+        self._server: ForkServer | None = None
+        self._lock = threading.Lock()
+
+    def fork(
+        self, module: str, args: list[str], env: dict[str, str], log: Path, **options: str
+    ) -> ForkedProcess | None:
+        """``python -m module args`` forked from the fork server, or None where it cannot
+        fork (the caller then starts a fresh interpreter). ``options``: as
+        :meth:`ForkServer.fork`'s."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            try:
+                if self._server is None or not self._server.alive():
+                    self._server = ForkServer(dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+                server = self._server
+                return ForkedProcess(server, server.fork(module, args, env, str(log), **options))
+            except RuntimeError:
+                self._server = None
+                return None
+
+    def stop(self) -> None:
+        """End the fork server, if started (its children keep running)."""
+        with self._lock:
+            if self._server is not None:
+                self._server.stop()
+                self._server = None
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ def _state(pid: int) -> str | None:
 
 def test_collect_waits_for_exited_workers_and_keeps_their_exit_code(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(FORK_WORKERS_ENV, "0")  # a fresh interpreter, the service's child
-    ex = LocalExecutor()
+    ex = LocalExecutor(forkserver.Forker())
     pid = ex.launch(tmp_path / "missing-spec.json", tmp_path / "worker.log", "cpu")
     deadline = time.monotonic() + 60
     while _state(pid) not in ("Z", None) and time.monotonic() < deadline:
@@ -35,8 +35,7 @@ def test_a_forked_worker_is_reaped_by_the_fork_server_and_keeps_its_exit_code(
     tmp_path, monkeypatch
 ) -> None:
     monkeypatch.delenv(FORK_WORKERS_ENV, raising=False)
-    monkeypatch.setattr(forkserver, "_shared", None)  # this test's own fork server
-    ex = LocalExecutor()
+    ex = LocalExecutor(forkserver.Forker())  # this test's own fork server
     try:
         pid = ex.launch(tmp_path / "missing-spec.json", tmp_path / "worker.log", "cpu")
         assert isinstance(ex._procs[pid], forkserver.ForkedProcess)  # noqa: SLF001 (forked)
@@ -48,5 +47,4 @@ def test_a_forked_worker_is_reaped_by_the_fork_server_and_keeps_its_exit_code(
         assert ex.exit_code(pid) == 1  # the worker's own refusal of a missing spec
         assert "missing-spec.json" in (tmp_path / "worker.log").read_text()
     finally:
-        if forkserver._shared is not None:  # noqa: SLF001
-            forkserver._shared.stop()  # noqa: SLF001
+        ex.forker.stop()

@@ -29,6 +29,7 @@ def lora_dirs(tiny_model_dir: Path, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def worker(tiny_model_dir: Path, lora_dirs: dict[str, Path], tmp_path_factory) -> Iterator:
     """A worker process serving the tiny model with the three adapters."""
+    from akka_optimize.forkserver import Forker
     from akka_optimize.serving.process import start_worker
 
     spec = {
@@ -45,10 +46,12 @@ def worker(tiny_model_dir: Path, lora_dirs: dict[str, Path], tmp_path_factory) -
         "maxContext": 512,
         "maxRank": 64,
     }
-    w = start_worker(spec, tmp_path_factory.mktemp("worker"))
+    forker = Forker()
+    w = start_worker(spec, tmp_path_factory.mktemp("worker"), forker)
     try:
         w.wait_ready(timeout=120)
         yield w
     finally:
         w.stop()
+        forker.stop()
         print(json.dumps(w.status()))

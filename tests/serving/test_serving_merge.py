@@ -170,16 +170,19 @@ def test_the_checks_trainer_side_runs_in_its_own_process(
     as in this process, and a failing check raises with the end of its stderr."""
     import json
 
+    from akka_optimize.forkserver import Forker
     from akka_optimize.serving.process import run_check
 
+    forker = Forker()
     monkeypatch.setenv("AKKA_OPTIMIZE_FORK_WORKERS", fork)
     spec = tmp_path / "check.json"
     spec.write_text(
         json.dumps({"baseDir": str(tiny_model_dir), "adapterDir": str(lora_dirs["alpha"])})
     )
-    got = run_check(spec)
+    got = run_check(spec, forker)
     want = trainer_greedy(tiny_model_dir, lora_dirs["alpha"])
     assert (got["adapter"], got["base"]) == (want["adapter"], want["base"])
     spec.write_text(json.dumps({"baseDir": str(tmp_path / "no-model"), "adapterDir": None}))
     with pytest.raises(RuntimeError, match="no-model"):
-        run_check(spec)
+        run_check(spec, forker)
+    forker.stop()

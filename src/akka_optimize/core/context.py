@@ -1,7 +1,8 @@
 """What every request handler can reach: the service's runtime, built once at start.
 
 :func:`akka_optimize.service.runtime.build_context` makes the :class:`ServiceContext`
-(settings, state store, blob store, the development secret) and registers the job kinds;
+(settings, state store, blob store, the development secret, the fork server) and registers
+the job kinds;
 :func:`akka_optimize.service.runtime.start` adds the executor and the scheduler; the
 managers of endpoints and base-model fetches are made on first use. Every field is typed;
 nothing is kept under a string key (issue 49 item 2). Jobs, evaluations, Tinker sessions
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from ..catalog.selection.manager import SelectionManager
 from ..db import Database
 from ..deployment import Deployment, load_deployment
+from ..forkserver import Forker
 from ..jobs.executor import Executor
 from ..jobs.scheduler import Scheduler
 from ..serving.manager import EndpointManager
@@ -41,6 +43,8 @@ class ServiceContext:
         endpoints: the endpoint manager (on first use).
         base_models: the manager of base-model fetches (on first use).
         tinker_broker: the Tinker sessions' broker (futures, models, samplers).
+        forker: the fork server CPU workers are forked from (run attempts, serving workers,
+            post-deploy checks); started on the first such worker, stopped at shutdown.
     """
 
     settings: Settings
@@ -55,6 +59,7 @@ class ServiceContext:
     endpoints: EndpointManager | None = None
     base_models: SelectionManager | None = None
     tinker_broker: Broker = field(default_factory=Broker)
+    forker: Forker = field(default_factory=Forker)
 
     def deployment(self) -> Deployment:
         """The deployment file the settings name, parsed

@@ -40,7 +40,9 @@ def manager(ctx: ServiceContext) -> EndpointManager:
     """The service's endpoint manager (created on first use)."""
     m = ctx.endpoints
     if m is None:
-        m = ctx.endpoints = EndpointManager(ctx.db, ctx.settings, ctx.store, limits(ctx))
+        m = ctx.endpoints = EndpointManager(
+            ctx.db, ctx.settings, ctx.store, limits(ctx), ctx.forker
+        )
         m.placement = lambda: _placement(ctx)
         m.admit = lambda endpoint_id: capacity.endpoint_may_start(
             ctx.db, ctx.deployment(), endpoint_id

@@ -50,15 +50,16 @@ class LocalExecutor:
     ``torch.distributed.run`` launcher and its N ranks, :func:`worker_command`); CUDA
     devices 0..N-1 when on a GPU, unless ``CUDA_VISIBLE_DEVICES`` names them.
 
-    A single-device CPU attempt is forked from the fork server
-    (:mod:`akka_optimize.forkserver`, started on the first such launch), which has torch,
-    transformers and peft imported already; where it cannot fork, the attempt starts as a
-    fresh interpreter. CUDA attempts always start fresh (a process must not fork after
+    A single-device CPU attempt is forked from the runtime's fork server (``forker``,
+    :class:`akka_optimize.forkserver.Forker`, started on the first such launch), which has
+    torch, transformers and peft imported already; where it cannot fork, the attempt starts
+    as a fresh interpreter. CUDA attempts always start fresh (a process must not fork after
     CUDA is initialised)."""
 
     name = "local"
 
-    def __init__(self) -> None:
+    def __init__(self, forker: forkserver.Forker) -> None:
+        self.forker = forker
         self._procs: dict[int, subprocess.Popen[bytes] | forkserver.ForkedProcess] = {}
         self._codes: dict[int, int] = {}
 
@@ -82,7 +83,7 @@ class LocalExecutor:
         """The worker forked from the fork server, or None where it cannot be."""
         if not forkserver.may_fork(env):
             return None
-        proc = forkserver.fork("akka_optimize.jobs.worker", args, env, log_path)
+        proc = self.forker.fork("akka_optimize.jobs.worker", args, env, log_path)
         if proc is None:
             return None
         self._procs[proc.pid] = proc  # watched like a Popen (ForkedProcess.poll)
@@ -142,11 +143,12 @@ class LocalExecutor:
             pass
 
 
-def make_executor(settings: Any) -> Executor:
-    """The executor the deployment's ``executor`` section names (``local`` by default;
-    ``ray``: :class:`akka_optimize.jobs.ray_executor.RayExecutor`)."""
+def make_executor(settings: Any, forker: forkserver.Forker) -> Executor:
+    """The executor the deployment's ``executor`` section names (``local`` by default,
+    forking its CPU workers with ``forker``; ``ray``:
+    :class:`akka_optimize.jobs.ray_executor.RayExecutor`)."""
     if settings is not None and settings.kind == "ray":
         from .ray_executor import RayExecutor  # lazy: guarded
 
         return RayExecutor(settings)
-    return LocalExecutor()
+    return LocalExecutor(forker)

@@ -30,7 +30,7 @@ from ..errors import AkkaError, Conflict
 from . import states as S
 from .capacity import usage as capacity
 from .context import JobContext
-from .executor import Executor, LocalExecutor
+from .executor import Executor
 from .kinds import Launch, job_kind
 from .preparation import WORKER as PREPARE_WORKER
 from .preparation import fail_stalled, mark_preparing, prepares_first, rows_path
@@ -61,9 +61,9 @@ def on_tick(name: str, hook: Callable[[Any], None]) -> None:
 class Scheduler:
     """Starts queued runs when their device and base model are ready; notices dead workers."""
 
-    def __init__(self, ctx: JobContext, executor: Executor | None = None) -> None:
+    def __init__(self, ctx: JobContext, executor: Executor) -> None:
         self.ctx = ctx
-        self.executor = executor or LocalExecutor()
+        self.executor = executor
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
 

@@ -130,7 +130,7 @@ def _shutdown(ctx: ServiceContext, role: str = "all") -> None:
                 hook(ctx)
             except Exception:
                 log.exception("shutdown hook of %s failed", mod.__name__)
-    ctx.db.dispose()
+    runtime.close(ctx)
 
 
 def _make_private(url: str) -> None:

@@ -7,7 +7,8 @@ calls it. :func:`start` runs at start-up, after the migrations and every router'
 ``on_startup`` hook (fetches and endpoints of an earlier process are settled first): it
 publishes the service's address for workers, builds the executor the deployment names (run
 attempts and serving workers are launched with it), recovers the runs an earlier process
-left, and starts the scheduler. :func:`stop` stops the scheduler at shutdown. A process
+left, and starts the scheduler. :func:`stop` stops the scheduler at shutdown and
+:func:`close`, after the routers' shutdown hooks, the fork server and the state store. A process
 that runs the scheduler without serving the API calls ``start(build_context(settings))``
 after the migrations.
 """
@@ -50,7 +51,9 @@ def start(ctx: ServiceContext) -> None:
     if ctx.base_url:  # for workers (akka_optimize.jobs.address)
         publish_address(ctx.store, ctx.base_url)
     dep = ctx.deployment()
-    ctx.executor = make_executor(dep.executor)  # endpoints place their workers with it too
+    ctx.executor = make_executor(
+        dep.executor, ctx.forker
+    )  # endpoints place their workers with it too
     recover(ctx)
     ctx.scheduler = Scheduler(ctx, ctx.executor)
     ctx.scheduler.start()
@@ -60,3 +63,11 @@ def stop(ctx: ServiceContext) -> None:
     """Stop the scheduler (its thread ends after the pass it is in)."""
     if ctx.scheduler is not None:
         ctx.scheduler.stop()
+
+
+def close(ctx: ServiceContext) -> None:
+    """Release what the runtime holds once the routers' shutdown hooks have stopped the
+    endpoints: the fork server ends (workers it forked keep running, as a worker of an
+    earlier service process does) and the state store's connections close."""
+    ctx.forker.stop()
+    ctx.db.dispose()

@@ -185,14 +185,14 @@ def serve(host: str, port: int, workers: int, log_level: str) -> int:
     blocks until stopped and returns the exit code. Raises OSError when ``host:port`` is
     taken."""
     from .app import prepare_home  # lazy: torch
-    from .runtime import build_context  # lazy: torch
+    from .runtime import build_context, close  # lazy: torch
 
     settings = Settings.from_env()
     ctx = build_context(settings)
     try:
         prepare_home(ctx)
     finally:
-        ctx.db.dispose()
+        close(ctx)
     public, control = bind(host, port), bind("127.0.0.1", 0)
     metrics_dir = fresh_shared_dir(settings.home)
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host

@@ -29,6 +29,7 @@ from ..db import Database
 from ..db.base import intent, utcnow
 from ..db.models.serving import Endpoint, EndpointModel
 from ..deployment import ServingLimits
+from ..forkserver import Forker
 from ..registry import download_model_files, resolve
 from ..settings import Settings
 from ..store import BlobStore
@@ -39,12 +40,20 @@ log = logging.getLogger("akka_optimize.serving")
 
 
 class EndpointManager:
-    """Workers of this service, keyed by pinned base-model version."""
+    """Workers of this service, keyed by pinned base-model version; a worker that can use
+    no GPU, and the post-deploy check, are forked with ``forker`` (the runtime's fork
+    server)."""
 
     def __init__(
-        self, db: Database, settings: Settings, store: BlobStore, limits: ServingLimits
+        self,
+        db: Database,
+        settings: Settings,
+        store: BlobStore,
+        limits: ServingLimits,
+        forker: Forker,
     ) -> None:
         self.db, self.settings, self.store, self.limits = db, settings, store, limits
+        self.forker = forker
         self.workers: dict[str, WorkerProcess] = {}
         self.loaded: dict[str, set[str]] = {}
         self.queue: list[str] = []
@@ -225,7 +234,7 @@ class EndpointManager:
             }
             folder = self.settings.home / "serving" / "workers" / base.replace("/", "_")[:80]
             placer, device = self.placement()
-            w = start_worker(spec, folder, placer=placer, device=device)
+            w = start_worker(spec, folder, self.forker, placer=placer, device=device)
             self.workers[base] = w
             self.loaded[base] = {a["name"] for a in adapters}
             deadline = time.monotonic() + 600
@@ -322,7 +331,7 @@ class EndpointManager:
                 }
             )
         )
-        trainer = run_check(spec)
+        trainer = run_check(spec, self.forker)
         return compare(
             served,
             trainer["adapter"],

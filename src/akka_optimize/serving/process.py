@@ -194,12 +194,14 @@ def exit_sentence(returncode: int, tail: str) -> str:
 def start_worker(
     spec: dict[str, Any],
     folder: Path,
+    forker: forkserver.Forker,
     env: dict[str, str] | None = None,
     placer: Placer | None = None,
     device: str = "cpu",
 ) -> WorkerProcess:
     """Write ``spec`` to ``folder`` and start ``python -m akka_optimize.serving.worker``
-    (forked from the fork server, :mod:`akka_optimize.forkserver`, where it can use no GPU).
+    (forked from the runtime's fork server ``forker``, :class:`akka_optimize.forkserver.Forker`,
+    where it can use no GPU).
 
     The worker gets a fresh random token (``AKKA_SERVING_TOKEN``); its output goes
     to ``folder/worker.log``. With ``placer`` (a cluster executor) the worker runs where
@@ -228,7 +230,7 @@ def start_worker(
         handle = placer.start(cmd, penv, folder / "worker.log", device)
         return WorkerProcess(folder=folder, token=token, proc=PlacedProcess(placer, handle))
     if forkserver.may_fork(penv):  # no GPU it could use: fork it, its imports already done
-        forked = forkserver.fork(cmd[2], cmd[3:], penv, folder / "worker.log")
+        forked = forker.fork(cmd[2], cmd[3:], penv, folder / "worker.log")
         if forked is not None:
             return WorkerProcess(folder=folder, token=token, proc=forked)
     with open(folder / "worker.log", "ab") as log:
@@ -238,9 +240,9 @@ def start_worker(
     return WorkerProcess(folder=folder, token=token, proc=proc)
 
 
-def run_check(spec: Path, timeout: float = 900.0) -> dict[str, Any]:
+def run_check(spec: Path, forker: forkserver.Forker, timeout: float = 900.0) -> dict[str, Any]:
     """The post-deploy check's trainer side (``python -m akka_optimize.serving.check
-    --spec SPEC``) in its own process, on the CPU: forked from the fork server where it may
+    --spec SPEC``) in its own process, on the CPU: forked from ``forker`` where it may
     fork (its torch, transformers and PEFT imports already done: about 5 s less per
     check), else a fresh interpreter. Returns the JSON it prints.
 
@@ -255,7 +257,7 @@ def run_check(spec: Path, timeout: float = 900.0) -> dict[str, Any]:
     args = ["--spec", str(spec)]
     forked = None
     if forkserver.may_fork(env):
-        forked = forkserver.fork("akka_optimize.serving.check", args, env, out, err=str(err))
+        forked = forker.fork("akka_optimize.serving.check", args, env, out, err=str(err))
     if forked is not None:
         try:
             code = forked.wait(timeout)
