@@ -67,6 +67,7 @@ MOVES: list[tuple[str, str]] = [
     ("service.pipeline_shape", "core.pipelines.shape"),
     ("service.pipeline_stages", "core.pipelines.stages"),
     ("service.pipeline_views", "core.pipelines.views"),
+    ("service.adapter_imports", "core.adapter_imports"),
     # item 5: one family, one subpackage
     ("jobs.capacity", "jobs.capacity.usage"),
     ("jobs.capacity_claims", "jobs.capacity.claims"),
@@ -142,14 +143,26 @@ STUBS: list[str] = ["service.routers.sampling"]
 SYMBOL_MOVES: list[tuple[str, str, str]] = [
     ("service.routers.curations", "check_request", "core.requests"),
     ("service.routers.evaluations", "prepare", "core.requests"),
+    ("service.routers.registry_transfer", "uploads_dir", "core.uploads"),
+    ("service.routers.registry_transfer", "registry_limits", "core.uploads"),
+    ("service.routers.registry_transfer", "base_dir_for", "core.uploads"),  # before its caller
+    ("service.routers.registry_transfer", "check_upload", "core.uploads"),
+    ("service.routers.registry_transfer", "safe_versions", "core.uploads"),
+    ("service.routers.registry_transfer", "extract_tar", "core.uploads"),
 ]
 """(module, top-level function, new module): logic a router holds that the core calls (a
 pipeline's stages check a curation and an evaluation as their routes do). The function's
-text moves as it is, with the imports it uses; the router imports it back."""
+text moves as it is, with the imports it uses; the router imports it back. A call through
+the old module's alias (``transfer.uploads_dir(...)``) is not rewritten: the full suite
+fails on it (AttributeError), and it is fixed by hand."""
 
 MODULE_DOCS: dict[str, str] = {
     "core.requests": "The checks of a curation request and of an evaluation (or comparison)\n"
     "request for a caller: the routes and a pipeline's stages call the same function.",
+    "core.uploads": "An uploaded adapter or archive on its way into the registry: where uploads\n"
+    "spool, the registry's limits, unpacking an archive within them, and checking an adapter\n"
+    "against its base model's cached weights (F118). The upload routes and adapter imports\n"
+    "(:mod:`akka_optimize.core.adapter_imports`) call the same functions.",
 }
 """The docstring of a module :data:`SYMBOL_MOVES` creates."""
 
@@ -412,6 +425,8 @@ def _cut_and_paste(
                 if stmt.level
                 else stmt.module or ""
             )
+            if base == dst_name:  # a name of the new home itself (moved there earlier)
+                continue
             for alias in stmt.names:
                 if (alias.asname or alias.name) in used:
                     spelled = spell(base, dst_name, False, stmt.level > 0)

@@ -120,7 +120,7 @@ class AdapterImport(Base):
         base_model: the base model's pinned version the adapter is checked against.
         state: ``CHECKING``, ``REGISTERED`` or ``FAILED``.
         stage: how many of the import's stages are done (of
-            :data:`akka_optimize.service.adapter_imports.STAGES`), and ``progress`` the
+            :data:`akka_optimize.core.adapter_imports.STAGES`), and ``progress`` the
             stage under way, or the outcome, as a sentence.
         error: why it failed (one sentence); nothing was registered.
         model: the registered version's pinned reference once ``REGISTERED``.

@@ -1,5 +1,5 @@
 """``/v1/registry/adapter-imports``: ``training adapters import`` with an ID and
-``training adapters get IMPORT_ID`` (F118; :mod:`akka_optimize.service.adapter_imports`
+``training adapters get IMPORT_ID`` (F118; :mod:`akka_optimize.core.adapter_imports`
 does the work and says what is refused when)."""
 
 from __future__ import annotations
@@ -13,11 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from ...core.access import rules as access
-from ...core.context import ServiceContext
-from ...db.models.registry import AdapterImport
-from ...refs import validate_name
-from ...registry.core import check_alias
-from ..adapter_imports import (
+from ...core.adapter_imports import (
     STAGES,
     check_before,
     fail_orphans,
@@ -26,10 +22,15 @@ from ..adapter_imports import (
     run_import,
     view,
 )
+from ...core.context import ServiceContext
+from ...core.uploads import registry_limits
+from ...db.models.registry import AdapterImport
+from ...refs import validate_name
+from ...registry.core import check_alias
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import AdapterImportView, answers
-from .registry_transfer import registry_limits, spool_body
+from .registry_transfer import spool_body
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/registry/adapter-imports", tags=["registry"])
 

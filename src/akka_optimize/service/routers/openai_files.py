@@ -15,13 +15,13 @@ from fastapi.responses import JSONResponse, Response
 
 from ...core.openai_ft import file_store
 from ...core.openai_ft.errors import OpenAIError
+from ...core.uploads import registry_limits
 from ...errors import AkkaError
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import answers, binary
 from ..schemas.openai_ft import OpenAIFile, OpenAIFileDeleted, OpenAIFileList
 from .openai_common import acting_project, call, error_response, in_session, visible
-from .registry_transfer import registry_limits
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/files", tags=["openai"])
 

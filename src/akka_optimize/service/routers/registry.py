@@ -22,6 +22,7 @@ from pydantic import Field
 
 from ... import __version__
 from ...catalog.cache import ready_model_dir
+from ...core import uploads
 from ...core.access import rules as access
 from ...core.context import ServiceContext
 from ...engine.merge import merge_adapter
@@ -71,8 +72,8 @@ _STORED = answers(
 
 def on_startup(ctx: ServiceContext) -> None:
     """Remove spool files of uploads that a previous process did not finish."""
-    shutil.rmtree(transfer.uploads_dir(ctx), ignore_errors=True)
-    transfer.uploads_dir(ctx).mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(uploads.uploads_dir(ctx), ignore_errors=True)
+    uploads.uploads_dir(ctx).mkdir(parents=True, exist_ok=True)
 
 
 def _kind(kinds: str) -> str:
@@ -91,7 +92,7 @@ def registry_info(ctx: CtxDep) -> dict[str, Any]:
     return {
         "version": __version__,
         "kinds": ["dataset", "bundle", "model", "image"],
-        "limits": transfer.registry_limits(ctx).model_dump(),
+        "limits": uploads.registry_limits(ctx).model_dump(),
     }
 
 
@@ -108,7 +109,7 @@ async def register_dataset_route(
     """Register the streamed body (JSONL, a ZIP of JSONL plus images, or a ZIP of prepared
     token rows: prepared.json and its Parquet files) as a dataset version.
     Its images then belong to the namespace's project (:func:`..access.can_read_image`)."""
-    limits = transfer.registry_limits(ctx)
+    limits = uploads.registry_limits(ctx)
     ref = f"{namespace}/{name}"
     validate_name(namespace, "namespace")
     access.check_namespace_write(principal, namespace, "datasets.register")
@@ -142,7 +143,7 @@ async def register_bundle_route(
     access.check_namespace_write(principal, namespace, "bundles.register")
     if alias:
         check_alias(alias)
-    limits = transfer.registry_limits(ctx)
+    limits = uploads.registry_limits(ctx)
     path = await transfer.spool_body(
         request, ctx, limits.bundleCompressedBytes, "bundle archive", "bundleCompressedBytes"
     )
@@ -172,17 +173,17 @@ async def register_model_route(
     access.check_namespace_write(principal, namespace, "models.register")
     if alias:
         check_alias(alias)
-    limits = transfer.registry_limits(ctx)
+    limits = uploads.registry_limits(ctx)
     path = await transfer.spool_body(
         request, ctx, limits.bundleCompressedBytes, "model archive", "bundleCompressedBytes"
     )
 
     def work() -> Any:
-        with tempfile.TemporaryDirectory(dir=transfer.uploads_dir(ctx)) as tmp:
-            transfer.extract_tar(path, Path(tmp), limits)
+        with tempfile.TemporaryDirectory(dir=uploads.uploads_dir(ctx)) as tmp:
+            uploads.extract_tar(path, Path(tmp), limits)
             with ctx.db.session() as s:
-                checked = transfer.check_upload(ctx, s, Path(tmp), base_model)
-                before = {v.digest for v in transfer.safe_versions(s, namespace, name)}
+                checked = uploads.check_upload(ctx, s, Path(tmp), base_model)
+                before = {v.digest for v in uploads.safe_versions(s, namespace, name)}
                 rv = register_adapter(
                     s,
                     ctx.store,
@@ -208,7 +209,7 @@ async def push_image_route(
 ) -> JSONResponse:
     """Store one streamed image (``registry images push``); answers its ``sha256:`` digest.
     A project token's push makes the image its project's."""
-    limits = transfer.registry_limits(ctx)
+    limits = uploads.registry_limits(ctx)
     path = await transfer.spool_body(request, ctx, limits.uploadBytes, "image", "uploadBytes")
 
     def work() -> dict[str, Any]:
@@ -319,7 +320,7 @@ def model_object(
 
     with ctx.db.session() as s:
         rv = access.resolve(principal, s, "model", f"{namespace}/{name}")
-    tmp = Path(tempfile.mkdtemp(dir=transfer.uploads_dir(ctx)))
+    tmp = Path(tempfile.mkdtemp(dir=uploads.uploads_dir(ctx)))
     try:
         folder = download_model_files(ctx.store, rv, tmp / "adapter")
         f = transfer.tar_of(folder, tmp / "adapter.tar")
@@ -348,7 +349,7 @@ def model_merged(
                 f"{rv.pinned} is not an adapter; only adapters merge.", field="ref"
             )
         base_dir, _ = ready_model_dir(s, ctx.settings, rv.base_model)
-    tmp = Path(tempfile.mkdtemp(dir=transfer.uploads_dir(ctx)))
+    tmp = Path(tempfile.mkdtemp(dir=uploads.uploads_dir(ctx)))
     try:
         adapter = download_model_files(ctx.store, rv, tmp / "adapter")
         folder = merge_adapter(base_dir, adapter, tmp / "merged")
@@ -410,5 +411,5 @@ def annotate_route(
             kind,
             f"{namespace}/{name}",
             body.annotations,
-            limit=transfer.registry_limits(ctx).annotationBytes,
+            limit=uploads.registry_limits(ctx).annotationBytes,
         ).to_dict()

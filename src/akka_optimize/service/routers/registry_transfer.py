@@ -15,24 +15,11 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from ...catalog.cache import ready_model_dir
 from ...core.context import ServiceContext
-from ...deployment import RegistryLimits
-from ...errors import AkkaError, InvalidRequest, NotFound, TooLarge
-from ...registry import list_versions
-from ...registry.adapter_checks import check_adapter
-from ...registry.archives import open_tar
-from ...registry.bundles import scan_tar
+from ...core.uploads import uploads_dir
+from ...errors import InvalidRequest, TooLarge
 from ...registry.datasets import mib
 from ...store import CHUNK
-
-
-def uploads_dir(ctx: ServiceContext) -> Path:
-    return ctx.settings.home / "uploads"
-
-
-def registry_limits(ctx: ServiceContext) -> RegistryLimits:
-    return ctx.deployment().limits
 
 
 def _too_large(what: str, limit: int, attr: str) -> TooLarge:
@@ -73,53 +60,6 @@ async def with_upload(path: Path, fn: Callable[[], Any]) -> Any:
         return await run_in_threadpool(fn)
     finally:
         path.unlink(missing_ok=True)
-
-
-def check_upload(ctx: ServiceContext, s: Any, folder: Path, base_model: str) -> dict[str, Any]:
-    """Check an uploaded PEFT adapter against its base model's cached weights (F118,
-    :func:`akka_optimize.registry.adapter_checks.check_adapter`); returns its summary.
-
-    Raises:
-        InvalidRequest: the adapter breaks a rule, or the base model's weights are not
-            cached here, so the adapter cannot be checked (the sentence names the select
-            command).
-    """
-
-    base_dir = base_dir_for(ctx, s, base_model)
-    max_rank = ctx.deployment().serving.maxLoraRank
-    return check_adapter(folder, base_dir, max_rank=max_rank)
-
-
-def base_dir_for(ctx: ServiceContext, s: Any, base_model: str) -> Path:
-    """The cached weights folder an adapter of ``base_model`` is checked against.
-
-    Raises:
-        InvalidRequest: (field ``baseModel``) the base model is not selected and cached
-            here; the sentence names the select command.
-    """
-
-    try:
-        return ready_model_dir(s, ctx.settings, base_model)[0]
-    except AkkaError as exc:
-        raise InvalidRequest(
-            f"The adapter cannot be checked against base model {base_model}: {exc.message}",
-            field="baseModel",
-            code=exc.code,
-        ) from exc
-
-
-def safe_versions(s: Any, namespace: str, name: str) -> list[Any]:
-    try:
-        return list_versions(s, "model", namespace.lower(), name.lower())
-    except NotFound:
-        return []
-
-
-def extract_tar(path: Path, dest: Path, limits: RegistryLimits) -> None:
-
-    with open_tar(path, limits, "model archive") as tf:
-        members = scan_tar(tf, limits)
-        tf.extractall(dest, members=members, filter="data")
 
 
 def stream_file(f: Any, media: str) -> StreamingResponse:

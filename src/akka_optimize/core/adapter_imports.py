@@ -24,15 +24,23 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import testhooks
-from ..core.access.scope import scope
-from ..core.auth import Principal
-from ..core.context import ServiceContext
 from ..db.base import utcnow
 from ..db.models.registry import AdapterImport
 from ..errors import AkkaError, InvalidRequest, NotFound
 from ..forkserver import pid_exists
 from ..jobs.kinds import model_registered
 from ..registry import register_adapter
+from .access.scope import scope
+from .auth import Principal
+from .context import ServiceContext
+from .uploads import (
+    base_dir_for,
+    check_upload,
+    extract_tar,
+    registry_limits,
+    safe_versions,
+    uploads_dir,
+)
 
 STAGES = (
     "unpacking the adapter archive",
@@ -111,14 +119,6 @@ def run_import(ctx: ServiceContext, import_id: str, archive: Path) -> None:
     """Do import ``import_id`` from its spooled ``archive`` (removed at the end): the
     stages of :data:`STAGES`, recorded as they start; ``REGISTERED`` with the version's
     pinned reference, or ``FAILED`` with the sentence of what refused it."""
-    from .routers.registry_transfer import (
-        check_upload,
-        extract_tar,
-        registry_limits,
-        safe_versions,
-        uploads_dir,
-    )  # lazy: torch
-
     try:
         with ctx.db.session() as s:
             imp = s.get(AdapterImport, import_id)
@@ -155,8 +155,6 @@ def run_import(ctx: ServiceContext, import_id: str, archive: Path) -> None:
 def check_before(ctx: ServiceContext, s: Session, base_model: str) -> None:
     """What is refused before anything is recorded: a base model that is not selected and
     cached here (InvalidRequest naming the select command, as ``check_upload`` says it)."""
-    from .routers.registry_transfer import base_dir_for  # lazy: torch
-
     base_dir_for(ctx, s, base_model)
 
 
