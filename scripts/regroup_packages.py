@@ -149,6 +149,10 @@ SYMBOL_MOVES: list[tuple[str, str, str]] = [
     ("service.routers.registry_transfer", "check_upload", "core.uploads"),
     ("service.routers.registry_transfer", "safe_versions", "core.uploads"),
     ("service.routers.registry_transfer", "extract_tar", "core.uploads"),
+    # then named client_model_name, new_training_client and fail_if_run_ended by hand
+    ("service.routers.tinker", "_model_name", "core.tinker_clients"),  # before its caller
+    ("service.routers.tinker", "_new_model", "core.tinker_clients"),
+    ("service.routers.tinker", "_check_run", "core.tinker_clients"),
 ]
 """(module, top-level function, new module): logic a router holds that the core calls (a
 pipeline's stages check a curation and an evaluation as their routes do). The function's
@@ -163,6 +167,9 @@ MODULE_DOCS: dict[str, str] = {
     "spool, the registry's limits, unpacking an archive within them, and checking an adapter\n"
     "against its base model's cached weights (F118). The upload routes and adapter imports\n"
     "(:mod:`akka_optimize.core.adapter_imports`) call the same functions.",
+    "core.tinker_clients": "Tinker training clients (TINKER-PROTOCOL.md ``create_model``,\n"
+    "``load_weights``): the run a new client trains in, its model in the session's broker,\n"
+    "and failing a client's futures once its run has ended. The protocol's routes call them.",
 }
 """The docstring of a module :data:`SYMBOL_MOVES` creates."""
 

@@ -21,18 +21,15 @@ from fastapi import APIRouter, Body, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ...catalog.cache import tokenizer_dir
 from ...catalog.selection.machine import list_base_models
 from ...catalog.selection.rows import settings_catalog
-from ...core.access.tinker import mine, session, tinker_int, tinker_model, tinker_project
+from ...core.access.tinker import mine, tinker_int, tinker_model, tinker_project
 from ...core.auth import Principal, authenticate
-from ...core.context import ServiceContext
-from ...db.models.jobs import Run
-from ...errors import AkkaError, Forbidden, InvalidRequest, NotFound, Unauthorized
-from ...jobs import states as S
-from ...tinker.broker import POLL_SECONDS, Broker, Model, Session, broker_of
+from ...core.tinker_clients import fail_if_run_ended, new_training_client
+from ...errors import Forbidden, InvalidRequest, NotFound, Unauthorized
+from ...tinker.broker import POLL_SECONDS, Model, Session, broker_of
 from ...tinker.datums import non_finite, non_finite_config
-from ...tinker.kind import create_training_run, ttl_refusal
+from ...tinker.kind import ttl_refusal
 from ...tinker.states import find_state, lora_request
 from ...tinker.wire import (
     WireError,
@@ -157,19 +154,11 @@ async def finish(ctx: CtxDep, p: Caller, session_id: str) -> dict[str, Any]:
     return {}
 
 
-def _model_name(sess: Session, body: dict[str, Any], run_id: str) -> str:
-    meta = body.get("user_metadata") or {}
-    for tag in sess.tags:
-        if tag.startswith("model:"):
-            return tag.removeprefix("model:")
-    return str(meta.get("model_name") or f"tinker-{run_id[:8]}")
-
-
 @router.post("/create_model")
 def create_model(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
     """A LoRA training client: a run in the session's project; the future resolves when its
     worker holds the session."""
-    return _new_model(ctx, p, body, body, None)
+    return new_training_client(ctx, p, body, body, None)
 
 
 @router.post("/load_weights")
@@ -187,43 +176,7 @@ def load_weights(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
         m = tinker_model(ctx, p, str(body["model_id"]))
         fut = broker_of(ctx).submit(m, body.get("seq_id"), "load_weights", load)
         return _future(fut, m)
-    return _new_model(ctx, p, body, request, load)
-
-
-def _new_model(
-    ctx: ServiceContext,
-    p: Principal,
-    body: dict[str, Any],
-    request: dict[str, Any],
-    load: dict | None,
-) -> dict[str, Any]:
-
-    b = broker_of(ctx)
-    sess = session(b, p, str(body.get("session_id")))
-    model_id = f"{sess.session_id}:train:{tinker_int(body, 'model_seq_id', 0)}"
-    if model_id in b.models:
-        raise InvalidRequest(f"model {model_id} exists already.", field="model_seq_id")
-    fut = b.new_future(model_id, "create_model" if load is None else "load_weights", sess.project)
-    try:  # a refusal is a failed future: a 409 here would be retried for minutes
-        with ctx.db.session() as s:
-            name = _model_name(sess, request, uuid.uuid4().hex[:16])
-            run = create_training_run(ctx, s, sess.project, request, name, load)
-            run.results = {"tinkerModelId": model_id}
-            run_id, base, rank = run.id, run.base_model, run.resolved["lora"]["rank"]
-            tokenizer = str(tokenizer_dir(s, ctx.settings, base))
-    except AkkaError as exc:
-        b.resolve(fut.request_id, None, exc.message)
-        return {"request_id": fut.request_id, "model_id": model_id}
-    model = Model(model_id, run_id, sess.project, base, rank, {"tokenizer": tokenizer})
-    model.info["create_future"] = fut.request_id
-    model.info["ready"] = (
-        {"type": "create_model", "model_id": model_id}
-        if load is None
-        else {"type": "load_weights", "model_id": model_id, "path": load["path"]}
-    )
-    b.models[model_id] = model
-    b.by_run[run_id] = model_id
-    return {"request_id": fut.request_id, "model_id": model_id}
+    return new_training_client(ctx, p, body, request, load)
 
 
 @router.post("/get_info")
@@ -365,7 +318,7 @@ async def retrieve_future(ctx: CtxDep, p: Caller, body: JsonBody) -> Any:
         if await b.wait(fut, 2.0):
             break
         waited += 2.0
-        await run_in_threadpool(_check_run, ctx, b, fut.model_id)
+        await run_in_threadpool(fail_if_run_ended, ctx, b, fut.model_id)
     if not fut.done.is_set():
         return JSONResponse(
             {"type": "try_again", "request_id": fut.request_id, "queue_state": "active"},
@@ -381,16 +334,3 @@ async def retrieve_future(ctx: CtxDep, p: Caller, body: JsonBody) -> Any:
         data = encode_forward_backward_output({"logprobs": result["logprobs"]}, result["metrics"])
         return Response(data, media_type="application/x-protobuf")
     return result
-
-
-def _check_run(ctx: ServiceContext, b: Broker, model_id: str) -> None:
-    """Fail the model's futures when its run has ended (its worker is gone)."""
-
-    m = b.model_of(model_id)
-    if m is None:
-        return
-    with ctx.db.session() as s:
-        run = s.get(Run, m.run_id)
-        if run is not None and run.state in S.TERMINAL:
-            reason = run.failure_reason or f"the training client's run ended ({run.state})"
-            b.fail_model(model_id, f"Run {run.id}: {reason}")
