@@ -28,8 +28,6 @@ from ..db.base import utcnow
 from ..db.models.registry import AdapterImport
 from ..errors import AkkaError, InvalidRequest, NotFound
 from ..forkserver import pid_exists
-from ..jobs.kinds import model_registered
-from ..registry import register_adapter
 from .access.scope import scope
 from .auth import Principal
 from .context import ServiceContext
@@ -37,8 +35,8 @@ from .uploads import (
     base_dir_for,
     check_upload,
     extract_tar,
+    register_checked_adapter,
     registry_limits,
-    safe_versions,
     uploads_dir,
 )
 
@@ -132,14 +130,10 @@ def run_import(ctx: ServiceContext, import_id: str, archive: Path) -> None:
                 checked = check_upload(ctx, s, Path(tmp), base)
             _advance(ctx, import_id, 2)
             with ctx.db.session() as s:
-                before = {v.digest for v in safe_versions(s, ns, name)}
-                rv = register_adapter(
-                    s, ctx.store, ns, name, Path(tmp), base_model=base, run_id=None,
+                rv, _ = register_checked_adapter(
+                    ctx, s, Path(tmp), ns, name, base_model=base, alias=alias,
                     metadata={"registeredBy": "import", "importId": import_id, **checked},
-                    alias=alias,
                 )  # fmt: skip
-                if rv.digest not in before:  # the same adapter again: its version, as is
-                    model_registered(ctx, s, ns, rv)
                 pinned = rv.pinned
         _finish(ctx, import_id, state="REGISTERED", stage=len(STAGES), model=pinned,
                 details=checked, progress=f"registered as {pinned}")  # fmt: skip

@@ -12,10 +12,12 @@ from typing import Any
 from ..catalog.cache import ready_model_dir
 from ..deployment import RegistryLimits
 from ..errors import AkkaError, InvalidRequest, NotFound
-from ..registry import list_versions
+from ..jobs.kinds import model_registered
+from ..registry import list_versions, register_adapter
 from ..registry.adapter_checks import check_adapter
 from ..registry.archives import open_tar
 from ..registry.bundles import scan_tar
+from ..registry.records import ResolvedVersion
 from .context import ServiceContext
 
 
@@ -80,3 +82,37 @@ def extract_tar(path: Path, dest: Path, limits: RegistryLimits) -> None:
     with open_tar(path, limits, "model archive") as tf:
         members = scan_tar(tf, limits)
         tf.extractall(dest, members=members, filter="data")
+
+
+def register_checked_adapter(
+    ctx: ServiceContext,
+    s: Any,
+    folder: Path,
+    namespace: str,
+    name: str,
+    *,
+    base_model: str,
+    metadata: dict[str, Any],
+    run_id: str | None = None,
+    parent_model: str | None = None,
+    alias: str | None = None,
+) -> tuple[ResolvedVersion, bool]:
+    """Register the adapter in ``folder`` (already passed :func:`check_upload`) as a version
+    of model ``namespace/name``; returns the version and whether it is new. The same files
+    again answer their existing version, and only a new version is announced to the
+    model-registered listeners (a project's evaluation settings queue its evaluation).
+    Uploads (``POST /v1/registry/models/…``) and adapter imports both register here.
+
+    Raises:
+        InvalidRequest: (from :func:`akka_optimize.registry.register_adapter`) a bad name,
+            alias or parent reference.
+    """
+    before = {v.digest for v in safe_versions(s, namespace, name)}
+    rv = register_adapter(
+        s, ctx.store, namespace, name, folder, base_model=base_model, run_id=run_id,
+        metadata=metadata, parent_model=parent_model, alias=alias,
+    )  # fmt: skip
+    created = rv.digest not in before
+    if created:
+        model_registered(ctx, s, namespace.strip().lower(), rv)
+    return rv, created

@@ -27,7 +27,6 @@ from ...core.access import rules as access
 from ...core.context import ServiceContext
 from ...engine.merge import merge_adapter
 from ...errors import InvalidRequest, NotFound
-from ...jobs.kinds import model_registered
 from ...plan.schema.base import RequestModel
 from ...refs import validate_name
 from ...registry import (
@@ -37,7 +36,6 @@ from ...registry import (
     list_versions,
     open_object,
     push_image,
-    register_adapter,
     register_bundle,
     register_dataset,
     set_alias,
@@ -183,22 +181,11 @@ async def register_model_route(
             uploads.extract_tar(path, Path(tmp), limits)
             with ctx.db.session() as s:
                 checked = uploads.check_upload(ctx, s, Path(tmp), base_model)
-                before = {v.digest for v in uploads.safe_versions(s, namespace, name)}
-                rv = register_adapter(
-                    s,
-                    ctx.store,
-                    namespace,
-                    name,
-                    Path(tmp),
-                    base_model=base_model,
-                    run_id=run_id,
-                    metadata={"registeredBy": "upload", **checked},
-                    parent_model=parent_model,
-                    alias=alias,
-                )
-                if rv.digest not in before:
-                    model_registered(ctx, s, namespace.strip().lower(), rv)
-                return rv, rv.digest not in before
+                return uploads.register_checked_adapter(
+                    ctx, s, Path(tmp), namespace, name, base_model=base_model,
+                    metadata={"registeredBy": "upload", **checked}, run_id=run_id,
+                    parent_model=parent_model, alias=alias,
+                )  # fmt: skip
 
     return _answer(*await transfer.with_upload(path, work))
 
