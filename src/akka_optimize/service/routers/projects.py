@@ -9,26 +9,19 @@ cannot change: there is no rename route. Responses carry the project's ``id`` an
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import Field
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
-from ...core.access import rules as access
+from ...core import projects
 from ...core.access.rules import find_project
-from ...core.auth import Principal
-from ...core.context import ServiceContext
-from ...db.models.projects import Project
-from ...errors import AkkaError, Conflict
-from ...evals.settings import make_settings, project_scores, settings_view
+from ...core.projects import project_view
+from ...evals.settings import project_scores
 from ...plan.pipeline import Sampling, documented
 from ...plan.schema.base import RequestModel
-from ...refs import GRADER_PATTERN, MAX_NAME_LENGTH, NAME_PATTERN, REF_PATTERN, validate_name
+from ...refs import GRADER_PATTERN, MAX_NAME_LENGTH, NAME_PATTERN, REF_PATTERN
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
 from ..schemas import ProjectList, ProjectView, ScoresTable, answers
@@ -75,35 +68,6 @@ class ProjectCreate(RequestModel):
     )
 
 
-def project_view(p: Project) -> dict[str, Any]:
-    """The API shape of a project: ``id``, ``name``, ``createdAt``, ``evaluation``."""
-    created = p.created_at.isoformat() if p.created_at else None
-    return {
-        "id": p.id,
-        "name": p.name,
-        "createdAt": created,
-        "evaluation": settings_view(p.evaluation),
-    }
-
-
-def _settings(
-    ctx: ServiceContext, s: Session, principal: Principal, p: Project, body: EvaluationSettings
-):
-    def resolve(kind: str, ref: str, *, field: str) -> Any:
-        return access.resolve(principal, s, kind, ref, p.name, field=field)
-
-    return make_settings(
-        ctx,
-        s,
-        dataset=body.dataset,
-        grader=body.grader,
-        grader_instructions=body.graderInstructions,
-        sampling=body.sampling.model_dump(),
-        auto_evaluate=body.autoEvaluate,
-        resolve=resolve,
-    )
-
-
 @router.post("", status_code=201, **answers(ProjectView, 201))
 def create_project(
     body: ProjectCreate, session: SessionDep, ctx: CtxDep, principal: PrincipalDep
@@ -112,33 +76,15 @@ def create_project(
     for a project token), with its evaluation settings when given. 409 when the name is
     taken; 400 naming ``name`` when it breaks the naming rule, or the ``evaluation.*`` field
     its settings break (then no project is created)."""
-    name = validate_name(body.name, "name")
-    access.check_create_project(principal, name)
-    if session.scalar(select(Project.id).where(Project.name == name)) is not None:
-        raise Conflict(f"A training project named {name!r} already exists.", field="name")
-    p = Project(id=uuid.uuid4().hex, name=name)
-    try:
-        with session.begin_nested():
-            session.add(p)
-            session.flush()
-    except IntegrityError:  # a concurrent request created it first
-        raise Conflict(f"A training project named {name!r} already exists.", field="name") from None
-    if body.evaluation is not None:
-        try:
-            p.evaluation = _settings(ctx, session, principal, p, body.evaluation)
-        except AkkaError as exc:  # the field is under ``evaluation``; the project goes too
-            exc.field = f"evaluation.{exc.field}" if exc.field else "evaluation"
-            raise
+    evaluation = body.evaluation.model_dump() if body.evaluation is not None else None
+    p = projects.create_project(ctx, session, principal, body.name, evaluation)
     return JSONResponse(project_view(p), status_code=201)
 
 
 @router.get("", **answers(ProjectList))
 def list_projects(session: SessionDep, principal: PrincipalDep) -> dict[str, Any]:
     """Every training project the caller sees, by name."""
-    rows = session.scalars(select(Project).order_by(Project.name)).all()
-    return {
-        "projects": [project_view(p) for p in rows if access.can_see_project(principal, p.name)]
-    }
+    return {"projects": [project_view(p) for p in projects.visible_projects(session, principal)]}
 
 
 @router.get("/{project}", **answers(ProjectView))
@@ -159,9 +105,7 @@ def set_evaluation(
     dataset and bundle are pinned now. 403 ``optimize.training.projects.evaluations.settings``
     for another project's token; 400 naming the field the settings break (the earlier
     settings stay)."""
-    access.check_project_key_write(principal, session, project, "evaluations.settings")
-    p = find_project(session, project, principal)
-    p.evaluation = _settings(ctx, session, principal, p, body)
+    p = projects.set_evaluation(ctx, session, principal, project, body.model_dump())
     return project_view(p)
 
 
