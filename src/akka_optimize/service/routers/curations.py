@@ -15,8 +15,8 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from ...core.access import rules as access
+from ...core.curations import visible_curations
 from ...core.requests import check_request
-from ...db.models.jobs import Run
 from ...evals import kind as evals
 from ...evals.curation import kind as curation
 from ...jobs import control
@@ -53,15 +53,7 @@ def list_curations(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """Newest curations first, of the projects the caller sees."""
-    from sqlalchemy import select
-
-    visible, project = access.list_scope(principal, project)
-    if not visible:
-        return {"curations": []}
-    q = select(Run).where(Run.method == curation.METHOD).order_by(Run.created_at.desc())
-    if project:
-        q = q.where(Run.project == project)
-    return {"curations": [curation.curation_view(s, r) for r in s.scalars(q.limit(limit))]}
+    return {"curations": visible_curations(s, principal, project, limit)}
 
 
 @router.get("/{curation_id}", **answers(CurationView))
