@@ -1,6 +1,7 @@
 """What the OpenAI-compatible routers share (issue 51): the caller's project, OpenAI's
 error shape for every refusal, and running a route's work in the thread pool inside one
-state-store transaction (a refusal rolls it back: it stores nothing).
+state-store transaction (:func:`akka_optimize.core.openai_ft.acting.in_transaction`: a
+refusal rolls it back, it stores nothing).
 
 The project: a project token's own; an admin token names one with the ``OpenAI-Project``
 header (the openai SDK's ``project=`` option), and without it reads every project and
@@ -9,17 +10,16 @@ creates nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from ...core.access import rules as access
 from ...core.auth import Principal
 from ...core.context import ServiceContext
+from ...core.openai_ft.acting import SessionWork, in_transaction
 from ...core.openai_ft.errors import OpenAIError, from_platform
 from ...errors import AkkaError
 
@@ -34,27 +34,6 @@ def visible(principal: Principal, request: Request) -> str | None:
     return named.strip().lower() if named else None
 
 
-def acting_project(s: Session, principal: Principal, request: Request) -> str:
-    """The project a write happens in (module docstring).
-
-    Raises:
-        OpenAIError: an admin token without ``OpenAI-Project``, or a project that does not
-            exist (param ``project``).
-    """
-    name = visible(principal, request)
-    if name is None:
-        raise OpenAIError(
-            "This token acts in every project; name the project with the OpenAI-Project header "
-            "(the openai SDK's project= option), or use a project token.",
-            "project",
-            "missing_project",
-        )
-    try:
-        return access.find_project(s, name, principal).name
-    except AkkaError as exc:
-        raise OpenAIError(exc.message, "project", "project_not_found", 404) from None
-
-
 def error_response(exc: OpenAIError | AkkaError) -> JSONResponse:
     """The refusal in OpenAI's shape (``Retry-After`` kept on a 503)."""
     err = exc if isinstance(exc, OpenAIError) else from_platform(exc)
@@ -64,9 +43,7 @@ def error_response(exc: OpenAIError | AkkaError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=headers or None)
 
 
-async def in_session(
-    ctx: ServiceContext, work: Callable[[Session], Any], status: int = 200
-) -> JSONResponse:
+async def in_session(ctx: ServiceContext, work: SessionWork, status: int = 200) -> JSONResponse:
     """``work(session)`` in the thread pool, in one transaction, its answer as JSON; an
     :class:`OpenAIError` or platform refusal is answered in OpenAI's shape, rolled back."""
 
@@ -76,12 +53,8 @@ async def in_session(
         return error_response(exc)
 
 
-async def call(ctx: ServiceContext, work: Callable[[Session], Any]) -> Any:
+async def call(ctx: ServiceContext, work: SessionWork) -> Any:
     """``work(session)`` in the thread pool in one transaction (committed when it returns,
     rolled back when it raises); its refusals propagate."""
 
-    def run() -> Any:
-        with ctx.db.session() as s:
-            return work(s)
-
-    return await run_in_threadpool(run)
+    return await run_in_threadpool(in_transaction, ctx, work)

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...core.openai_ft import file_store
+from ...core.openai_ft.acting import acting_project
 from ...core.openai_ft.errors import OpenAIError
 from ...core.uploads import registry_limits
 from ...errors import AkkaError
@@ -21,7 +22,7 @@ from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import answers, binary
 from ..schemas.openai_ft import OpenAIFile, OpenAIFileDeleted, OpenAIFileList
-from .openai_common import acting_project, call, error_response, in_session, visible
+from .openai_common import call, error_response, in_session, visible
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/files", tags=["openai"])
 
@@ -85,7 +86,7 @@ async def create_file(request: Request, ctx: CtxDep, principal: PrincipalDep) ->
     filename, data = files["file"]
 
     def work(s: Any) -> dict[str, Any]:
-        project = acting_project(s, principal, request)
+        project = acting_project(s, principal, visible(principal, request))
         return file_store.register_file(
             s, ctx.store, project, filename, fields.get("purpose", ""), data, limits
         )

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from ...core.access import rules as access
 from ...core.context import ServiceContext
 from ...core.openai_ft import job_service, views
+from ...core.openai_ft.acting import acting_project
 from ...core.openai_ft.file_store import page
 from ...core.plans import resolve_run_plan
 from ...errors import InvalidRequest
@@ -29,7 +30,7 @@ from ..schemas.openai_ft import (
     OpenAIJobEventList,
     OpenAIJobList,
 )
-from .openai_common import acting_project, error_response, in_session, visible
+from .openai_common import error_response, in_session, visible
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/fine_tuning/jobs", tags=["openai"])
 
@@ -49,7 +50,7 @@ async def create_job(request: Request, ctx: CtxDep, principal: PrincipalDep) -> 
         return error_response(exc)
 
     def work(s: Any) -> dict[str, Any]:
-        project = acting_project(s, principal, request)
+        project = acting_project(s, principal, visible(principal, request))
         access.check_project_write(principal, project, "runs.start")
 
         def resolve(plan: dict[str, Any]) -> Any:
