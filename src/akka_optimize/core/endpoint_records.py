@@ -1,6 +1,7 @@
 """Endpoint records (:mod:`.endpoints`): the service's endpoint manager, the serving
-limits, finding an endpoint the caller sees, its API view, a new record, and the refusal
-of an endpoint no quota could ever admit."""
+limits, finding an endpoint the caller sees, its API view, a new record, the refusal
+of an endpoint no quota could ever admit, one look at its worker, and the served name a
+request's ``model`` refers to."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from ..db.models.serving import Endpoint, EndpointModel
 from ..errors import InvalidRequest, NotFound
 from ..jobs.capacity import usage as capacity
 from ..jobs.capacity.pools import serving_pool
+from ..refs import parse_ref
+from ..registry.resolution import resolve_ref
 from ..serving.manager import EndpointManager, idle_for
 from .access import rules as access
 from .auth import Principal
@@ -158,3 +161,96 @@ def new_endpoint(
     s.flush()
     s.add(EndpointModel(endpoint_id=ep.id, **row))
     return ep
+
+
+def poll_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]:
+    """One look at endpoint ``endpoint_id`` (reads the state store: an async route calls
+    it in the thread pool): ``(worker, names)``, its ready worker and served names (the
+    base model last when no row serves it), or ``(None, names)`` when it is not ready,
+    after asking a stopped (or READY but workerless) endpoint to start.
+
+    Raises:
+        InvalidRequest: ``endpoint_failed`` for a FAILED endpoint (naming its error).
+            NotFound: no such endpoint.
+    """
+    m = manager(ctx)
+    with ctx.db.session() as s:
+        ep = find_endpoint(s, endpoint_id)
+        served = [r.served_name for r in models(s, ep)]
+        names = served + [ep.base_model] * (ep.base_model not in served)
+        state, eid = ep.state, ep.id
+        err = ep.error
+    w = m.worker_for(eid)
+    if state == "READY" and w is not None:
+        return w, names
+    if state == "FAILED":
+        raise InvalidRequest(f"Endpoint {eid} failed: {err}", code="endpoint_failed")
+    if state in ("STOPPED", "READY"):
+        m.request_start(eid)
+    return None, names
+
+
+def served_model(ctx: ServiceContext, endpoint_id: str, model: str, names: list[str]) -> str:
+    """The served name (one of ``names``) that the request's ``model`` refers to (reads
+    the state store: an async route calls it in the thread pool).
+
+    Any unambiguous reference to a version the endpoint serves names it, as the registry
+    resolves references (issue 47 item 12): the served name itself, the repository in
+    any case (``HuggingFaceTB/SmolLM2-135M-Instruct``), a bare name in the endpoint's
+    project, an alias, ``:vN`` or a digest. A reference without a version names the one
+    version of that repository the endpoint serves.
+
+    Raises:
+        InvalidRequest: (``field="model"``) a malformed reference, one naming a version the
+            endpoint does not serve (``model_not_found``), or a repository of which it
+            serves several versions (``model_ambiguous``).
+    """
+
+    if model in names:
+        return model
+    served = {n: parse_ref(n, field="model") for n in names}
+    with ctx.db.session() as s:
+        ep = find_endpoint(s, endpoint_id)
+        proj = s.get(Project, ep.project_id) if ep.project_id else None
+        ref = parse_ref(model, proj.name if proj else None, field="model")
+        if ref.version is None and ref.alias is None and ref.digest is None:
+            hits = [n for n, r in served.items() if r.repo == ref.repo]
+            named = ref.repo
+        else:
+            try:
+                rv = resolve_ref(s, "model", ref, field="model")
+            except NotFound as exc:
+                raise InvalidRequest(
+                    f"The model {model!r} does not exist on this endpoint: {exc.message}",
+                    field="model",
+                    code="model_not_found",
+                ) from exc
+            hits = [n for n, r in served.items() if (r.repo, r.version) == (rv.repo, rv.version)]
+            named = f"{rv.repo}:v{rv.version}"
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise InvalidRequest(
+            f"The model {model!r} names {named}, of which this endpoint serves "
+            f"{', '.join(hits)}; name one of them.",
+            field="model",
+            code="model_ambiguous",
+        )
+    raise InvalidRequest(
+        f"The model {model!r} ({named}) does not exist on this endpoint; it serves "
+        f"{', '.join(names)}.",
+        field="model",
+        code="model_not_found",
+    )
+
+
+def visible_endpoint_id(ctx: ServiceContext, key: str, principal: Principal) -> str:
+    """The full ID of the endpoint ``key`` (ID or unambiguous prefix) names among those
+    ``principal`` sees, read in its own session (an async route calls it in the thread
+    pool: a session on the event loop would stall every request, issue 48 item 1).
+
+    Raises:
+        NotFound / InvalidRequest: as :func:`find_endpoint`.
+    """
+    with ctx.db.session() as s:
+        return find_endpoint(s, key, principal).id

@@ -12,9 +12,10 @@ machine", seeds/001 endpoint changes; FEATURES F110–F120).
   forwarded to the endpoint's worker (streams pass through). A stopped endpoint is
   started again by its next request.
 
-This module holds the routes; an endpoint's records (manager, lookup, view) live in
-:mod:`.endpoint_records`, waiting on a worker in :mod:`.endpoint_forwarding`, and judge
-endpoints in :mod:`.endpoint_judges`, their public names importable from here.
+This module holds the routes; an endpoint's records (manager, lookup, view, served names)
+live in :mod:`akka_optimize.core.endpoint_records`, its life (create, list, delete,
+detach) in :mod:`akka_optimize.core.endpoint_lifecycle`, waiting on a worker in
+:mod:`.endpoint_forwarding`, and judge endpoints in :mod:`.endpoint_judges`.
 """
 
 from __future__ import annotations
@@ -25,26 +26,12 @@ import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import Field
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from ...catalog.cache import ready_model_dir
-from ...core.access import rules as access
-from ...core.auth import Principal
+from ...core import endpoint_lifecycle as lifecycle
 from ...core.context import ServiceContext
-from ...core.endpoint_records import (
-    find_endpoint,
-    limits,
-    manager,
-    models,
-    new_endpoint,
-    refuse_endpoint_claim,
-    view,
-)
-from ...db.models.projects import Project
-from ...db.models.serving import Endpoint, EndpointModel
-from ...errors import InvalidRequest, NotFound
+from ...core.endpoint_records import find_endpoint, limits, served_model, view
+from ...errors import InvalidRequest
 from ...jsonvalues import loads
 from ...plan.pipeline import documented
 from ...plan.schema.base import RequestModel
@@ -67,7 +54,6 @@ from .endpoint_forwarding import (
     end_request,
     oai_error,
     ready_worker,
-    served_model,
     visible_id,
 )
 
@@ -89,64 +75,13 @@ class EndpointCreate(RequestModel):
 def on_startup(ctx: ServiceContext) -> None:
     """Endpoints a previous process served are ``STOPPED``; their next request starts them.
     A post-deploy check the restart interrupted runs again when the endpoint next starts."""
-    manager(ctx)
-    with ctx.db.session() as s:
-        for ep in s.scalars(
-            select(Endpoint).where(Endpoint.state.in_(("QUEUED", "STARTING", "READY")))
-        ):
-            ep.state, ep.activity = "STOPPED", "the service restarted; the next request starts it"
-        for row in s.scalars(select(EndpointModel).where(EndpointModel.checks.is_not(None))):
-            if (row.checks or {}).get("state") == "RUNNING":
-                row.checks = None
+    lifecycle.mark_stopped_after_restart(ctx)
 
 
 def on_shutdown(ctx: ServiceContext) -> None:
     """Stop every worker."""
     if ctx.endpoints is not None:
         ctx.endpoints.shutdown()
-
-
-def resolve_model(
-    s: Session, ctx: ServiceContext, ref: str, project: Project | None, principal: Principal
-) -> tuple[dict[str, Any], str, Project]:
-    rv = access.resolve(
-        principal, s, "model", ref, project.name if project else None, field="model"
-    )
-    work = "an endpoint of project {project} serves"
-    project = access.project_of_model(
-        principal, s, rv, project, "endpoints.create", work=work, field="model"
-    )
-    if rv.source == "adapter":
-        rank = rv.metadata.get("rank") or (rv.metadata.get("lora") or {}).get("rank")
-        if rank is None:
-            from ...serving.engine import adapter_rank  # lazy: guarded
-
-            rank = adapter_rank(manager(ctx).adapter_dir(s, rv.pinned))
-        limit = limits(ctx).maxLoraRank
-        if rank is not None and int(rank) > limit:
-            raise InvalidRequest(
-                f"{rv.repo}:v{rv.version} is an adapter of rank {rank}, above the largest rank "
-                f"an endpoint of this deployment loads ({limit}; `training endpoints info`).",
-                field="model",
-                code="rank_too_large",
-            )
-        base = rv.base_model or ""
-        from ...refs import parse_ref  # lazy: guarded
-
-        b = parse_ref(base)
-        base_key = f"{b.repo}:v{b.version}" if b.version else b.repo
-        row = {"kind": "adapter", "rank": int(rank) if rank is not None else None}
-    else:
-        base_key = f"{rv.repo}:v{rv.version}"
-        row = {"kind": "base", "rank": None}
-    row.update(
-        ref=ref,
-        pinned=rv.pinned,
-        served_name=f"{rv.repo}:v{rv.version}",
-        instructions=rv.metadata.get("instructions")
-        or (rv.metadata.get("annotations") or {}).get("instructions"),
-    )
-    return row, base_key, project
 
 
 @router.post("", status_code=201, **answers(EndpointView, 201))
@@ -157,19 +92,8 @@ def create_endpoint(
     endpoints of its own project only; no endpoint serves another project's adapter (403
     ``optimize.training.projects.endpoints.create``). A reference without a namespace (``NAME``) resolves in the request's ``project``;
     with no project it is refused (400 naming the field)."""
-    project = None
-    if body.project:
-        access.check_project_key_write(principal, s, body.project, "endpoints.create")
-        project = access.find_project(s, body.project, principal)
-    row, base_key, project = resolve_model(s, ctx, body.model, project, principal)
-
-    ready_model_dir(s, ctx.settings, base_key)  # refuses a base model that is not READY
-    refuse_endpoint_claim(ctx, project.name)
-    ep = new_endpoint(s, ctx, project.id, base_key, row)
-    s.commit()
-    manager(ctx).request_start(ep.id)
-    s.refresh(ep)
-    return JSONResponse(view(s, ep, ctx), status_code=201)
+    out = lifecycle.create_endpoint(ctx, s, principal, body.model, body.project)
+    return JSONResponse(out, status_code=201)
 
 
 @router.get("", **answers(EndpointList))
@@ -177,13 +101,7 @@ def list_endpoints(
     s: SessionDep, ctx: CtxDep, principal: PrincipalDep, project: str | None = None
 ) -> dict[str, Any]:
     """Every endpoint of the projects the caller sees, newest first (``?project=`` filters)."""
-    q = select(Endpoint).order_by(Endpoint.created_at.desc())
-    if project:
-        q = q.where(Endpoint.project_id == access.find_project(s, project, principal).id)
-    pid = access.project_id(principal, s)
-    if pid is not None:
-        q = q.where(Endpoint.project_id == pid)
-    return {"endpoints": [view(s, e, ctx) for e in s.scalars(q)]}
+    return {"endpoints": lifecycle.list_endpoints(ctx, s, principal, project)}
 
 
 @router.get("/info", **answers(EndpointsInfo))
@@ -221,25 +139,7 @@ def delete_endpoint(
     endpoint_id: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Delete an endpoint; its worker stops when no other endpoint uses its base model."""
-    ep = find_endpoint(s, endpoint_id, principal)
-    out = view(s, ep, ctx)
-    m = manager(ctx)
-    others = s.scalars(
-        select(Endpoint.id).where(Endpoint.base_model == ep.base_model, Endpoint.id != ep.id)
-    ).first()
-    for r in models(s, ep):
-        if r.kind == "adapter":
-            m.detach(ep.id, r.served_name)
-        s.delete(r)
-    s.delete(ep)
-    # Committed before the manager writes in its own session (SQLite allows one writer),
-    # and nothing is read afterwards: a read would begin a new writing transaction on
-    # this session and hold the lock the manager's session then waits on.
-    s.commit()
-    if others is None:
-        m.stop_base(ep.base_model, "deleted")
-    out["state"] = "DELETED"
-    return out
+    return lifecycle.delete_endpoint(ctx, s, principal, endpoint_id)
 
 
 @router.delete("/{endpoint_id}/models/{ref:path}", **answers(EndpointView))
@@ -247,19 +147,7 @@ def detach_model(
     endpoint_id: str, ref: str, s: SessionDep, ctx: CtxDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Detach the version ``ref`` names (any reference to it) from the endpoint."""
-    ep = find_endpoint(s, endpoint_id, principal)
-    proj = s.get(Project, ep.project_id)
-    # among the versions the caller sees: another project's reads as missing (issue 48)
-    rv = access.resolve(principal, s, "model", ref, proj.name if proj else None, field="ref")
-    rows = [r for r in models(s, ep) if r.pinned == rv.pinned]
-    if not rows:
-        raise NotFound(f"Endpoint {ep.id} does not serve {rv.pinned}.", field="ref")
-    for r in rows:
-        if r.kind == "adapter":
-            manager(ctx).detach(ep.id, r.served_name)
-        s.delete(r)
-    s.flush()
-    return view(s, ep, ctx)
+    return lifecycle.detach_model(ctx, s, principal, endpoint_id, ref)
 
 
 # OpenAI forwarding ------------------------------------------------------------------

@@ -6,7 +6,7 @@ Graders are computed by :mod:`akka_optimize.core.openai_ft.grading`; a ``python`
 source runs in the grader sandbox with its limits (:mod:`akka_optimize.evals.sandbox.pool`:
 no network, no service files, CPU, memory and wall-clock bounds), a model grader asks the
 endpoint serving its ``model`` (a registered model or judge of the caller's projects,
-started on demand: :mod:`.openai_chat`).
+started on demand: :mod:`akka_optimize.core.openai_ft.chat_models`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ...core.auth import Principal
 from ...core.context import ServiceContext
 from ...core.endpoint_records import manager
 from ...core.openai_ft.bundle import python_bundle
+from ...core.openai_ft.chat_models import endpoint_for
 from ...core.openai_ft.errors import OpenAIError
 from ...core.openai_ft.grading import GradeFailure, GraderError, check_grader, grade
 from ...errors import AkkaError, InvalidRequest
@@ -35,7 +36,6 @@ from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import answers
 from ..schemas.openai_ft import OpenAIGraderRun, OpenAIGraderValidate
-from .openai_chat import endpoint_for
 from .openai_common import error_response, visible
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/fine_tuning/alpha/graders", tags=["openai"])

@@ -9,10 +9,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query
 from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 
 from ...core.access import rules as access
 from ...core.context import ServiceContext
 from ...core.inputs import check_worker_event, whole_number
+from ...core.judge_endpoints import ensure_judge_endpoint
 from ...core.plans import resolve_run_plan
 from ...core.sweep_body import SWEEP_FIELDS, sweep_scoring
 from ...db.models.jobs import Snapshot
@@ -50,6 +52,7 @@ from ..schemas import (
     WorkerEventAnswer,
     answers,
 )
+from .endpoint_judges import judge_chat
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
 
@@ -361,8 +364,6 @@ def judge_endpoint(
 ) -> dict[str, Any]:
     """An evaluation worker's ``model:`` judge endpoint (token of that attempt only):
     created in the evaluation's project when none serves the judge, and started."""
-    from .endpoint_judges import ensure_judge_endpoint  # lazy: prometheus_client
-
     _running_attempt(ctx, run_id, number, authorization)
     return ensure_judge_endpoint(ctx, run_id)
 
@@ -380,9 +381,5 @@ async def judge_chat_completions(
 ) -> Any:
     """One chat completion of an evaluation worker's judge (token of that attempt only),
     forwarded to the judge's endpoint (OpenAI's request and answer shapes)."""
-    from starlette.concurrency import run_in_threadpool
-
-    from .endpoint_judges import judge_chat  # lazy: prometheus_client
-
     await run_in_threadpool(_running_attempt, ctx, run_id, number, authorization)
     return await judge_chat(ctx, run_id, body)
