@@ -8,30 +8,17 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query
-from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from ...core.access import rules as access
-from ...core.context import ServiceContext
+from ...core.attempts import check_running_attempt
 from ...core.inputs import check_worker_event, whole_number
 from ...core.judge_endpoints import ensure_judge_endpoint
-from ...core.plans import resolve_run_plan
-from ...core.sweep_body import SWEEP_FIELDS, sweep_scoring
-from ...db.models.jobs import Snapshot
-from ...errors import Conflict, InvalidRequest, NotFound
-from ...jobs import (
-    branches,
-    compare,
-    control,
-    events,
-    records,
-    sweeps,
-    views,
-)
-from ...jobs import states as S
-from ...jobs.results import model_name_of, register
+from ...core.snapshot_registration import register_snapshot_adapter
+from ...core.sweep_body import start_sweep
+from ...errors import NotFound
+from ...jobs import branches, compare, control, events, records, views
 from ...jsonvalues import MAX_INT
-from ...refs import validate_name
 from ..deps import CtxDep, PrincipalDep, SessionDep
 from ..routing import JsonRoute
 from ..schemas import (
@@ -143,49 +130,7 @@ def sweep_run(
     by ``grader`` (``graderInstructions``, ``sampling``) or the project's evaluation
     settings. Nothing is created when any point, or the comparison, is refused."""
 
-    unknown = sorted(set(body) - SWEEP_FIELDS)
-    if unknown:
-        raise InvalidRequest(
-            f"{unknown[0]}: not a sweep field; a sweep takes {', '.join(sorted(SWEEP_FIELDS))}.",
-            field=unknown[0],
-        )
-    for key in ("snapshot", "steps", "grid"):
-        if body.get(key) is None or body.get(key) == "":
-            raise InvalidRequest(f"A sweep needs {key}.", field=key)
-    if body["grid"] in ([], {}):
-        raise InvalidRequest("The grid is empty; give at least one point.", field="grid")
-    whole_number(body["steps"], "steps", low=1)
-    source = access.find_run(principal, session, run_id)
-    compare = sweep_scoring(session, source, body) if body.get("compare") else None
-    out = sweeps.submit_sweep(
-        ctx,
-        session,
-        source,
-        snapshot=str(body["snapshot"]),
-        steps=body["steps"],
-        grid=body["grid"],
-        dataset=body.get("dataset"),
-        resolve=lambda raw: resolve_run_plan(ctx, session, raw, principal),
-        principal=principal,
-    )
-    if compare is not None:
-        from ...evals import kind as evals  # lazy: guarded
-        from ...evals.sweeps import start_sweep_comparison  # lazy: guarded
-
-        def resolve(kind: str, ref: str, *, field: str) -> Any:
-            return access.resolve(principal, session, kind, ref, source.project, field=field)
-
-        out["comparison"] = start_sweep_comparison(
-            ctx,
-            session,
-            source,
-            branches.parse_snapshot(str(body["snapshot"])),
-            out["points"],
-            **compare,
-            device_kind=evals.eval_device_kind(ctx.settings),
-            resolve=resolve,
-        )
-    return out
+    return start_sweep(ctx, session, principal, run_id, body)
 
 
 @router.get("/runs/{run_id}/tree", **answers(TreeNode))
@@ -243,44 +188,7 @@ def register_snapshot(
             (``execution.keepAdapters``), or the registry refuses the name (F049).
     """
 
-    run = access.find_run(principal, session, run_id)
-    access.check_project_write(principal, run.project, "snapshots.register")
-    body = body or {}
-    unknown = sorted(set(body) - {"modelName"})
-    if unknown:
-        raise InvalidRequest(f"{unknown[0]}: not a field here (only modelName).", field=unknown[0])
-    model_name = run.model_name
-    if body.get("modelName") is not None:
-        model_name = validate_name(body["modelName"], "modelName")
-    step = name.removeprefix("step-")
-    snap = session.scalar(
-        select(Snapshot).where(Snapshot.run_id == run.id, Snapshot.step == int(step))
-    ) if step.isdigit() else None  # fmt: skip
-    if snap is None:
-        have = ", ".join(s["name"] for s in views.snapshots(session, run)) or "none yet"
-        raise NotFound(
-            f"Run {run.id} has no snapshot {name!r}; its snapshots: {have}.", field="snapshot"
-        )
-    if snap.adapter_key is None:
-        raise Conflict(
-            f"Snapshot step-{snap.step} of run {run.id} kept no adapter (it was not among "
-            "execution.keepAdapters); register one that `training runs snapshots` lists with "
-            "an adapter stored.",
-            field="snapshot",
-        )
-
-    already = snap.model_version
-    if already and model_name_of(already) == model_name:
-        pinned = already
-    else:
-        pinned = register(ctx, session, run, snap, {"snapshot": f"step-{snap.step}"}, model_name)
-    return {
-        "registrationId": f"{run.id}@step-{snap.step}:{model_name}",
-        "run": run.id,
-        "snapshot": f"step-{snap.step}",
-        "state": "REGISTERED",
-        "model": pinned,
-    }
+    return register_snapshot_adapter(ctx, session, principal, run_id, name, body or {})
 
 
 @router.get("/runs/{run_id}/failure", response_model=RunFailure)
@@ -337,22 +245,14 @@ def worker_event(
     authorization: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
     """A worker's event (token of that attempt only)."""
-    token = (authorization or "")[7:].strip()
-    att = events.authorize_attempt(session, run_id, number, token)
+    att = events.authorize_attempt(session, run_id, number, _token(authorization))
     run = records.get_run(session, run_id)
     return events.handle_event(ctx, session, run, att, check_worker_event(event))
 
 
-def _running_attempt(
-    ctx: ServiceContext, run_id: str, number: int, authorization: str | None
-) -> None:
-    """Refuse (404/409) a token that is not this attempt's, or an attempt that has ended."""
-
-    token = (authorization or "")[7:].strip()
-    with ctx.db.session() as s:
-        att = events.authorize_attempt(s, run_id, number, token)
-        if att.state in S.TERMINAL:
-            raise Conflict(f"Run {run_id}'s attempt {number} has ended.", field="attempt")
+def _token(authorization: str | None) -> str:
+    """The bearer token of an ``Authorization`` header (empty when none)."""
+    return (authorization or "")[7:].strip()
 
 
 @router.post("/runs/{run_id}/attempts/{number}/judge", **answers(EndpointView))
@@ -364,7 +264,7 @@ def judge_endpoint(
 ) -> dict[str, Any]:
     """An evaluation worker's ``model:`` judge endpoint (token of that attempt only):
     created in the evaluation's project when none serves the judge, and started."""
-    _running_attempt(ctx, run_id, number, authorization)
+    check_running_attempt(ctx, run_id, number, _token(authorization))
     return ensure_judge_endpoint(ctx, run_id)
 
 
@@ -381,5 +281,5 @@ async def judge_chat_completions(
 ) -> Any:
     """One chat completion of an evaluation worker's judge (token of that attempt only),
     forwarded to the judge's endpoint (OpenAI's request and answer shapes)."""
-    await run_in_threadpool(_running_attempt, ctx, run_id, number, authorization)
+    await run_in_threadpool(check_running_attempt, ctx, run_id, number, _token(authorization))
     return await judge_chat(ctx, run_id, body)
