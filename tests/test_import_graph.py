@@ -396,3 +396,30 @@ def test_function_level_imports_of_the_project_say_why() -> None:
                     found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
     found = sorted(set(found))
     assert not found, "function-level imports with no comment saying why:\n  " + "\n  ".join(found)
+
+
+# Issue 49 item 1: routers are thin (parse the request, call the core, shape the answer);
+# the queries they answer with live in ``core/``.
+ROUTERS = ROOT / "service" / "routers"
+
+
+def test_no_router_imports_sqlalchemy() -> None:
+    """No module under ``service/routers/`` imports SQLAlchemy (at any depth, type-only
+    imports too): a query belongs to ``core/``, which the router calls. The rule is on
+    SQLAlchemy only, not on ``akka_optimize.db.models``: several routers (adapter imports,
+    Tinker, curations) still name a record class to read one row by ID or build one."""
+    found = []
+    for path in sorted(ROUTERS.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n == "sqlalchemy" or n.startswith("sqlalchemy.") for n in names):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, "routers that import SQLAlchemy (move the query to core/):\n  " + (
+        "\n  ".join(found)
+    )
