@@ -153,6 +153,9 @@ SYMBOL_MOVES: list[tuple[str, str, str]] = [
     ("service.routers.tinker", "_model_name", "core.tinker_clients"),  # before its caller
     ("service.routers.tinker", "_new_model", "core.tinker_clients"),
     ("service.routers.tinker", "_check_run", "core.tinker_clients"),
+    # then named worker_answer_result and run_marks by hand
+    ("service.routers.tinker_worker", "_answer_result", "core.tinker_clients"),
+    ("service.routers.tinker_worker", "_run_marks", "core.tinker_clients"),
 ]
 """(module, top-level function, new module): logic a router holds that the core calls (a
 pipeline's stages check a curation and an evaluation as their routes do). The function's

@@ -1,6 +1,8 @@
-"""Tinker training clients (TINKER-PROTOCOL.md ``create_model``,
-``load_weights``): the run a new client trains in, its model in the session's broker,
-and failing a client's futures once its run has ended. The protocol's routes call them.
+"""Tinker training clients (TINKER-PROTOCOL.md ``create_model``, ``load_weights``): the
+run a new client trains in, its model in the session's broker, failing a client's futures
+once its run has ended, and what its worker's answers become (saves recorded, sampler
+weights registered; the run's pending control). The protocol's routes and the worker's
+poll (:mod:`akka_optimize.service.routers.tinker_worker`) call them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ from ..db.models.jobs import Run
 from ..errors import AkkaError, InvalidRequest
 from ..jobs import states as S
 from ..tinker.broker import Broker, Model, Session, broker_of
-from ..tinker.kind import create_training_run
+from ..tinker.kind import (
+    HEARTBEAT_SECONDS,
+    create_training_run,
+    record_checkpoint,
+    register_sampler_weights,
+)
 from .access.tinker import session, tinker_int
 from .auth import Principal
 from .context import ServiceContext
@@ -88,3 +95,57 @@ def fail_if_run_ended(ctx: ServiceContext, b: Broker, model_id: str) -> None:
         if run is not None and run.state in S.TERMINAL:
             reason = run.failure_reason or f"the training client's run ended ({run.state})"
             b.fail_model(model_id, f"Run {run.id}: {reason}")
+
+
+def worker_answer_result(
+    ctx: ServiceContext, m: Model, item_op: str, answer: dict[str, Any]
+) -> dict | None:
+    """The result a training client's future resolves with, from its worker's ``answer``
+    to an item of op ``item_op``: a saved state or export is recorded as the run's
+    checkpoint and answered with its ``tinker://`` path; saved sampler weights are also
+    registered as a model version (``model_version``) and remembered for sampling. Other
+    results pass through as they are.
+
+    Raises:
+        Exception: the registration failed (the caller fails the future with the sentence).
+    """
+
+    result = answer.get("result")
+    if result is not None and item_op == "sampler_snapshot":
+        sid = answer["sampling_session_id"]
+        broker_of(ctx).samplers[sid] = (m.model_id, int(result["step"]))
+        return {"type": "save_weights_for_sampler", "sampling_session_id": sid}
+    saves = ("save_weights", "save_weights_for_sampler", "save_weights_external")
+    if result is None or item_op not in saves:
+        return result
+
+    name, ttl = answer["name"], answer.get("ttl")
+    with ctx.db.session() as s:
+        run = s.get(Run, m.run_id)
+        assert run is not None
+        if item_op != "save_weights_for_sampler":  # a state, or an external export
+            kind = "weights" if item_op == "save_weights" else "external_weights"
+            saved = dict((run.results or {}).get("tinkerSaves") or {})
+            saved[f"{kind}/{name}"] = result["key"]
+            run.results = {**(run.results or {}), "tinkerSaves": saved}
+            record_checkpoint(run, f"{kind}/{name}", result["key"], result.get("bytes"), ttl)
+            return {"type": item_op, "path": f"tinker://{m.model_id}/{kind}/{name}"}
+        pinned = register_sampler_weights(ctx, s, run, name, result["key"], result["step"])
+        record_checkpoint(run, f"sampler_weights/{name}", result["key"], result.get("bytes"), ttl)
+    return {
+        "type": "save_weights_for_sampler",
+        "path": f"tinker://{m.model_id}/sampler_weights/{name}",
+        "model_version": pinned,
+    }
+
+
+def run_marks(ctx: ServiceContext, run_id: str) -> tuple[str | None, float]:
+    """The run's pending control (``cancel``, …, or None) and its heartbeat bound in
+    seconds (the run's ``heartbeatSeconds``, else the default)."""
+
+    with ctx.db.session() as s:
+        run = s.get(Run, run_id)
+        if run is None:
+            return None, float(HEARTBEAT_SECONDS)
+        bound = (run.resolved or {}).get("heartbeatSeconds", HEARTBEAT_SECONDS)
+        return run.control, float(bound)

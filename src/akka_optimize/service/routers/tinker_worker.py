@@ -22,13 +22,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Path
 from starlette.concurrency import run_in_threadpool
 
+from ...core.attempts import check_running_attempt
 from ...core.context import ServiceContext
-from ...db.models.jobs import Run
-from ...errors import Conflict
-from ...jobs import events
-from ...jobs import states as S
+from ...core.tinker_clients import run_marks, worker_answer_result
 from ...tinker.broker import POLL_SECONDS, Broker, Model, broker_of
-from ...tinker.kind import HEARTBEAT_SECONDS, record_checkpoint, register_sampler_weights
 from ..deps import CtxDep
 from ..routing import JsonRoute
 
@@ -36,48 +33,6 @@ router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
 MAX_INT = 2**31 - 1
 CHECK_SECONDS = 1.0
 """How often a waiting poll looks for a cancel and for a silent session."""
-
-
-def _authorize(ctx: ServiceContext, run_id: str, number: int, authorization: str | None) -> None:
-    token = (authorization or "")[7:].strip()
-    with ctx.db.session() as s:
-        att = events.authorize_attempt(s, run_id, number, token)
-        if att.state in S.TERMINAL:
-            raise Conflict(f"Run {run_id}'s attempt {number} has ended.", field="attempt")
-
-
-def _answer_result(
-    ctx: ServiceContext, m: Model, item_op: str, answer: dict[str, Any]
-) -> dict | None:
-    """The future's result for a worker's answer (checkpoints recorded, versions registered)."""
-
-    result = answer.get("result")
-    if result is not None and item_op == "sampler_snapshot":
-        sid = answer["sampling_session_id"]
-        broker_of(ctx).samplers[sid] = (m.model_id, int(result["step"]))
-        return {"type": "save_weights_for_sampler", "sampling_session_id": sid}
-    saves = ("save_weights", "save_weights_for_sampler", "save_weights_external")
-    if result is None or item_op not in saves:
-        return result
-
-    name, ttl = answer["name"], answer.get("ttl")
-    with ctx.db.session() as s:
-        run = s.get(Run, m.run_id)
-        assert run is not None
-        if item_op != "save_weights_for_sampler":  # a state, or an external export
-            kind = "weights" if item_op == "save_weights" else "external_weights"
-            saved = dict((run.results or {}).get("tinkerSaves") or {})
-            saved[f"{kind}/{name}"] = result["key"]
-            run.results = {**(run.results or {}), "tinkerSaves": saved}
-            record_checkpoint(run, f"{kind}/{name}", result["key"], result.get("bytes"), ttl)
-            return {"type": item_op, "path": f"tinker://{m.model_id}/{kind}/{name}"}
-        pinned = register_sampler_weights(ctx, s, run, name, result["key"], result["step"])
-        record_checkpoint(run, f"sampler_weights/{name}", result["key"], result.get("bytes"), ttl)
-    return {
-        "type": "save_weights_for_sampler",
-        "path": f"tinker://{m.model_id}/sampler_weights/{name}",
-        "model_version": pinned,
-    }
 
 
 async def _take_answer(ctx: ServiceContext, b: Broker, m: Model, answer: dict[str, Any]) -> None:
@@ -94,27 +49,16 @@ async def _take_answer(ctx: ServiceContext, b: Broker, m: Model, answer: dict[st
         answer["name"] = item["body"].get("name")
         answer["sampling_session_id"] = item["body"].get("sampling_session_id")
         answer["ttl"] = item["body"].get("ttl_seconds")
-        result = await run_in_threadpool(_answer_result, ctx, m, item["op"], answer)
+        result = await run_in_threadpool(worker_answer_result, ctx, m, item["op"], answer)
         b.finish_item(m, rid, result, answer.get("error"))
     except Exception as exc:  # registration failed: the future says so
         b.finish_item(m, rid, None, f"The save could not be registered: {exc}")
 
 
-def _run_marks(ctx: ServiceContext, run_id: str) -> tuple[str | None, float]:
-    """The run's pending control (``cancel``, …) and its heartbeat bound in seconds."""
-
-    with ctx.db.session() as s:
-        run = s.get(Run, run_id)
-        if run is None:
-            return None, float(HEARTBEAT_SECONDS)
-        bound = (run.resolved or {}).get("heartbeatSeconds", HEARTBEAT_SECONDS)
-        return run.control, float(bound)
-
-
 async def _stop(ctx: ServiceContext, b: Broker, m: Model) -> dict[str, Any] | None:
     """The ``end`` answer when ``m``'s run was cancelled or its session went silent
     (``m`` is dropped and its pending futures fail with the sentence), else None."""
-    control, bound = await run_in_threadpool(_run_marks, ctx, m.run_id)
+    control, bound = await run_in_threadpool(run_marks, ctx, m.run_id)
     if control == "cancel":
         b.drop(m, f"Run {m.run_id} was cancelled (`training runs cancel`).")
         return {"end": "the run was cancelled (`training runs cancel`)", "cancel": True}
@@ -135,7 +79,9 @@ async def tinker_next(
     authorization: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
     """A Tinker worker's answer to its last item and its wait for the next one."""
-    await run_in_threadpool(_authorize, ctx, run_id, number, authorization)
+    await run_in_threadpool(
+        check_running_attempt, ctx, run_id, number, (authorization or "")[7:].strip()
+    )
     b = broker_of(ctx)
     m = b.model_of(b.by_run.get(run_id, ""))
     if m is None:
