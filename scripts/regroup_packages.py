@@ -127,6 +127,25 @@ MOVES: list[tuple[str, str]] = [
     ("evals.rl_kind", "reinforcement.kind"),
     ("evals.rl_worker", "reinforcement.worker"),
     ("evals.rewards", "reinforcement.rewards"),
+    # the routers of one surface together (one router per resource still)
+    ("service.routers.openai_chat", "service.routers.openai.chat"),
+    ("service.routers.openai_common", "service.routers.openai.common"),
+    ("service.routers.openai_files", "service.routers.openai.files"),
+    ("service.routers.openai_ft_jobs", "service.routers.openai.ft_jobs"),
+    ("service.routers.openai_graders", "service.routers.openai.graders"),
+    ("service.routers.tinker", "service.routers.tinker.protocol"),
+    ("service.routers.tinker_rest", "service.routers.tinker.rest"),
+    ("service.routers.tinker_sampling", "service.routers.tinker.sampling"),
+    ("service.routers.tinker_worker", "service.routers.tinker.worker"),
+    ("service.routers.endpoints", "service.routers.endpoints.routes"),
+    ("service.routers.endpoint_forwarding", "service.routers.endpoints.forwarding"),
+    ("service.routers.endpoint_judges", "service.routers.endpoints.judges"),
+    ("service.routers.registry", "service.routers.registry.routes"),
+    ("service.routers.registry_tinker", "service.routers.registry.from_tinker"),
+    ("service.routers.registry_transfer", "service.routers.registry.transfer"),
+    ("core.endpoint_records", "core.endpoints.records"),
+    ("core.endpoint_lifecycle", "core.endpoints.lifecycle"),
+    ("core.judge_endpoints", "core.endpoints.judges"),
     # what grades an answer, apart from the evaluations that use it (curations and
     # reinforcement rewards grade with it too)
     ("evals.graders", "evals.graders.spec"),
@@ -218,6 +237,22 @@ PACKAGE_DOCS: dict[str, str] = {
     "evals.sandbox": "Running a bundle's grader outside the service's process, with limits: the\n"
     "pool (:mod:`.pool`), its workers (:mod:`.workers`), their scratch space\n"
     "(:mod:`.scratch`), the records (:mod:`.records`) and the child process (:mod:`.child`).",
+    "service.routers.openai": "OpenAI's API served by the platform: chat completions (:mod:`.chat`),\n"
+    "files (:mod:`.files`), fine-tuning jobs (:mod:`.ft_jobs`) and graders (:mod:`.graders`),\n"
+    "with the request reading and error shape they share (:mod:`.common`); the logic is\n"
+    ":mod:`akka_optimize.core.openai_ft`.",
+    "service.routers.tinker": "The Tinker SDK's routes: the session protocol (:mod:`.protocol`), the\n"
+    "RestClient's runs and checkpoints (:mod:`.rest`), sampling (:mod:`.sampling`) and the\n"
+    "training client's worker poll (:mod:`.worker`).",
+    "service.routers.endpoints": "Endpoints: their routes and OpenAI-compatible forwarding\n"
+    "(:mod:`.routes`), waiting for a worker and forwarding to it (:mod:`.forwarding`) and an\n"
+    "evaluation's ``model:`` judge (:mod:`.judges`).",
+    "service.routers.registry": "The registry's routes: datasets, bundles, models, images, aliases\n"
+    "and annotations (:mod:`.routes`), a Tinker checkpoint registered as a model version\n"
+    "(:mod:`.from_tinker`), and streaming bodies in and out (:mod:`.transfer`).",
+    "core.endpoints": "Endpoint records (:mod:`.records`), an endpoint's life: create, list,\n"
+    "delete, detach (:mod:`.lifecycle`), and the endpoints that serve evaluations' ``model:``\n"
+    "judges (:mod:`.judges`).",
     "evals.graders": "What grades an answer: grader specifications and the submit-time check\n"
     "of a bundle's entry (:mod:`.spec`), ``model:`` judges' instructions and scores\n"
     "(:mod:`.judges`) and a worker's requests to a judge endpoint (:mod:`.judge_client`); the\n"

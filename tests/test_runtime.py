@@ -83,7 +83,7 @@ def test_the_fork_server_belongs_to_the_runtime_and_ends_with_it(tmp_path, monke
     """The executor and the endpoint manager fork CPU workers with the runtime's own fork
     server (``ServiceContext.forker``; no module holds one), and shutdown ends it."""
     from akka_optimize import forkserver
-    from akka_optimize.core.endpoint_records import manager
+    from akka_optimize.core.endpoints.records import manager
     from service_app import in_process
 
     kept = [v for v in vars(forkserver).values() if isinstance(v, forkserver.ForkServer)]

@@ -74,13 +74,11 @@ def test_plain_json_skips_the_generic_encoder(monkeypatch) -> None:
 
 
 def test_every_service_route_answers_through_json_route() -> None:
-    from akka_optimize.service.routers import (
-        health,
-        tinker,
-        tinker_rest,
-        tinker_sampling,
-        tinker_worker,
-    )
+    from akka_optimize.service.routers import health
+    from akka_optimize.service.routers.tinker import protocol as tinker
+    from akka_optimize.service.routers.tinker import rest as tinker_rest
+    from akka_optimize.service.routers.tinker import sampling as tinker_sampling
+    from akka_optimize.service.routers.tinker import worker as tinker_worker
 
     mods = [*ROUTERS, health, tinker, tinker_rest, tinker_sampling, tinker_worker]
     routers = [m.router for m in mods] + [health.public_router]

@@ -1,6 +1,6 @@
 """A worker's attempt token, checked for the routes only that attempt may call (its
 ``model:`` judge, :mod:`akka_optimize.service.routers.run_records`; a Tinker client's
-worker poll, :mod:`akka_optimize.service.routers.tinker_worker`)."""
+worker poll, :mod:`akka_optimize.service.routers.tinker.worker`)."""
 
 from __future__ import annotations
 

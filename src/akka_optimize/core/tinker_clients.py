@@ -2,7 +2,7 @@
 run a new client trains in, its model in the session's broker, failing a client's futures
 once its run has ended, and what its worker's answers become (saves recorded, sampler
 weights registered; the run's pending control). The protocol's routes and the worker's
-poll (:mod:`akka_optimize.service.routers.tinker_worker`) call them.
+poll (:mod:`akka_optimize.service.routers.tinker.worker`) call them.
 """
 
 from __future__ import annotations

@@ -39,7 +39,9 @@ from .deps import get_principal
 from .guards import install as install_guards
 from .metrics import RequestTimer
 from .openapi import install as install_openapi
-from .routers import ROUTERS, health, registry
+from .routers import ROUTERS, health
+from .routers.registry import routes as registry
+from .routers.tinker import worker as tinker_worker
 
 _ONCE_PER_START = (registry,)
 """Routers whose ``on_startup`` belongs to :func:`prepare_home` (registry: upload spools)."""
@@ -189,7 +191,9 @@ def create_app(
     # The Tinker SDK's protocol (X-API-Key) and its workers' poll (a worker's own token):
     # another API's shapes (protobuf, 408 long polls), documented in TINKER-PROTOCOL.md and
     # the README, so left out of this service's OpenAPI document.
-    from .routers import tinker, tinker_rest, tinker_sampling, tinker_worker
+    from .routers.tinker import protocol as tinker
+    from .routers.tinker import rest as tinker_rest  # lazy: numpy
+    from .routers.tinker import sampling as tinker_sampling  # lazy: numpy
 
     app.include_router(tinker.router, include_in_schema=False)
     app.include_router(tinker_sampling.router, include_in_schema=False)

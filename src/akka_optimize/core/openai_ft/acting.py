@@ -1,6 +1,6 @@
 """Where an OpenAI-compatible request acts (issue 51): the project a write happens in,
 and a route's work run in one state-store transaction (a refusal rolls it back: it stores
-nothing). :mod:`akka_optimize.service.routers.openai_common` reads the caller's project
+nothing). :mod:`akka_optimize.service.routers.openai.common` reads the caller's project
 from the request and answers in OpenAI's shape."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The endpoint that answers OpenAI's ``POST /v1/chat/completions`` on the service
-(issue 51 item 4; :mod:`akka_optimize.service.routers.openai_chat` holds the route).
+(issue 51 item 4; :mod:`akka_optimize.service.routers.openai.chat` holds the route).
 
 ``model`` is a fine-tuned model (``ft:BASE:SUFFIX:RUN``), one of its checkpoints
 (``…:ckpt-step-N``: the snapshot's adapter, registered as a version of the job's model on
@@ -21,8 +21,8 @@ from ...jobs.results import register
 from ..access import rules as access
 from ..auth import Principal
 from ..context import ServiceContext
-from ..endpoint_lifecycle import resolve_model
-from ..endpoint_records import manager, new_endpoint, refuse_endpoint_claim
+from ..endpoints.lifecycle import resolve_model
+from ..endpoints.records import manager, new_endpoint, refuse_endpoint_claim
 from .errors import OpenAIError
 from .views import parse_ft_name, record
 

@@ -9,22 +9,22 @@ from . import (
     curations,
     data,
     docs,
-    endpoints,
     evaluations,
     health,
     observability,
-    openai_chat,
-    openai_files,
-    openai_ft_jobs,
-    openai_graders,
     pipelines,
     projects,
     recipes,
-    registry,
-    registry_tinker,
     run_records,
     runs,
 )
+from .endpoints import routes as endpoints
+from .openai import chat as openai_chat
+from .openai import files as openai_files
+from .openai import ft_jobs as openai_ft_jobs
+from .openai import graders as openai_graders
+from .registry import from_tinker as registry_tinker
+from .registry import routes as registry
 
 ROUTERS = [
     health,

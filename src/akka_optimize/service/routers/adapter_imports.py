@@ -30,7 +30,7 @@ from ...registry.core import check_alias
 from ..deps import CtxDep, PrincipalDep
 from ..routing import JsonRoute
 from ..schemas import AdapterImportView, answers
-from .registry_transfer import spool_body
+from .registry.transfer import spool_body
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/registry/adapter-imports", tags=["registry"])
 

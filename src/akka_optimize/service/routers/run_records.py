@@ -12,8 +12,8 @@ from starlette.concurrency import run_in_threadpool
 
 from ...core.access import rules as access
 from ...core.attempts import check_running_attempt
+from ...core.endpoints.judges import ensure_judge_endpoint
 from ...core.inputs import check_worker_event, whole_number
-from ...core.judge_endpoints import ensure_judge_endpoint
 from ...core.snapshot_registration import register_snapshot_adapter
 from ...core.sweep_body import start_sweep
 from ...errors import NotFound
@@ -39,7 +39,7 @@ from ..schemas import (
     WorkerEventAnswer,
     answers,
 )
-from .endpoint_judges import judge_chat
+from .endpoints.judges import judge_chat
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
 

@@ -21,22 +21,22 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from ...core.auth import Principal
-from ...core.context import ServiceContext
-from ...core.endpoint_records import manager
-from ...core.openai_ft.bundle import python_bundle
-from ...core.openai_ft.chat_models import endpoint_for
-from ...core.openai_ft.errors import OpenAIError
-from ...core.openai_ft.grading import GradeFailure, GraderError, check_grader, grade
-from ...errors import AkkaError, InvalidRequest
-from ...evals.sandbox.pool import GraderPool
-from ...evals.sandbox.records import Limits
-from ...jsonvalues import loads
-from ..deps import CtxDep, PrincipalDep
-from ..routing import JsonRoute
-from ..schemas import answers
-from ..schemas.openai_ft import OpenAIGraderRun, OpenAIGraderValidate
-from .openai_common import error_response, visible
+from ....core.auth import Principal
+from ....core.context import ServiceContext
+from ....core.endpoints.records import manager
+from ....core.openai_ft.bundle import python_bundle
+from ....core.openai_ft.chat_models import endpoint_for
+from ....core.openai_ft.errors import OpenAIError
+from ....core.openai_ft.grading import GradeFailure, GraderError, check_grader, grade
+from ....errors import AkkaError, InvalidRequest
+from ....evals.sandbox.pool import GraderPool
+from ....evals.sandbox.records import Limits
+from ....jsonvalues import loads
+from ...deps import CtxDep, PrincipalDep
+from ...routing import JsonRoute
+from ...schemas import answers
+from ...schemas.openai_ft import OpenAIGraderRun, OpenAIGraderValidate
+from .common import error_response, visible
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/fine_tuning/alpha/graders", tags=["openai"])
 MODEL_WAIT_S = 300

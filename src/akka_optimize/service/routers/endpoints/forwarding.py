@@ -10,10 +10,10 @@ import anyio
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from ...core.auth import Principal
-from ...core.context import ServiceContext
-from ...core.endpoint_records import manager, poll_worker, visible_endpoint_id
-from ...errors import InvalidRequest
+from ....core.auth import Principal
+from ....core.context import ServiceContext
+from ....core.endpoints.records import manager, poll_worker, visible_endpoint_id
+from ....errors import InvalidRequest
 
 
 def oai_error(message: str, status: int, code: str, param: str | None = None) -> JSONResponse:
@@ -22,7 +22,7 @@ def oai_error(message: str, status: int, code: str, param: str | None = None) ->
 
 
 async def visible_id(ctx: ServiceContext, endpoint_id: str, principal: Principal) -> str:
-    """The full ID of an endpoint the caller sees (404 as :func:`~akka_optimize.core.endpoint_records.find_endpoint`), read in
+    """The full ID of an endpoint the caller sees (404 as :func:`~akka_optimize.core.endpoints.records.find_endpoint`), read in
     the thread pool: a session on the event loop would stall every request while it waits
     on the state store (issue 48 item 1)."""
 
@@ -31,7 +31,7 @@ async def visible_id(ctx: ServiceContext, endpoint_id: str, principal: Principal
 
 async def ready_worker(ctx: ServiceContext, endpoint_id: str) -> tuple[Any, list[str]]:
     """The endpoint's ready worker and served names, starting it if stopped (polled every
-    0.1 s for at most 10 minutes; :func:`~akka_optimize.core.endpoint_records.poll_worker`).
+    0.1 s for at most 10 minutes; :func:`~akka_optimize.core.endpoints.records.poll_worker`).
 
     Raises:
         InvalidRequest: ``endpoint_failed`` for a FAILED endpoint; one that did not start

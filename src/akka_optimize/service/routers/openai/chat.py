@@ -18,15 +18,15 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from ...core.openai_ft.chat_models import endpoint_for
-from ...core.openai_ft.errors import OpenAIError
-from ...errors import AkkaError
-from ...jsonvalues import loads
-from ..deps import CtxDep, PrincipalDep
-from ..routing import JsonRoute
-from ..schemas import ChatCompletion
-from .endpoints import forward_to_worker
-from .openai_common import error_response, visible
+from ....core.openai_ft.chat_models import endpoint_for
+from ....core.openai_ft.errors import OpenAIError
+from ....errors import AkkaError
+from ....jsonvalues import loads
+from ...deps import CtxDep, PrincipalDep
+from ...routing import JsonRoute
+from ...schemas import ChatCompletion
+from ..endpoints.routes import forward_to_worker
+from .common import error_response, visible
 
 router = APIRouter(route_class=JsonRoute, tags=["openai"])
 RETRY_AFTER_S = 2

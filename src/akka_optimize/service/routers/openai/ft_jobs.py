@@ -13,24 +13,19 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ...core.access import rules as access
-from ...core.context import ServiceContext
-from ...core.openai_ft import job_service, views
-from ...core.openai_ft.acting import acting_project
-from ...core.openai_ft.file_store import page
-from ...core.plans import resolve_run_plan
-from ...errors import InvalidRequest
-from ...jsonvalues import loads
-from ..deps import CtxDep, PrincipalDep
-from ..routing import JsonRoute
-from ..schemas import answers
-from ..schemas.openai_ft import (
-    OpenAICheckpointList,
-    OpenAIJob,
-    OpenAIJobEventList,
-    OpenAIJobList,
-)
-from .openai_common import error_response, in_session, visible
+from ....core.access import rules as access
+from ....core.context import ServiceContext
+from ....core.openai_ft import job_service, views
+from ....core.openai_ft.acting import acting_project
+from ....core.openai_ft.file_store import page
+from ....core.plans import resolve_run_plan
+from ....errors import InvalidRequest
+from ....jsonvalues import loads
+from ...deps import CtxDep, PrincipalDep
+from ...routing import JsonRoute
+from ...schemas import answers
+from ...schemas.openai_ft import OpenAICheckpointList, OpenAIJob, OpenAIJobEventList, OpenAIJobList
+from .common import error_response, in_session, visible
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/fine_tuning/jobs", tags=["openai"])
 

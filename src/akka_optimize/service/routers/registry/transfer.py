@@ -15,11 +15,11 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from ...core.context import ServiceContext
-from ...core.uploads import uploads_dir
-from ...errors import InvalidRequest, TooLarge
-from ...registry.datasets import mib
-from ...store import CHUNK
+from ....core.context import ServiceContext
+from ....core.uploads import uploads_dir
+from ....errors import InvalidRequest, TooLarge
+from ....registry.datasets import mib
+from ....store import CHUNK
 
 
 def _too_large(what: str, limit: int, attr: str) -> TooLarge:

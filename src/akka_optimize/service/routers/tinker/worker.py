@@ -22,12 +22,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Path
 from starlette.concurrency import run_in_threadpool
 
-from ...core.attempts import check_running_attempt
-from ...core.context import ServiceContext
-from ...core.tinker_clients import run_marks, worker_answer_result
-from ...tinker.broker import POLL_SECONDS, Broker, Model, broker_of
-from ..deps import CtxDep
-from ..routing import JsonRoute
+from ....core.attempts import check_running_attempt
+from ....core.context import ServiceContext
+from ....core.tinker_clients import run_marks, worker_answer_result
+from ....tinker.broker import POLL_SECONDS, Broker, Model, broker_of
+from ...deps import CtxDep
+from ...routing import JsonRoute
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training")
 MAX_INT = 2**31 - 1

@@ -8,7 +8,7 @@ are queued for the client's worker and answered with futures
 4xx with the error shape, or a failed future ``{"error", "category": "user"}`` once a
 ``seq_id`` is taken (the SDK then raises ``RequestFailedError`` with the sentence). The
 worker's own poll (``…/attempts/N/tinker/next``) lives in
-:mod:`akka_optimize.service.routers.tinker_worker`.
+:mod:`akka_optimize.service.routers.tinker.worker`.
 """
 
 from __future__ import annotations
@@ -21,24 +21,24 @@ from fastapi import APIRouter, Body, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ...catalog.selection.machine import list_base_models
-from ...catalog.selection.rows import settings_catalog
-from ...core.access.tinker import mine, tinker_int, tinker_model, tinker_project
-from ...core.auth import Principal, authenticate
-from ...core.tinker_clients import fail_if_run_ended, new_training_client
-from ...errors import Forbidden, InvalidRequest, NotFound, Unauthorized
-from ...tinker.broker import POLL_SECONDS, Model, Session, broker_of
-from ...tinker.datums import non_finite, non_finite_config
-from ...tinker.kind import ttl_refusal
-from ...tinker.states import find_state, lora_request
-from ...tinker.wire import (
+from ....catalog.selection.machine import list_base_models
+from ....catalog.selection.rows import settings_catalog
+from ....core.access.tinker import mine, tinker_int, tinker_model, tinker_project
+from ....core.auth import Principal, authenticate
+from ....core.tinker_clients import fail_if_run_ended, new_training_client
+from ....errors import Forbidden, InvalidRequest, NotFound, Unauthorized
+from ....tinker.broker import POLL_SECONDS, Model, Session, broker_of
+from ....tinker.datums import non_finite, non_finite_config
+from ....tinker.kind import ttl_refusal
+from ....tinker.states import find_state, lora_request
+from ....tinker.wire import (
     WireError,
     decode_forward_backward,
     encode_forward_backward_output,
     encode_sample_response,
 )
-from ..deps import CtxDep
-from ..routing import JsonRoute
+from ...deps import CtxDep
+from ...routing import JsonRoute
 
 router = APIRouter(route_class=JsonRoute, prefix="/api/v1")
 JsonBody = Annotated[dict[str, Any], Body()]
@@ -131,7 +131,7 @@ def create_session(ctx: CtxDep, p: Caller, body: JsonBody) -> dict[str, Any]:
 @router.post("/session_heartbeat")
 async def heartbeat(ctx: CtxDep, p: Caller, body: JsonBody) -> Any:
     """The SDK's beat (every 10 s): a session silent for ``service.tinkerHeartbeatSeconds``
-    has its clients ended (:mod:`akka_optimize.service.routers.tinker_worker`). Another
+    has its clients ended (:mod:`akka_optimize.service.routers.tinker.worker`). Another
     project's session is answered as an unknown one."""
     sess = broker_of(ctx).sessions.get(str(body.get("session_id")))
     if sess is None or not mine(p, sess.project):

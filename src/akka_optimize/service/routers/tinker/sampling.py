@@ -4,7 +4,7 @@
 
 A sampling client is a run whose worker holds the weights
 (:mod:`akka_optimize.tinker.samplers`); this module only records it with the broker, so
-``asample`` (:mod:`akka_optimize.service.routers.tinker`) queues its calls for that worker.
+``asample`` (:mod:`akka_optimize.service.routers.tinker.protocol`) queues its calls for that worker.
 ``create_sampling_session`` answers at once (no future): a refusal is a 4xx whose
 sentence names the field, which the SDK raises as ``tinker.BadRequestError`` /
 ``tinker.NotFoundError``.
@@ -16,13 +16,13 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from ...core.access.tinker import session, tinker_int
-from ...errors import AkkaError, InvalidRequest, NotFound
-from ...tinker.broker import Model, broker_of
-from ...tinker.samplers import create_sampling_run
-from ..deps import CtxDep
-from ..routing import JsonRoute
-from .tinker import Caller, JsonBody
+from ....core.access.tinker import session, tinker_int
+from ....errors import AkkaError, InvalidRequest, NotFound
+from ....tinker.broker import Model, broker_of
+from ....tinker.samplers import create_sampling_run
+from ...deps import CtxDep
+from ...routing import JsonRoute
+from .protocol import Caller, JsonBody
 
 router = APIRouter(route_class=JsonRoute, prefix="/api/v1")
 

@@ -1,6 +1,6 @@
 """Judge endpoints (:mod:`.endpoints`): one chat completion forwarded to the endpoint
 that serves an evaluation's ``model:`` judge (the routes are in :mod:`.run_records`;
-the endpoint itself is :mod:`akka_optimize.core.judge_endpoints`)."""
+the endpoint itself is :mod:`akka_optimize.core.endpoints.judges`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import httpx
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from ...core.context import ServiceContext
-from ...core.judge_endpoints import judge_target
-from ...errors import InvalidRequest
-from .endpoint_forwarding import begin_request, end_request, oai_error, ready_worker
+from ....core.context import ServiceContext
+from ....core.endpoints.judges import judge_target
+from ....errors import InvalidRequest
+from .forwarding import begin_request, end_request, oai_error, ready_worker
 
 
 async def judge_chat(ctx: ServiceContext, run_id: str, body: dict[str, Any]) -> JSONResponse:

@@ -11,16 +11,16 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from ...core.access import rules as access
-from ...core.uploads import safe_versions
-from ...jobs.kinds import model_registered
-from ...plan.schema.base import documented
-from ...refs import NAME_PATTERN, validate_name
-from ...registry.core import check_alias
-from ...tinker.checkpoints_in import register_checkpoint
-from ..deps import CtxDep, PrincipalDep
-from ..routing import JsonRoute
-from ..schemas import StoredVersion, answers
+from ....core.access import rules as access
+from ....core.uploads import safe_versions
+from ....jobs.kinds import model_registered
+from ....plan.schema.base import documented
+from ....refs import NAME_PATTERN, validate_name
+from ....registry.core import check_alias
+from ....tinker.checkpoints_in import register_checkpoint
+from ...deps import CtxDep, PrincipalDep
+from ...routing import JsonRoute
+from ...schemas import StoredVersion, answers
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/registry", tags=["registry"])
 

@@ -17,13 +17,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ...core.auth import Principal
-from ...errors import Forbidden, InvalidRequest, NotFound
-from ...tinker import exports, rest
-from ...tinker.kind import saved_key
-from ..deps import CtxDep
-from ..routing import JsonRoute
-from .tinker import Caller, JsonBody
+from ....core.auth import Principal
+from ....errors import Forbidden, InvalidRequest, NotFound
+from ....tinker import exports, rest
+from ....tinker.kind import saved_key
+from ...deps import CtxDep
+from ...routing import JsonRoute
+from .protocol import Caller, JsonBody
 
 router = APIRouter(route_class=JsonRoute, prefix="/api/v1")
 

@@ -1,6 +1,6 @@
 """Judge endpoints: the endpoint that serves an evaluation's ``model:`` judge, one per
 judge version and project, created and started for the evaluation's worker
-(:mod:`akka_optimize.service.routers.endpoint_judges` forwards its chat completions)."""
+(:mod:`akka_optimize.service.routers.endpoints.judges` forwards its chat completions)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..db.models.jobs import Run
-from ..db.models.projects import Project
-from ..db.models.serving import Endpoint
-from ..errors import InvalidRequest, NotFound
-from ..registry import resolve
-from .context import ServiceContext
-from .endpoint_records import find_endpoint, manager, models, new_endpoint, view
+from ...db.models.jobs import Run
+from ...db.models.projects import Project
+from ...db.models.serving import Endpoint
+from ...errors import InvalidRequest, NotFound
+from ...registry import resolve
+from ..context import ServiceContext
+from .records import find_endpoint, manager, models, new_endpoint, view
 
 _JUDGE_LOCK = threading.Lock()
 

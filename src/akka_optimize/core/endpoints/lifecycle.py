@@ -2,7 +2,7 @@
 endpoint changes; FEATURES F110–F120), without HTTP: what a model reference becomes on
 an endpoint, creating, listing and deleting endpoints, detaching a served version, and
 marking endpoints stopped when the service restarts
-(:mod:`akka_optimize.service.routers.endpoints` holds the routes)."""
+(:mod:`akka_optimize.service.routers.endpoints.routes` holds the routes)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..catalog.cache import ready_model_dir
-from ..db.models.projects import Project
-from ..db.models.serving import Endpoint, EndpointModel
-from ..errors import InvalidRequest, NotFound
-from ..refs import parse_ref
-from .access import rules as access
-from .auth import Principal
-from .context import ServiceContext
-from .endpoint_records import (
+from ...catalog.cache import ready_model_dir
+from ...db.models.projects import Project
+from ...db.models.serving import Endpoint, EndpointModel
+from ...errors import InvalidRequest, NotFound
+from ...refs import parse_ref
+from ..access import rules as access
+from ..auth import Principal
+from ..context import ServiceContext
+from .records import (
     find_endpoint,
     limits,
     manager,
@@ -70,7 +70,7 @@ def resolve_model(
     if rv.source == "adapter":
         rank = rv.metadata.get("rank") or (rv.metadata.get("lora") or {}).get("rank")
         if rank is None:
-            from ..serving.engine import adapter_rank  # lazy: guarded
+            from ...serving.engine import adapter_rank  # lazy: guarded
 
             rank = adapter_rank(manager(ctx).adapter_dir(s, rv.pinned))
         limit = limits(ctx).maxLoraRank

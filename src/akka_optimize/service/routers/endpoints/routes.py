@@ -13,8 +13,8 @@ machine", seeds/001 endpoint changes; FEATURES F110–F120).
   started again by its next request.
 
 This module holds the routes; an endpoint's records (manager, lookup, view, served names)
-live in :mod:`akka_optimize.core.endpoint_records`, its life (create, list, delete,
-detach) in :mod:`akka_optimize.core.endpoint_lifecycle`, waiting on a worker in
+live in :mod:`akka_optimize.core.endpoints.records`, its life (create, list, delete,
+detach) in :mod:`akka_optimize.core.endpoints.lifecycle`, waiting on a worker in
 :mod:`.endpoint_forwarding`, and judge endpoints in :mod:`.endpoint_judges`.
 """
 
@@ -28,19 +28,19 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
-from ...core import endpoint_lifecycle as lifecycle
-from ...core.context import ServiceContext
-from ...core.endpoint_records import find_endpoint, limits, served_model, view
-from ...errors import InvalidRequest
-from ...jsonvalues import loads
-from ...plan.pipeline import documented
-from ...plan.schema.base import RequestModel
-from ...refs import REF_PATTERN
-from ...serving.parsers import parsers_table
-from ..deps import CtxDep, PrincipalDep, SessionDep
-from ..metrics import StreamTally, count_answer
-from ..routing import JsonRoute
-from ..schemas import (
+from ....core.context import ServiceContext
+from ....core.endpoints import lifecycle
+from ....core.endpoints.records import find_endpoint, limits, served_model, view
+from ....errors import InvalidRequest
+from ....jsonvalues import loads
+from ....plan.pipeline import documented
+from ....plan.schema.base import RequestModel
+from ....refs import REF_PATTERN
+from ....serving.parsers import parsers_table
+from ...deps import CtxDep, PrincipalDep, SessionDep
+from ...metrics import StreamTally, count_answer
+from ...routing import JsonRoute
+from ...schemas import (
     ChatCompletion,
     EndpointList,
     EndpointsInfo,
@@ -49,13 +49,7 @@ from ..schemas import (
     TextCompletion,
     answers,
 )
-from .endpoint_forwarding import (
-    begin_request,
-    end_request,
-    oai_error,
-    ready_worker,
-    visible_id,
-)
+from .forwarding import begin_request, end_request, oai_error, ready_worker, visible_id
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/training/endpoints", tags=["endpoints"])
 

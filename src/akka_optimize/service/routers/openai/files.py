@@ -13,16 +13,16 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ...core.openai_ft import file_store
-from ...core.openai_ft.acting import acting_project
-from ...core.openai_ft.errors import OpenAIError
-from ...core.uploads import registry_limits
-from ...errors import AkkaError
-from ..deps import CtxDep, PrincipalDep
-from ..routing import JsonRoute
-from ..schemas import answers, binary
-from ..schemas.openai_ft import OpenAIFile, OpenAIFileDeleted, OpenAIFileList
-from .openai_common import call, error_response, in_session, visible
+from ....core.openai_ft import file_store
+from ....core.openai_ft.acting import acting_project
+from ....core.openai_ft.errors import OpenAIError
+from ....core.uploads import registry_limits
+from ....errors import AkkaError
+from ...deps import CtxDep, PrincipalDep
+from ...routing import JsonRoute
+from ...schemas import answers, binary
+from ...schemas.openai_ft import OpenAIFile, OpenAIFileDeleted, OpenAIFileList
+from .common import call, error_response, in_session, visible
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/files", tags=["openai"])
 

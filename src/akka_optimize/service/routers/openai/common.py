@@ -16,12 +16,12 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from ...core.access import rules as access
-from ...core.auth import Principal
-from ...core.context import ServiceContext
-from ...core.openai_ft.acting import SessionWork, in_transaction
-from ...core.openai_ft.errors import OpenAIError, from_platform
-from ...errors import AkkaError
+from ....core.access import rules as access
+from ....core.auth import Principal
+from ....core.context import ServiceContext
+from ....core.openai_ft.acting import SessionWork, in_transaction
+from ....core.openai_ft.errors import OpenAIError, from_platform
+from ....errors import AkkaError
 
 
 def visible(principal: Principal, request: Request) -> str | None:

@@ -11,17 +11,17 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..db.models.projects import Project
-from ..db.models.serving import Endpoint, EndpointModel
-from ..errors import InvalidRequest, NotFound
-from ..jobs.capacity import usage as capacity
-from ..jobs.capacity.pools import serving_pool
-from ..refs import parse_ref
-from ..registry.resolution import resolve_ref
-from ..serving.manager import EndpointManager, idle_for
-from .access import rules as access
-from .auth import Principal
-from .context import ServiceContext
+from ...db.models.projects import Project
+from ...db.models.serving import Endpoint, EndpointModel
+from ...errors import InvalidRequest, NotFound
+from ...jobs.capacity import usage as capacity
+from ...jobs.capacity.pools import serving_pool
+from ...refs import parse_ref
+from ...registry.resolution import resolve_ref
+from ...serving.manager import EndpointManager, idle_for
+from ..access import rules as access
+from ..auth import Principal
+from ..context import ServiceContext
 
 
 def limits(ctx: ServiceContext) -> Any:

@@ -20,16 +20,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 
-from ... import __version__
-from ...catalog.cache import ready_model_dir
-from ...core import uploads
-from ...core.access import rules as access
-from ...core.context import ServiceContext
-from ...engine.merge import merge_adapter
-from ...errors import InvalidRequest, NotFound
-from ...plan.schema.base import RequestModel
-from ...refs import validate_name
-from ...registry import (
+from .... import __version__
+from ....catalog.cache import ready_model_dir
+from ....core import uploads
+from ....core.access import rules as access
+from ....core.context import ServiceContext
+from ....engine.merge import merge_adapter
+from ....errors import InvalidRequest, NotFound
+from ....plan.schema.base import RequestModel
+from ....refs import validate_name
+from ....registry import (
     annotate,
     download_model_files,
     list_names,
@@ -40,12 +40,12 @@ from ...registry import (
     register_dataset,
     set_alias,
 )
-from ...registry.aliases import VERSION_PATTERN
-from ...registry.core import check_alias
-from ...store import content_key
-from ..deps import CtxDep, PrincipalDep
-from ..routing import JsonRoute
-from ..schemas import (
+from ....registry.aliases import VERSION_PATTERN
+from ....registry.core import check_alias
+from ....store import content_key
+from ...deps import CtxDep, PrincipalDep
+from ...routing import JsonRoute
+from ...schemas import (
     ImagePush,
     NameList,
     RegistryInfo,
@@ -55,7 +55,7 @@ from ..schemas import (
     answers,
     binary,
 )
-from . import registry_transfer as transfer
+from . import transfer
 
 router = APIRouter(route_class=JsonRoute, prefix="/v1/registry", tags=["registry"])
 PLURAL = {"datasets": "dataset", "bundles": "bundle", "models": "model"}
