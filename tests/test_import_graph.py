@@ -403,23 +403,27 @@ def test_function_level_imports_of_the_project_say_why() -> None:
 ROUTERS = ROOT / "service" / "routers"
 
 
-def test_no_router_imports_sqlalchemy() -> None:
-    """No module under ``service/routers/`` imports SQLAlchemy (at any depth, type-only
-    imports too): a query belongs to ``core/``, which the router calls. The rule is on
-    SQLAlchemy only, not on ``akka_optimize.db.models``: several routers (adapter imports,
-    Tinker, curations) still name a record class to read one row by ID or build one."""
+def test_no_router_imports_sqlalchemy_or_the_state_store() -> None:
+    """No module under ``service/routers/`` imports SQLAlchemy or the state store's records
+    (``akka_optimize.db``), at any depth, type-only imports too: a query, and a record read
+    or built, belong to ``core/``, which the router calls with the session it opens."""
     found = []
     for path in sorted(ROUTERS.rglob("*.py")):
+        name = module_name(path)
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and not node.level:
-                names = [node.module or ""]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = _resolve_relative(name, path.name == "__init__.py", node.level, base)
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
             else:
                 continue
-            if any(n == "sqlalchemy" or n.startswith("sqlalchemy.") for n in names):
+            banned = ("sqlalchemy", f"{PACKAGE}.db")
+            if any(n == b or n.startswith(b + ".") for n in names for b in banned):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
-    assert not found, "routers that import SQLAlchemy (move the query to core/):\n  " + (
+    assert not found, "routers that import SQLAlchemy or db (move it to core/):\n  " + (
         "\n  ".join(found)
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,22 @@ def _finish(ctx: ServiceContext, import_id: str, **fields: Any) -> None:
             for k, v in fields.items():
                 setattr(imp, k, v)
             imp.finished_at = utcnow()
+
+
+def record_import(
+    ctx: ServiceContext, namespace: str, name: str, base_model: str, alias: str | None
+) -> dict[str, Any]:
+    """Record a new import into model ``namespace/name`` (lower-cased) of an adapter of
+    ``base_model``, ``CHECKING`` at its first stage and owned by this process
+    (:func:`owner`); returns its API view (:func:`view`), whose ``id`` :func:`run_import`
+    then works on."""
+    with ctx.db.session() as s:
+        imp = AdapterImport(id=uuid.uuid4().hex, namespace=namespace.lower(), name=name.lower(),
+                            base_model=base_model, alias=alias, state="CHECKING", stage=0,
+                            progress=STAGES[0], details={}, owner=owner())  # fmt: skip
+        s.add(imp)
+        s.flush()
+        return view(imp)
 
 
 def run_import(ctx: ServiceContext, import_id: str, archive: Path) -> None:

@@ -191,7 +191,7 @@ def create_app(
     # The Tinker SDK's protocol (X-API-Key) and its workers' poll (a worker's own token):
     # another API's shapes (protobuf, 408 long polls), documented in TINKER-PROTOCOL.md and
     # the README, so left out of this service's OpenAPI document.
-    from .routers.tinker import protocol as tinker
+    from .routers.tinker import protocol as tinker  # lazy: numpy
     from .routers.tinker import rest as tinker_rest  # lazy: numpy
     from .routers.tinker import sampling as tinker_sampling  # lazy: numpy
 

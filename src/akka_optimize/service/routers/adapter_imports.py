@@ -5,7 +5,6 @@ does the work and says what is refused when)."""
 from __future__ import annotations
 
 import threading
-import uuid
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -14,17 +13,15 @@ from starlette.concurrency import run_in_threadpool
 
 from ...core.access import rules as access
 from ...core.adapter_imports import (
-    STAGES,
     check_before,
     fail_orphans,
     find_import,
-    owner,
+    record_import,
     run_import,
     view,
 )
 from ...core.context import ServiceContext
 from ...core.uploads import registry_limits
-from ...db.models.registry import AdapterImport
 from ...refs import validate_name
 from ...registry.core import check_alias
 from ..deps import CtxDep, PrincipalDep
@@ -73,17 +70,8 @@ async def start_import(
         request, ctx, limits.bundleCompressedBytes, "model archive", "bundleCompressedBytes"
     )
 
-    def record() -> dict[str, Any]:
-        with ctx.db.session() as s:
-            imp = AdapterImport(id=uuid.uuid4().hex, namespace=ns.lower(), name=nm.lower(),
-                                base_model=base_model, alias=alias, state="CHECKING", stage=0,
-                                progress=STAGES[0], details={}, owner=owner())  # fmt: skip
-            s.add(imp)
-            s.flush()
-            return view(imp)
-
     try:
-        answer = await run_in_threadpool(record)
+        answer = await run_in_threadpool(record_import, ctx, ns, nm, base_model, alias)
     except BaseException:
         path.unlink(missing_ok=True)
         raise
